@@ -1,0 +1,189 @@
+# gemmad — one top-level Makefile, building into build/.
+#
+#   make            build build/gemmad and build/gemmad-cli
+#   make run        install what is missing, fetch the model, build, serve on 127.0.0.1:8080
+#   make test       install what is missing, fetch the model, build (-Werror), run every test
+#   make bench      benchmarks against llama.cpp (see docs/BENCHMARKS.md)
+#
+# Switches: V=1 (full commands), NATIVE=0 (portable binary; SIMD kernels still chosen at run
+# time), SAN=address,undefined | SAN=thread (sanitizer build under build/san-*), CUDA=1
+# (CUDA backend; CUDA_HOME, CUDA_ARCH), WERROR=1 (warnings are errors; make test sets it).
+
+BUILD_ROOT := build
+comma := ,
+ifneq ($(SAN),)
+BUILD ?= $(BUILD_ROOT)/san-$(subst $(comma),-,$(SAN))
+else
+BUILD ?= $(BUILD_ROOT)
+endif
+
+CC := gcc
+NATIVE ?= 1
+CUDA ?= 0
+WERROR ?= 0
+PYTHON ?= python3
+MODEL ?= models/gemma-3-270m-q4_k_m.gguf
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla
+CFLAGS := -std=gnu11 -O2 -g -pthread -fno-strict-aliasing -I. \
+          -I/usr/include/x86_64-linux-gnu $(WARN) -MMD -MP
+ifeq ($(WERROR),1)
+CFLAGS += -Werror
+endif
+ifeq ($(NATIVE),1)
+CFLAGS += -march=native
+endif
+ifneq ($(SAN),)
+CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SAN)
+endif
+LDLIBS := -lmicrohttpd -ljansson -luv -lopenblas -lm -lpthread
+
+# Per-instruction-set kernel files get their own flags; dispatch happens at run time.
+ISA_AVX2 := -mavx2 -mfma -mf16c
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+
+ENGINE_SRC := $(wildcard engine/*.c) $(wildcard engine/kernels/*.c)
+SCHED_SRC := $(wildcard scheduler/*.c)
+CONFIG_SRC := $(wildcard config/*.c)
+SERVER_SRC := $(filter-out %_main.c,$(wildcard server/*.c))
+LIB_SRC := $(ENGINE_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
+
+# CUDA: host glue (engine/cuda/*.c) and kernels (*.cu) only with CUDA=1.
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= 90
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCCFLAGS := -O3 -std=c++17 -I. -Xcompiler -fPIC,-Wall -lineinfo \
+             $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+ifeq ($(CUDA),1)
+LIB_SRC += $(wildcard engine/cuda/*.c)
+CU_SRC := $(wildcard engine/cuda/*.cu)
+CFLAGS += -DGEMMAD_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB := $(BUILD)/libgemmad.a
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli
+
+.PHONY: all tests run test test-unit test-san test-tsan test-py test-cuda-compile deps model \
+        bench bench-engine fuzz-api clean format check-cuda
+.DEFAULT_GOAL := all
+
+all: $(BINS)
+tests: $(UNIT_BIN)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_AVX2) -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gemmad: $(BUILD)/obj/server/gemmad_main.o $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/gemmad-cli: $(BUILD)/obj/server/cli_main.o $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- set-up ---------------------------------------------------------------------------------
+deps:
+	$(Q)bash deploy/setup-deps.sh
+
+model: $(MODEL)
+$(MODEL):
+	$(Q)bash deploy/fetch-model.sh $(MODEL)
+
+# ---- run ------------------------------------------------------------------------------------
+run: deps model
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)./$(BUILD)/gemmad --model $(MODEL) --host $(HOST) --port $(PORT)
+
+# ---- tests ----------------------------------------------------------------------------------
+test: deps model
+	$(Q)$(MAKE) --no-print-directory WERROR=1 all tests
+	$(Q)$(MAKE) --no-print-directory test-unit
+	$(Q)$(MAKE) --no-print-directory test-san
+	$(Q)$(MAKE) --no-print-directory test-tsan
+	$(Q)$(MAKE) --no-print-directory test-cuda-compile
+	$(Q)$(MAKE) --no-print-directory test-py
+
+test-unit: tests
+	$(Q)bash tests/run-unit.sh $(BUILD)/tests
+
+# ASan+UBSan over the unit tests (model-heavy cases honour GEMMAD_TEST_QUICK).
+test-san:
+	$(Q)$(MAKE) --no-print-directory SAN=address,undefined WERROR=1 tests
+	$(Q)GEMMAD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 \
+	    bash tests/run-unit.sh $(BUILD_ROOT)/san-address-undefined/tests
+
+# ThreadSanitizer over the tests that start threads.
+test-tsan:
+	$(Q)$(MAKE) --no-print-directory SAN=thread WERROR=1 tests
+	$(Q)GEMMAD_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1 \
+	    bash tests/run-unit.sh $(BUILD_ROOT)/san-thread/tests --threaded
+
+# The CUDA sources must compile wherever nvcc exists, GPU or not.
+test-cuda-compile:
+	$(Q)bash tests/cuda-compile.sh
+
+test-py: all
+	$(Q)bash tests/run-py.sh
+
+# ---- benchmarks -----------------------------------------------------------------------------
+bench-engine: deps model all
+	$(Q)bash deploy/setup-bench.sh
+	$(Q)$(PYTHON) tests/bench/bench_engine.py --model $(MODEL)
+
+bench: deps model all
+	$(Q)bash deploy/setup-bench.sh
+	$(Q)$(PYTHON) tests/bench/bench_engine.py --model $(MODEL)
+	$(Q)$(PYTHON) tests/bench/bench_server.py --model $(MODEL)
+
+fuzz-api: deps model all
+	$(Q)$(PYTHON) -m pytest -q tests/integration/test_schema.py --fuzz-long
+
+format:
+	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+clean:
+	rm -rf $(BUILD_ROOT)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,72 @@
+/*
+ * forward — one forward pass of the model over a batch of sequences.
+ *
+ * Each sequence contributes a span of new tokens (a prefill chunk or one decode token) at
+ * its own positions, with its own KV block tables. The pass embeds all rows of the step,
+ * runs every layer over the whole batch at once (each weight matrix is read once per step
+ * and used for all rows), writes the new keys/values into the sequences' blocks, attends
+ * per sequence, and returns logits only for the rows the caller asks for.
+ *
+ * Batch invariance: a row's results do not depend on which other rows share the step nor on
+ * how a prompt is cut into chunks (kernels use a fixed per-row reduction order).
+ *
+ * All scratch memory is allocated by fwd_create for max_tokens rows per step; fwd_run
+ * never allocates.
+ *
+ * Threads: a fwd_ctx belongs to one thread (the engine/scheduler thread); it fans work out
+ * over its compute pool. The model and kvs_pool must outlive it.
+ */
+#ifndef GEMMAD_FORWARD_H
+#define GEMMAD_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kvstore.h"
+#include "engine/model.h"
+
+struct pool;
+struct fwd_ctx;
+
+enum fwd_logits { FWD_LOGITS_NONE = 0, FWD_LOGITS_LAST = 1, FWD_LOGITS_ALL = 2 };
+
+struct fwd_seq {
+    const int32_t *tokens;      /* [n_tokens] ids, each < n_vocab */
+    int n_tokens;               /* >= 1 */
+    int pos;                    /* position of tokens[0]; earlier positions are in the KV */
+    const struct kvs_seq *kv;   /* this sequence's block tables */
+    enum fwd_logits logits;     /* which rows to return */
+};
+
+enum fwd_status {
+    FWD_OK = 0, FWD_EINVAL = -1, FWD_EKV = -2, FWD_ENOMEM = -5, FWD_EBACKEND = -6
+};
+const char *fwd_strerror(int status);
+
+enum fwd_device { FWD_DEVICE_CPU = 0, FWD_DEVICE_CUDA = 1, FWD_DEVICE_AUTO = 2 };
+
+struct fwd_opts {
+    int max_tokens;             /* most rows (tokens) in one step */
+    int max_seqs;               /* most sequences in one step */
+    int max_logit_rows;         /* most logit rows one step returns */
+    int n_threads;              /* compute threads (0 = physical cores) */
+    enum fwd_device device;     /* CPU, CUDA, or AUTO */
+    int deterministic;          /* 1: no shape-dependent kernel choice, no BLAS */
+};
+
+int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
+               struct fwd_ctx **out, char *err, size_t errlen);
+void fwd_destroy(struct fwd_ctx *c);
+enum fwd_device fwd_device(const struct fwd_ctx *c); /* what actually runs */
+
+/* Run one step. logits receives the requested rows in order of seqs (FWD_LOGITS_LAST: one
+ * row; ALL: n_tokens rows), each n_vocab floats. Returns FWD_OK or an error (nothing
+ * written to the KV on EINVAL/EKV). */
+int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits);
+
+/* Optional per-layer hook for debugging parity: called after each layer (layer index) and
+ * once after the final norm (layer == n_layer) with the hidden rows [n_rows][n_embd]. */
+typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
+void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
+
+#endif

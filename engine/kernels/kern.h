@@ -1,0 +1,61 @@
+/*
+ * kern — CPU kernels the forward pass calls, with the instruction set chosen once at
+ * start-up (kern_init) from the CPU's features: scalar reference, AVX2+FMA+F16C, AVX-512.
+ *
+ * Weights are never copied or dequantized as a whole: kern_matmul reads the packed rows in
+ * the mmap directly. Activations are quantized to the weight type's vec_dot_type first
+ * (as llama.cpp does), into caller-provided scratch, so nothing here allocates.
+ *
+ * Deterministic by construction: the result for one activation row never depends on how
+ * many rows are in the batch or on the number of threads (fixed per-row reduction order).
+ *
+ * Threads: kern_init once from the main thread before anything else; the rest is pure and
+ * may run on any thread; kern_matmul itself fans out over the given pool.
+ */
+#ifndef GEMMAD_KERN_H
+#define GEMMAD_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kernels/pool.h"
+#include "engine/kernels/quant.h"
+
+enum kern_isa { KERN_ISA_AUTO = -1, KERN_ISA_REF = 0, KERN_ISA_AVX2 = 1, KERN_ISA_AVX512 = 2 };
+
+/* Picks the best ISA the CPU supports, or `force` when it is supported (else -1). */
+int kern_init(enum kern_isa force);
+enum kern_isa kern_active_isa(void);
+const char *kern_isa_name(enum kern_isa isa);
+int kern_isa_supported(enum kern_isa isa); /* 1 if this CPU (and build) can run it */
+
+/* A 2-D weight matrix in its packed on-disk format: n_out rows of n_in elements. */
+struct kern_weight {
+    uint32_t type;      /* enum quant_type */
+    int64_t n_in;       /* ne0: elements per row (the dot-product length) */
+    int64_t n_out;      /* ne1: rows */
+    size_t row_bytes;   /* quant_row_size(type, n_in) */
+    const void *data;   /* n_out * row_bytes bytes, read-only (in the mmap) */
+};
+
+/* Scratch bytes kern_matmul needs for M activation rows of W->n_in elements. */
+size_t kern_act_bytes(const struct kern_weight *w, int M);
+
+/* Y[m * ldy + o] = sum_i W[o][i] * X[m * n_in + i] for m < M, o < n_out.
+ * X: [M][n_in] f32; act_scratch: >= kern_act_bytes(w, M) bytes, 64-byte aligned. */
+void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
+                 float *Y, int ldy, void *act_scratch);
+
+/* Same, for a sub-range of output rows [o0, o1) (used to split the LM head). */
+void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
+                      float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1);
+
+/* Dequantize row r of w into dst[n_in] (embedding lookup). */
+void kern_get_row(const struct kern_weight *w, int64_t r, float *dst);
+
+/* The dot-product kernel kern_matmul uses for this weight type under the active ISA. */
+quant_vec_dot_fn kern_vec_dot(uint32_t w_type);
+/* Activation quantizer matching kern_vec_dot (SIMD rounding may differ from _ref). */
+void kern_quant_act(uint32_t w_type, const float *x, void *dst, int64_t n);
+
+#endif

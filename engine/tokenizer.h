@@ -1,0 +1,71 @@
+/*
+ * tokenizer — SentencePiece-style (llama.cpp "llama"/SPM) tokenizer built from the GGUF vocab:
+ * pieces, scores, token types, byte fallback, control and user-defined tokens. Also the
+ * "gemma4" BPE variant when the file says so.
+ *
+ * tok_create() builds lookup tables once (a hash from piece text to id, the special-token
+ * list); afterwards the tok_vocab is immutable and any thread may encode/decode at once.
+ * Piece strings point into the GGUF mapping, which must outlive the tok_vocab.
+ *
+ * An incremental decoder (struct tok_stream) turns a token stream into text that never
+ * ends in half a UTF-8 code point; one per sequence, owned by whoever owns the sequence.
+ */
+#ifndef GEMMAD_TOKENIZER_H
+#define GEMMAD_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf_file;
+struct tok_vocab;
+
+enum tok_type {
+    TOK_TYPE_UNDEFINED = 0, TOK_TYPE_NORMAL = 1, TOK_TYPE_UNKNOWN = 2, TOK_TYPE_CONTROL = 3,
+    TOK_TYPE_USER_DEFINED = 4, TOK_TYPE_UNUSED = 5, TOK_TYPE_BYTE = 6
+};
+
+int tok_create(const struct gguf_file *f, struct tok_vocab **out, char *err, size_t errlen);
+void tok_destroy(struct tok_vocab *v);
+
+int tok_n_vocab(const struct tok_vocab *v);
+int32_t tok_bos(const struct tok_vocab *v);
+int32_t tok_eos(const struct tok_vocab *v);
+int tok_add_bos(const struct tok_vocab *v);       /* 1 when BOS is prepended by default */
+int tok_is_eog(const struct tok_vocab *v, int32_t id); /* <eos>, <end_of_turn>, … */
+int tok_type(const struct tok_vocab *v, int32_t id);
+/* Piece text as stored (SentencePiece form, U+2581 for space); not NUL-terminated. */
+const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len);
+/* id of a piece with exactly this text, or -1. */
+int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len);
+
+/* Encode text. add_bos: prepend BOS when the vocab asks for it. parse_special: split out
+ * control-token text such as "<start_of_turn>". Writes at most cap ids; returns the number
+ * of ids the full encoding has (may exceed cap: call again with a larger buffer), or < 0. */
+int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
+               int parse_special, int32_t *ids, int cap);
+
+/* Bytes of one token's text: NORMAL pieces with U+2581 -> ' ', BYTE tokens -> the raw byte,
+ * CONTROL tokens only when `special` (else empty). Writes at most cap bytes; returns the
+ * full length, or < 0 for an id out of range. */
+int tok_token_to_bytes(const struct tok_vocab *v, int32_t id, int special, char *buf, int cap);
+
+/* Decode a whole id array (same rules); returns the full length like tok_encode. */
+int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special, char *buf,
+               int cap);
+
+/* Incremental UTF-8-safe decoder. Holds back the bytes of an incomplete code point until
+ * the token that completes it arrives (or tok_stream_flush). */
+struct tok_stream {
+    uint8_t pending[8];     /* bytes of an unfinished UTF-8 sequence */
+    int n_pending;          /* how many */
+};
+void tok_stream_init(struct tok_stream *s);
+/* Appends the text that is now complete to out (cap bytes); returns bytes written, or < 0
+ * when out is too small (needs at most 64 + max piece length bytes; TOK_STREAM_MAX is safe). */
+int tok_stream_push(struct tok_stream *s, const struct tok_vocab *v, int32_t id, char *out,
+                    int cap);
+/* Emits whatever is pending (invalid leftovers become U+FFFD). */
+int tok_stream_flush(struct tok_stream *s, char *out, int cap);
+#define TOK_STREAM_MAX 1024
+
+#endif

@@ -1,0 +1,131 @@
+/*
+ * sched — the scheduler: accepts generation requests from any thread, runs them on one
+ * scheduler thread with continuous batching (every step = one fwd_run over one decode row
+ * per running sequence plus prefill chunks, within a token budget), samples, applies stop
+ * rules, and reports each sequence's progress through events.
+ *
+ * Ownership: sched_submit copies everything it needs from the request (prompt, stop
+ * strings, session id, logit biases), so the caller may free its request at once. The
+ * scheduler owns sequences, their KV blocks and sampling state, and frees them when a
+ * sequence finishes, fails or is cancelled.
+ *
+ * Threads: sched_create/sched_destroy from the owning (main) thread. sched_submit,
+ * sched_cancel, sched_drain and sched_metrics_text may be called from any thread (they take
+ * the scheduler's lock, never wait for compute). on_event callbacks run on the scheduler
+ * thread: they must not block, must copy what they keep (pointers inside the event are valid
+ * only during the call), and must not call back into sched_* except sched_cancel.
+ */
+#ifndef GEMMAD_SCHED_H
+#define GEMMAD_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/forward.h"
+#include "engine/kvstore.h"
+#include "engine/model.h"
+
+struct sched;
+struct sched_event;
+
+struct sched_opts {
+    int n_threads;            /* compute threads (0 = physical cores) */
+    int n_ctx;                /* max positions per sequence (prompt + generated) */
+    int max_batch_tokens;     /* token budget of one step (decode rows + prefill chunks) */
+    int max_seqs;             /* sequences running at once */
+    int kv_block_size;        /* positions per KV block */
+    size_t kv_memory_mib;     /* KV pool size in MiB (0: derive from kv_tokens) */
+    int kv_tokens;            /* alternatively, total FULL-class token capacity */
+    enum kvs_dtype kv_dtype;  /* f16 default */
+    int max_queue;            /* waiting requests before 429 */
+    int max_queued_tokens;    /* waiting prompt tokens before 429 */
+    int prefix_cache;         /* 1: reuse cached prefix blocks */
+    double session_ttl_s;     /* keep a finished session's blocks warm this long */
+    int deterministic;        /* batch- and thread-invariant results */
+    enum fwd_device device;
+};
+void sched_opts_default(struct sched_opts *o);
+
+/* Sampling parameters, validated by the caller (the server names bad parameters). */
+struct sched_bias { int32_t token; float bias; };
+struct sched_sampling {
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float presence_penalty, frequency_penalty; /* OpenAI semantics, 0 = off */
+    float repetition_penalty; /* llama.cpp semantics, 1 = off */
+    uint64_t seed;            /* per-request RNG seed */
+    int has_seed;             /* 0: seed drawn from the clock */
+    const struct sched_bias *logit_bias; /* [n_logit_bias], copied */
+    int n_logit_bias;
+};
+
+struct sched_req {
+    const int32_t *prompt;    /* [n_prompt] token ids, copied */
+    int n_prompt;
+    struct sched_sampling sp;
+    int max_tokens;           /* >= 1; the server caps it at n_ctx - n_prompt */
+    const char *const *stop;  /* [n_stop] NUL-terminated stop strings, copied */
+    int n_stop;
+    int ignore_eos;           /* 1: do not stop on end-of-generation tokens */
+    int top_logprobs;         /* 0..20 alternatives per token; -1 = no logprobs at all */
+    const char *session_id;   /* optional: keep this conversation's KV warm; copied */
+    double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
+    void (*on_event)(void *user, const struct sched_event *ev);
+    void *user;
+};
+
+enum sched_ev_kind { SCHED_EV_TOKEN = 1, SCHED_EV_DONE = 2, SCHED_EV_ERROR = 3 };
+enum sched_finish {
+    SCHED_FINISH_NONE = 0, SCHED_FINISH_STOP, SCHED_FINISH_LENGTH, SCHED_FINISH_CANCELLED,
+    SCHED_FINISH_DEADLINE, SCHED_FINISH_ERROR
+};
+
+struct sched_top { int32_t token; float logprob; };
+
+/* One event. TOKEN: one sampled token; `text` is the output text that became final with it
+ * (may be empty while a stop string or a UTF-8 sequence is pending; never contains any part
+ * of a matched stop string). DONE: the last event of a request, with finish reason and
+ * usage (and any held-back text). ERROR: the request failed; no more events follow. */
+struct sched_event {
+    enum sched_ev_kind kind;
+    uint64_t id;              /* the request id sched_submit returned */
+    const char *text;         /* UTF-8, text_len bytes, not NUL-terminated */
+    size_t text_len;
+    int32_t token;            /* TOKEN: the sampled id */
+    float logprob;            /* TOKEN: its log-probability (when top_logprobs >= 0) */
+    const struct sched_top *top; /* TOKEN: [n_top] best alternatives, most likely first */
+    int n_top;
+    enum sched_finish finish; /* DONE / ERROR */
+    int prompt_tokens, completion_tokens, cached_tokens; /* DONE: usage */
+    double queue_s;           /* DONE: seconds spent waiting for admission */
+    const char *error;        /* ERROR: a message fit for a client (no paths) */
+};
+
+enum sched_status {
+    SCHED_OK = 0, SCHED_EINVAL = -1, SCHED_EFULL = -2 /* queue full: 429 */,
+    SCHED_ECTX = -3 /* prompt + max_tokens > n_ctx */, SCHED_EDRAIN = -4 /* draining: 503 */,
+    SCHED_ENOMEM = -5, SCHED_EBACKEND = -6
+};
+const char *sched_strerror(int status);
+
+int sched_create(const struct model *m, const struct sched_opts *o, struct sched **out,
+                 char *err, size_t errlen);
+/* Cancels everything still running (DONE with CANCELLED), stops the thread, frees all. */
+void sched_destroy(struct sched *s);
+
+int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out);
+/* Cancel a request: queued ones never run; running ones leave at the next step and get a
+ * DONE event with SCHED_FINISH_CANCELLED. Unknown or finished ids: no effect. */
+void sched_cancel(struct sched *s, uint64_t id);
+/* Refuse new submissions (SCHED_EDRAIN) from now on; running requests continue. */
+void sched_drain(struct sched *s);
+/* Counts for /health and /metrics. */
+struct sched_counts { int running, waiting; int kv_blocks_used, kv_blocks_total; };
+void sched_get_counts(struct sched *s, struct sched_counts *out);
+/* Appends the scheduler's Prometheus metrics (gemmad_* names, with HELP/TYPE lines) to
+ * buf; returns the length written (truncated at cap - 1, always NUL-terminated). */
+size_t sched_metrics_text(struct sched *s, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Compiles the CUDA backend (make CUDA=1) when nvcc is present, so that a compile break is
+# caught on every machine of this kind, GPU or not. Without nvcc it says SKIP.
+set -u
+cd "$(dirname "$0")/.."
+nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+if [ ! -x "$nvcc" ] && ! command -v nvcc >/dev/null; then
+    echo "SKIP cuda-compile: nvcc not found"
+    exit 0
+fi
+ls engine/cuda/*.cu >/dev/null 2>&1 || { echo "SKIP cuda-compile: no CUDA sources yet"; exit 0; }
+make --no-print-directory CUDA=1 WERROR=1 BUILD=build/cuda all tests || { echo "FAIL cuda-compile"; exit 1; }
+echo "ok   cuda-compile (make CUDA=1)"

@@ -1,0 +1,114 @@
+/*
+ * harness — the unit-test runner every tests/unit/test_*.c uses.
+ *
+ * Each test runs in a forked child with a timeout, so a crash or hang fails that test only.
+ * One line per test ("ok", "FAIL", "SKIP <reason>"), then the closing line
+ * "N passed, N failed, N skipped". A test calls T_SKIP("reason") when it cannot run here
+ * (for example without a GPU); skipped tests are never counted as passed.
+ *
+ * Usage:
+ *   static void test_x(void) { T_ASSERT(1 + 1 == 2); }
+ *   int main(int argc, char **argv) {
+ *       static const struct t_case cases[] = { T_CASE(test_x), {0} };
+ *       return t_main(argc, argv, cases);
+ *   }
+ * `test_foo name` runs only the tests whose name contains `name`; T_NOFORK=1 runs in-process
+ * (for gdb). T_TIMEOUT=seconds overrides the default 120 s.
+ */
+#ifndef GEMMAD_HARNESS_H
+#define GEMMAD_HARNESS_H
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct t_case {
+    const char *name;
+    void (*fn)(void);
+};
+#define T_CASE(f) {#f, f}
+
+#define T_EXIT_SKIP 77
+
+#define T_FAIL(...)                                                                            \
+    do {                                                                                       \
+        fprintf(stderr, "    %s:%d: ", __FILE__, __LINE__);                                   \
+        fprintf(stderr, __VA_ARGS__);                                                          \
+        fprintf(stderr, "\n");                                                                 \
+        fflush(stderr);                                                                        \
+        _exit(1);                                                                              \
+    } while (0)
+
+#define T_ASSERT(cond)                                                                         \
+    do {                                                                                       \
+        if (!(cond)) T_FAIL("assertion failed: %s", #cond);                                    \
+    } while (0)
+
+#define T_ASSERTF(cond, ...)                                                                   \
+    do {                                                                                       \
+        if (!(cond)) T_FAIL(__VA_ARGS__);                                                      \
+    } while (0)
+
+#define T_SKIP(...)                                                                            \
+    do {                                                                                       \
+        printf("# SKIP ");                                                                     \
+        printf(__VA_ARGS__);                                                                   \
+        printf("\n");                                                                          \
+        fflush(stdout);                                                                        \
+        _exit(T_EXIT_SKIP);                                                                    \
+    } while (0)
+
+/* Path of a file under the repository root (tests run from there). */
+static inline const char *t_model_path(void) {
+    const char *p = getenv("GEMMAD_TEST_MODEL");
+    return p ? p : "models/gemma-3-270m-q4_k_m.gguf";
+}
+
+static inline int t_main(int argc, char **argv, const struct t_case *cases) {
+    int passed = 0, failed = 0, skipped = 0;
+    int nofork = getenv("T_NOFORK") != NULL;
+    int timeout = getenv("T_TIMEOUT") ? atoi(getenv("T_TIMEOUT")) : 120;
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    for (const struct t_case *c = cases; c->name; c++) {
+        if (argc > 1 && !strstr(c->name, argv[1])) continue;
+        fflush(stdout);
+        int status = 0;
+        if (nofork) {
+            c->fn();
+            status = 0;
+        } else {
+            pid_t pid = fork();
+            if (pid == 0) {
+                alarm((unsigned)timeout);
+                c->fn();
+                fflush(stdout);
+                _exit(0);
+            }
+            if (pid < 0 || waitpid(pid, &status, 0) < 0) status = 1 << 8;
+        }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            printf("ok   %s.%s\n", prog, c->name);
+            passed++;
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == T_EXIT_SKIP) {
+            printf("SKIP %s.%s\n", prog, c->name);
+            skipped++;
+        } else {
+            if (WIFSIGNALED(status))
+                printf("FAIL %s.%s (signal %d%s)\n", prog, c->name, WTERMSIG(status),
+                       WTERMSIG(status) == SIGALRM ? ", timeout" : "");
+            else
+                printf("FAIL %s.%s\n", prog, c->name);
+            failed++;
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
+
+#endif
