@@ -1,0 +1,65 @@
+/*
+ * kern_impl — private interface between kern.c (dispatch, matmul) and the per-instruction-set
+ * kernel files kern_avx2.c / kern_avx512.c. Not for use outside engine/kernels/.
+ *
+ * kern_init() fills one struct kern_ops with the scalar references from quant.c, then lets
+ * the instruction-set files override entries: kern_register_avx2(ops) when the active ISA is
+ * AVX2 or AVX-512, then kern_register_avx512(ops) when it is AVX-512 (so an AVX-512 file only
+ * sets what it does better and inherits the rest from AVX2). A register function only writes
+ * entries of `ops`; it must not allocate, and it runs once, on the thread calling kern_init.
+ *
+ * Data layout contract for every entry of type w (a weight type, enum quant_type):
+ *   - a weight row of n elements is quant_row_size(w, n) bytes in ggml's block layout;
+ *   - an activation row is quant_row_size(act, n) bytes with act = quant_info(w)->vec_dot_type,
+ *     in ggml's block layout for act (Q8_0, Q8_1, Q8_K, F16, BF16 or F32), as written by
+ *     quant_act. vec_dot and gemm must accept any row produced by quant_act_row_ref too.
+ *   - n is a multiple of the weight type's block size (and of QK_K for the K-quants).
+ *
+ * Determinism contract (kern.h promises it to the forward pass):
+ *   - vec_dot(n, w, a) is a pure function of its inputs: same bytes in, same bits out.
+ *   - gemm, when set, writes for each pair exactly the bits vec_dot would return for it,
+ *     whatever n_w_rows and n_acts are; it exists only to load each weight block once for
+ *     several activation rows. kern_matmul calls it with tiles of up to KERN_GEMM_MAX_ROWS
+ *     weight rows and KERN_GEMM_MAX_ACTS activation rows, and also with smaller edge tiles.
+ *   - Accuracy: against quant_vec_dot_ref, |fast - ref| / sum_i |w_i * a_i| < 1e-4 (the only
+ *     slack is float summation order and FMA; integer block sums are exact).
+ */
+#ifndef GEMMAD_KERN_IMPL_H
+#define GEMMAD_KERN_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kernels/quant.h"
+
+/* f32 row of n elements -> one activation row in the weight type's vec_dot_type. */
+typedef void (*kern_quant_act_fn)(const float *x, void *dst, int64_t n);
+
+/* y[j * ldy + i] = vec_dot(n, w_rows + i * w_stride, acts + j * a_stride)
+ * for i < n_w_rows, j < n_acts. Strides are in bytes; ldy is in floats. */
+typedef void (*kern_gemm_fn)(int64_t n, const void *w_rows, size_t w_stride, int n_w_rows,
+                             const void *acts, size_t a_stride, int n_acts, float *y, int ldy);
+
+/* Largest tile kern_matmul hands to gemm (a gemm may rely on these bounds for its stack). */
+#define KERN_GEMM_MAX_ROWS 16
+#define KERN_GEMM_MAX_ACTS 8
+
+/* The kernels for one weight type. vec_dot and quant_act are both set for every supported
+ * type, or both NULL; gemm is optional. */
+struct kern_type_ops {
+    quant_vec_dot_fn vec_dot;    /* one weight row . one activation row */
+    kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
+    kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
+};
+
+/* The whole dispatch table, indexed by weight type id. */
+struct kern_ops {
+    struct kern_type_ops t[QT_COUNT];
+};
+
+/* Implemented by kern_avx2.c (compiled with -mavx2 -mfma -mf16c) and kern_avx512.c
+ * (-mavx512f/bw/vl/dq/vnni). Called only when the CPU supports that ISA. */
+void kern_register_avx2(struct kern_ops *ops);
+void kern_register_avx512(struct kern_ops *ops);
+
+#endif
