@@ -1,0 +1,463 @@
+/*
+ * config — table-driven settings parser. One row per setting gives its name, type, place in
+ * struct config, accepted range and help text; file, environment and flags all go through
+ * config_set(), so the three sources accept exactly the same values.
+ */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum cfg_type { CFG_INT, CFG_I64, CFG_DBL, CFG_BOOL, CFG_STR, CFG_ENUM };
+
+struct cfg_opt {
+    const char *name;   /* file key; env GEMMAD_<NAME>; flag --name (with - or _) */
+    enum cfg_type type;
+    size_t off;         /* offset in struct config */
+    size_t size;        /* CFG_STR / CFG_ENUM: buffer size */
+    double min, max;    /* numeric range, inclusive */
+    const char *choices; /* CFG_ENUM: "a|b|c" */
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct config, f)
+#define SZ(f) sizeof(((struct config *)0)->f)
+
+static const struct cfg_opt cfg_opts[] = {
+    {"model", CFG_STR, OFF(model), SZ(model), 0, 0, NULL, "path of the GGUF model file"},
+    {"model_alias", CFG_STR, OFF(model_alias), SZ(model_alias), 0, 0, NULL,
+     "model id served by /v1/models (empty: the file name without .gguf)"},
+    {"host", CFG_STR, OFF(host), SZ(host), 0, 0, NULL, "listen address"},
+    {"port", CFG_INT, OFF(port), 0, 1, 65535, NULL, "listen port"},
+    {"threads", CFG_INT, OFF(threads), 0, 0, 1024, NULL, "compute threads (0: physical cores)"},
+    {"ctx_size", CFG_INT, OFF(ctx_size), 0, 16, 1 << 20, NULL,
+     "context length per sequence (prompt + generated tokens)"},
+    {"max_tokens", CFG_INT, OFF(max_tokens), 0, 1, 1 << 20, NULL,
+     "most generated tokens per choice (also the default when a request gives none)"},
+    {"max_n", CFG_INT, OFF(max_n), 0, 1, 128, NULL,
+     "most choices in one request (n, times prompts for /v1/completions)"},
+    {"body_limit", CFG_I64, OFF(body_limit), 0, 1024, 1LL << 32, NULL,
+     "largest request body in bytes (413 above it)"},
+    {"conn_memory_limit", CFG_INT, OFF(conn_memory_limit), 0, 4096, 1 << 24, NULL,
+     "bytes libmicrohttpd may use per connection; bounds the request headers"},
+    {"max_connections", CFG_INT, OFF(max_connections), 0, 1, 65536, NULL,
+     "concurrent TCP connections"},
+    {"connection_timeout_s", CFG_DBL, OFF(connection_timeout_s), 0, 1, 86400, NULL,
+     "seconds an idle connection is kept"},
+    {"request_timeout_s", CFG_DBL, OFF(request_timeout_s), 0, 1, 86400, NULL,
+     "total seconds one request may take, from its first byte to its last"},
+    {"sse_keepalive_s", CFG_DBL, OFF(sse_keepalive_s), 0, 0.05, 3600, NULL,
+     "seconds between ': keep-alive' comments on a quiet stream"},
+    {"drain_timeout_s", CFG_DBL, OFF(drain_timeout_s), 0, 0, 3600, NULL,
+     "after SIGTERM, seconds running requests may take before they are ended"},
+    {"max_queue", CFG_INT, OFF(max_queue), 0, 1, 1 << 20, NULL,
+     "waiting requests before new ones get 429"},
+    {"max_queued_tokens", CFG_INT, OFF(max_queued_tokens), 0, 1, 1 << 30, NULL,
+     "waiting prompt tokens before new requests get 429"},
+    {"max_seqs", CFG_INT, OFF(max_seqs), 0, 1, 4096, NULL, "sequences decoded at once"},
+    {"max_batch_tokens", CFG_INT, OFF(max_batch_tokens), 0, 1, 1 << 20, NULL,
+     "token budget of one scheduler step (decode rows + prefill chunks)"},
+    {"kv_block_size", CFG_INT, OFF(kv_block_size), 0, 1, 4096, NULL, "positions per KV block"},
+    {"kv_memory_mib", CFG_INT, OFF(kv_memory_mib), 0, 0, 1 << 24, NULL,
+     "KV cache size in MiB (0: sized from kv_tokens)"},
+    {"kv_tokens", CFG_INT, OFF(kv_tokens), 0, 16, 1 << 26, NULL,
+     "KV cache capacity in tokens when kv_memory_mib is 0"},
+    {"kv_dtype", CFG_ENUM, OFF(kv_dtype), SZ(kv_dtype), 0, 0, "f16|q8_0|f32",
+     "KV cache element type"},
+    {"prefix_cache", CFG_BOOL, OFF(prefix_cache), 0, 0, 1, NULL,
+     "reuse KV blocks of identical prompt prefixes (1/0)"},
+    {"session_ttl_s", CFG_DBL, OFF(session_ttl_s), 0, 0, 86400 * 7, NULL,
+     "seconds a finished session's KV blocks stay warm"},
+    {"deterministic", CFG_BOOL, OFF(deterministic), 0, 0, 1, NULL,
+     "results independent of batching and thread count (1/0; slower)"},
+    {"device", CFG_ENUM, OFF(device), SZ(device), 0, 0, "auto|cpu|cuda",
+     "compute device (auto: CUDA when available)"},
+    {"api_keys_file", CFG_STR, OFF(api_keys_file), SZ(api_keys_file), 0, 0, NULL,
+     "file with one API key per line; empty: no authentication"},
+    {"log_level", CFG_ENUM, OFF(log_level), SZ(log_level), 0, 0, "error|warn|info|debug",
+     "log level"},
+};
+#define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
+
+void config_defaults(struct config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->port = 8080;
+    c->threads = 0;
+    c->ctx_size = 4096;
+    c->max_tokens = 2048;
+    c->max_n = 8;
+    c->body_limit = 4 << 20;
+    c->conn_memory_limit = 32768;
+    c->max_connections = 512;
+    c->connection_timeout_s = 60;
+    c->request_timeout_s = 600;
+    c->sse_keepalive_s = 15;
+    c->drain_timeout_s = 30;
+    c->max_queue = 256;
+    c->max_queued_tokens = 262144;
+    c->max_seqs = 16;
+    c->max_batch_tokens = 512;
+    c->kv_block_size = 16;
+    c->kv_memory_mib = 0;
+    c->kv_tokens = 65536;
+    snprintf(c->kv_dtype, sizeof c->kv_dtype, "f16");
+    c->prefix_cache = 1;
+    c->session_ttl_s = 300;
+    c->deterministic = 0;
+    snprintf(c->device, sizeof c->device, "auto");
+    snprintf(c->log_level, sizeof c->log_level, "info");
+}
+
+/* Settings are matched with '-' and '_' treated alike, case-insensitively. */
+static int cfg_name_eq(const char *a, const char *b, size_t blen) {
+    size_t i = 0;
+    for (; i < blen && a[i]; i++) {
+        char x = (char)tolower((unsigned char)a[i]), y = (char)tolower((unsigned char)b[i]);
+        if (x == '-') x = '_';
+        if (y == '-') y = '_';
+        if (x != y) return 0;
+    }
+    return i == blen && a[i] == 0;
+}
+
+static const struct cfg_opt *cfg_find(const char *name, size_t len) {
+    for (size_t i = 0; i < CFG_N_OPTS; i++)
+        if (cfg_name_eq(cfg_opts[i].name, name, len)) return &cfg_opts[i];
+    return NULL;
+}
+
+static int cfg_enum_ok(const char *choices, const char *v) {
+    size_t vl = strlen(v);
+    const char *p = choices;
+    while (*p) {
+        const char *e = strchr(p, '|');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == vl && strncasecmp(p, v, l) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static int cfg_bad(char *err, size_t errlen, const char *source, const char *name,
+                   const char *value, const char *want) {
+    if (err && errlen)
+        snprintf(err, errlen, "%s: bad value for %s: '%.64s' (expected %s)", source, name, value,
+                 want);
+    return CONFIG_EVALUE;
+}
+
+int config_set(struct config *c, const char *name, const char *value, const char *source,
+               char *err, size_t errlen) {
+    const struct cfg_opt *o = cfg_find(name, strlen(name));
+    if (!o) {
+        if (err && errlen) snprintf(err, errlen, "%s: unknown setting '%.64s'", source, name);
+        return CONFIG_EUNKNOWN;
+    }
+    char *dst = (char *)c + o->off;
+    char want[160];
+    switch (o->type) {
+    case CFG_INT:
+    case CFG_I64: {
+        snprintf(want, sizeof want, "an integer in %.0f..%.0f", o->min, o->max);
+        char *end;
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (!*value || *end || errno || (double)v < o->min || (double)v > o->max)
+            return cfg_bad(err, errlen, source, o->name, value, want);
+        if (o->type == CFG_INT) *(int *)(void *)dst = (int)v;
+        else *(int64_t *)(void *)dst = (int64_t)v;
+        return CONFIG_OK;
+    }
+    case CFG_DBL: {
+        snprintf(want, sizeof want, "a number in %g..%g", o->min, o->max);
+        char *end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || !isfinite(v) || v < o->min || v > o->max)
+            return cfg_bad(err, errlen, source, o->name, value, want);
+        *(double *)(void *)dst = v;
+        return CONFIG_OK;
+    }
+    case CFG_BOOL: {
+        int v;
+        if (!strcasecmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes") ||
+            !strcasecmp(value, "on"))
+            v = 1;
+        else if (!strcasecmp(value, "0") || !strcasecmp(value, "false") ||
+                 !strcasecmp(value, "no") || !strcasecmp(value, "off"))
+            v = 0;
+        else
+            return cfg_bad(err, errlen, source, o->name, value, "1 or 0");
+        *(int *)(void *)dst = v;
+        return CONFIG_OK;
+    }
+    case CFG_STR:
+        if (strlen(value) >= o->size) return cfg_bad(err, errlen, source, o->name, value,
+                                                     "a shorter string");
+        memcpy(dst, value, strlen(value) + 1);
+        return CONFIG_OK;
+    case CFG_ENUM:
+        if (!cfg_enum_ok(o->choices, value)) {
+            snprintf(want, sizeof want, "one of %s", o->choices);
+            return cfg_bad(err, errlen, source, o->name, value, want);
+        }
+        for (size_t i = 0; value[i] && i + 1 < o->size; i++) dst[i] = (char)tolower((unsigned char)value[i]);
+        dst[strlen(value)] = 0;
+        return CONFIG_OK;
+    }
+    return CONFIG_EVALUE;
+}
+
+static char *cfg_trim(char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+int config_load_text(struct config *c, const char *text, const char *source, char *err,
+                     size_t errlen) {
+    int lineno = 0;
+    const char *p = text;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        lineno++;
+        char line[CONFIG_STR_MAX + 128];
+        char where[CONFIG_STR_MAX + 64];
+        snprintf(where, sizeof where, "%.1000s:%d", source, lineno);
+        if (l >= sizeof line) {
+            if (err && errlen) snprintf(err, errlen, "%s: line too long", where);
+            return CONFIG_EVALUE;
+        }
+        memcpy(line, p, l);
+        line[l] = 0;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = cfg_trim(line);
+        if (*s) {
+            char *eq = strchr(s, '=');
+            if (!eq) {
+                if (err && errlen) snprintf(err, errlen, "%s: expected 'name = value'", where);
+                return CONFIG_EVALUE;
+            }
+            *eq = 0;
+            char *k = cfg_trim(s), *v = cfg_trim(eq + 1);
+            size_t vl = strlen(v);
+            if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"') {
+                v[vl - 1] = 0;
+                v++;
+            }
+            int rc = config_set(c, k, v, where, err, errlen);
+            if (rc) return rc;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return CONFIG_OK;
+}
+
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (err && errlen) snprintf(err, errlen, "cannot read config file '%.512s': %s", path,
+                                    strerror(errno));
+        return CONFIG_EIO;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = CONFIG_OK;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (1u << 20)) {
+                if (err && errlen) snprintf(err, errlen, "config file '%.512s' too large", path);
+                rc = CONFIG_EIO;
+                goto fail_read;
+            }
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                rc = CONFIG_EIO;
+                goto fail_read;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r < 4096) break;
+    }
+    buf[n] = 0;
+    rc = config_load_text(c, buf, path, err, errlen);
+fail_read:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen) {
+    if (!envp) return CONFIG_OK;
+    for (size_t i = 0; envp[i]; i++) {
+        const char *e = envp[i];
+        if (strncmp(e, "GEMMAD_", 7) != 0) continue;
+        const char *eq = strchr(e, '=');
+        if (!eq) continue;
+        const char *name = e + 7;
+        size_t nl = (size_t)(eq - name);
+        if (cfg_name_eq("config", name, nl)) continue; /* handled by config_load */
+        const struct cfg_opt *o = cfg_find(name, nl);
+        if (!o) continue; /* other GEMMAD_* variables (tests, tools) are not settings */
+        char src[96];
+        snprintf(src, sizeof src, "environment GEMMAD_%.*s", (int)(nl > 64 ? 64 : nl), name);
+        int rc = config_set(c, o->name, eq + 1, src, err, errlen);
+        if (rc) return rc;
+    }
+    return CONFIG_OK;
+}
+
+/* Walks the flags; `only_config` picks out --config alone (first pass). */
+static int cfg_args(struct config *c, int argc, char *const *argv, int only_config,
+                    const char **config_path, char *err, size_t errlen) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (!only_config) return CONFIG_HELP;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (err && errlen) snprintf(err, errlen, "unexpected argument '%.64s'", a);
+            return CONFIG_EUNKNOWN;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t nl = eq ? (size_t)(eq - name) : strlen(name);
+        const char *value;
+        int is_config = cfg_name_eq("config", name, nl);
+        const struct cfg_opt *o = is_config ? NULL : cfg_find(name, nl);
+        if (!is_config && !o) {
+            if (err && errlen) snprintf(err, errlen, "unknown flag '--%.*s' (see --help)",
+                                        (int)(nl > 64 ? 64 : nl), name);
+            return CONFIG_EUNKNOWN;
+        }
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                if (err && errlen) snprintf(err, errlen, "flag '--%.*s' needs a value",
+                                            (int)(nl > 64 ? 64 : nl), name);
+                return CONFIG_EVALUE;
+            }
+            value = argv[++i];
+        }
+        if (is_config) {
+            if (config_path) *config_path = value;
+            continue;
+        }
+        if (only_config) continue;
+        char src[96];
+        snprintf(src, sizeof src, "flag --%.*s", (int)(nl > 64 ? 64 : nl), name);
+        int rc = config_set(c, o->name, value, src, err, errlen);
+        if (rc) return rc;
+    }
+    return CONFIG_OK;
+}
+
+int config_load_args(struct config *c, int argc, char *const *argv, char *err, size_t errlen) {
+    return cfg_args(c, argc, argv, 0, NULL, err, errlen);
+}
+
+int config_load(struct config *c, int argc, char *const *argv, char *const *envp, char *err,
+                size_t errlen) {
+    config_defaults(c);
+    const char *path = NULL;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (!strncmp(envp[i], "GEMMAD_CONFIG=", 14)) path = envp[i] + 14;
+    int rc = cfg_args(c, argc, argv, 1, &path, err, errlen);
+    if (rc) return rc;
+    if (path && *path) {
+        rc = config_load_file(c, path, err, errlen);
+        if (rc) return rc;
+    }
+    rc = config_load_env(c, envp, err, errlen);
+    if (rc) return rc;
+    return config_load_args(c, argc, argv, err, errlen);
+}
+
+int config_validate(const struct config *c, char *err, size_t errlen) {
+    if (!c->model[0]) {
+        if (err && errlen) snprintf(err, errlen, "no model: give --model PATH (or GEMMAD_MODEL)");
+        return CONFIG_EVALUE;
+    }
+    if (!c->host[0]) {
+        if (err && errlen) snprintf(err, errlen, "bad value for host: empty");
+        return CONFIG_EVALUE;
+    }
+    return CONFIG_OK;
+}
+
+static void cfg_value_text(const struct config *c, const struct cfg_opt *o, char *buf,
+                           size_t cap) {
+    const char *src = (const char *)c + o->off;
+    switch (o->type) {
+    case CFG_INT:
+    case CFG_BOOL: snprintf(buf, cap, "%d", *(const int *)(const void *)src); break;
+    case CFG_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)(const void *)src); break;
+    case CFG_DBL: snprintf(buf, cap, "%g", *(const double *)(const void *)src); break;
+    case CFG_STR:
+    case CFG_ENUM: snprintf(buf, cap, "%s", src); break;
+    }
+}
+
+static size_t cfg_append(char *buf, size_t cap, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static size_t cfg_append(char *buf, size_t cap, size_t n, const char *fmt, ...) {
+    if (n >= cap) return n;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+    if (w < 0) return n;
+    return (size_t)w >= cap - n ? cap - 1 : n + (size_t)w;
+}
+
+size_t config_help(char *buf, size_t cap) {
+    struct config d;
+    config_defaults(&d);
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    n = cfg_append(buf, cap, n,
+                   "usage: gemmad --model PATH [--host ADDR] [--port N] [--config FILE] "
+                   "[--SETTING VALUE ...]\n\n"
+                   "Settings come from the defaults below, then --config FILE (or "
+                   "GEMMAD_CONFIG), then GEMMAD_<SETTING> environment variables, then flags; "
+                   "later ones win.\n\n");
+    for (size_t i = 0; i < CFG_N_OPTS; i++) {
+        const struct cfg_opt *o = &cfg_opts[i];
+        char flag[64], def[64];
+        snprintf(flag, sizeof flag, "--%s", o->name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_') *p = '-';
+        cfg_value_text(&d, o, def, sizeof def);
+        n = cfg_append(buf, cap, n, "  %-24s %s\n  %-24s default: %s%s%s\n", flag, o->help, "",
+                       def[0] ? def : "(empty)", o->choices ? "; one of " : "",
+                       o->choices ? o->choices : "");
+    }
+    return n;
+}
+
+size_t config_dump(const struct config *c, char *buf, size_t cap) {
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < CFG_N_OPTS; i++) {
+        char v[CONFIG_STR_MAX];
+        cfg_value_text(c, &cfg_opts[i], v, sizeof v);
+        n = cfg_append(buf, cap, n, "%s = %s\n", cfg_opts[i].name, v);
+    }
+    return n;
+}

@@ -1,0 +1,82 @@
+/*
+ * config — gemmad's settings: compiled-in defaults (mirrored and documented in
+ * config/gemmad.conf), then a config file, then GEMMAD_* environment variables, then
+ * command-line flags; each later source wins.
+ *
+ * Every setting has one name used in all three places: `ctx_size` in the file,
+ * GEMMAD_CTX_SIZE in the environment, --ctx-size (or --ctx_size) on the command line.
+ * Parsing never exits: errors come back as CONFIG_E* with a one-line message in err naming
+ * the setting, its source and the accepted range. Main thread only.
+ */
+#ifndef GEMMAD_CONFIG_H
+#define GEMMAD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_STR_MAX 1024
+
+struct config {
+    char model[CONFIG_STR_MAX];         /* GGUF path */
+    char model_alias[256];              /* id served by /v1/models; "" = file name stem */
+    char host[256];                     /* listen address */
+    int port;                           /* listen port */
+    int threads;                        /* compute threads; 0 = physical cores */
+    int ctx_size;                       /* positions per sequence (prompt + output) */
+    int max_tokens;                     /* cap (and default) of generated tokens per choice */
+    int max_n;                          /* most choices in one request (n x prompts) */
+    int64_t body_limit;                 /* bytes of request body */
+    int conn_memory_limit;              /* bytes MHD may use per connection (headers) */
+    int max_connections;                /* concurrent TCP connections */
+    double connection_timeout_s;        /* idle connection timeout */
+    double request_timeout_s;           /* total deadline per request, upload to last byte */
+    double sse_keepalive_s;             /* ": keep-alive" comment period on idle streams */
+    double drain_timeout_s;             /* SIGTERM: how long running streams may finish */
+    int max_queue;                      /* waiting requests before 429 */
+    int max_queued_tokens;              /* waiting prompt tokens before 429 */
+    int max_seqs;                       /* sequences running at once */
+    int max_batch_tokens;               /* token budget of one scheduler step */
+    int kv_block_size;                  /* positions per KV block */
+    int kv_memory_mib;                  /* KV pool size in MiB; 0 = from kv_tokens */
+    int kv_tokens;                      /* KV capacity in tokens when kv_memory_mib is 0 */
+    char kv_dtype[16];                  /* f16 | q8_0 | f32 */
+    int prefix_cache;                   /* 1: reuse cached prompt prefixes */
+    double session_ttl_s;               /* keep a finished session's KV warm this long */
+    int deterministic;                  /* 1: batch- and thread-invariant results */
+    char device[16];                    /* cpu | cuda | auto */
+    char api_keys_file[CONFIG_STR_MAX]; /* one key per line; "" = no authentication */
+    char log_level[16];                 /* error | warn | info | debug */
+};
+
+enum config_status {
+    CONFIG_OK = 0,
+    CONFIG_EVALUE = -1,   /* a value out of range or of the wrong type */
+    CONFIG_EUNKNOWN = -2, /* an unknown setting or flag */
+    CONFIG_EIO = -3,      /* the config file cannot be read */
+    CONFIG_HELP = 1,      /* --help was given: print config_help() and exit 0 */
+};
+
+void config_defaults(struct config *c);
+/* Applies `key = value` lines ('#' comments, blank lines ignored). */
+int config_load_file(struct config *c, const char *path, char *err, size_t errlen);
+/* Same for one buffer of text; `source` names it in error messages. */
+int config_load_text(struct config *c, const char *text, const char *source, char *err,
+                     size_t errlen);
+/* Applies every GEMMAD_<NAME> variable found in envp (NULL-terminated, like environ). */
+int config_load_env(struct config *c, char *const *envp, char *err, size_t errlen);
+/* Applies --name value / --name=value flags (argv[0] is skipped); --help gives CONFIG_HELP. */
+int config_load_args(struct config *c, int argc, char *const *argv, char *err, size_t errlen);
+/* The whole chain: defaults, --config/GEMMAD_CONFIG file, env, flags. */
+int config_load(struct config *c, int argc, char *const *argv, char *const *envp, char *err,
+                size_t errlen);
+/* Cross-field checks (model given, limits consistent). */
+int config_validate(const struct config *c, char *err, size_t errlen);
+/* Sets one setting by name from text. */
+int config_set(struct config *c, const char *name, const char *value, const char *source,
+               char *err, size_t errlen);
+/* Writes the --help text (every setting, its default and meaning) to buf. */
+size_t config_help(char *buf, size_t cap);
+/* Writes "name = value" lines for every setting (for logging and tests). */
+size_t config_dump(const struct config *c, char *buf, size_t cap);
+
+#endif
