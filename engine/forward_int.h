@@ -1,0 +1,102 @@
+/*
+ * forward_int — private state of the CPU forward pass, shared by forward.c (orchestration,
+ * embeddings, norms, FFN, LM head) and forward_attn.c (RoPE, KV writes, attention).
+ * Nothing outside engine/forward*.c includes this.
+ */
+#ifndef GEMMAD_FORWARD_INT_H
+#define GEMMAD_FORWARD_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "engine/forward.h"
+#include "engine/kernels/kern.h"
+#include "engine/kernels/pool.h"
+#include "engine/kernels/quant.h"
+
+/* fp16 <-> f32, round to nearest even (hardware F16C when the build has it) */
+#if defined(__F16C__)
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t f2h(float f) { return (uint16_t)_cvtss_sh(f, 0); }
+#else
+static inline float h2f(uint16_t h) { return quant_f16_to_f32(h); }
+static inline uint16_t f2h(float f) { return quant_f32_to_f16(f); }
+#endif
+
+#define FWD_MAX_ROPE 8 /* distinct (base, scale, n_rot, freqs) configurations */
+
+struct fwd_rope {
+    float base;           /* theta */
+    float scale;          /* freq_scale */
+    int n_rot;            /* rotary dims */
+    const float *freqs;   /* [n_rot/2] divisors or NULL */
+};
+
+struct fwd_ctx {
+    const struct model *m;
+    struct kvs_pool *kv;
+    struct fwd_opts o;          /* as given, n_threads resolved */
+    struct pool *pool;          /* owned */
+    enum fwd_device dev;
+    void *cuda;                 /* struct cudafwd * when dev == CUDA */
+    fwd_tap_fn tap;
+    void *tap_user;
+
+    /* Row metadata of the current step (rows are the step's tokens, seq after seq). */
+    const struct fwd_seq *seqs; /* the caller's array during fwd_run */
+    int n_rows;
+    int32_t *row_tok;           /* [max_tokens] */
+    int32_t *row_pos;           /* [max_tokens] */
+    int32_t *row_seq;           /* [max_tokens] index into seqs */
+
+    /* Activations, [max_tokens][width] with the tight width of the current layer. */
+    float *x;                   /* residual stream [T][n_embd] */
+    float *h;                   /* normed input [T][n_embd] */
+    float *t;                   /* sublayer output [T][n_embd] */
+    float *q;                   /* [T][n_head*hd] */
+    float *k;                   /* [T][n_head_kv*hd] */
+    float *v;                   /* [T][n_head_kv*hd_v] */
+    float *att;                 /* attention output [T][n_head*hd_v] */
+    float *ff_g;                /* [T][n_ff] gate, then GeGLU result */
+    float *ff_u;                /* [T][n_ff] up */
+    void *act;                  /* kern_matmul activation scratch */
+    size_t act_bytes;
+    /* Gemma 4 per-layer embeddings */
+    float *ple;                 /* [T][n_layer][n_pl] P_l inputs */
+    float *ple_tmp;             /* [T][n_layer*n_pl] projection */
+    float *pl_g;                /* [T][n_pl] gate */
+
+    /* RoPE: cos/sin per config per row: rope_cs[(ci * T + r) * max_rot + 2i + {0,1}] */
+    int n_rope;
+    struct fwd_rope rope[FWD_MAX_ROPE];
+    int layer_rope[MODEL_MAX_LAYERS];
+    int max_rot;
+    float *rope_cs;
+
+    /* Attention: work is cut into chunks of (row, kv head) units, one scratch each. */
+    int attn_chunks;
+    size_t attn_stride;         /* floats per chunk */
+    float *attn_scratch;
+
+    /* LM head */
+    float *xsel;                /* [max_logit_rows][n_embd] */
+    int32_t *sel_row;           /* [max_logit_rows] */
+
+    float *gelu_tab;            /* [65536] GELU-tanh of every fp16 value, rounded to fp16 */
+};
+
+/* forward_attn.c */
+int fwd_rope_init(struct fwd_ctx *c);
+void fwd_rope_prepare(struct fwd_ctx *c);
+void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, int hd);
+void fwd_kv_write(struct fwd_ctx *c, int layer);
+void fwd_attention(struct fwd_ctx *c, int layer);
+size_t fwd_attn_scratch_floats(const struct model *m);
+
+/* forward.c */
+void fwd_rms_norm(float *y, const float *x, const float *w, int n, float eps);
+
+#endif
