@@ -1,0 +1,250 @@
+/*
+ * kern — instruction-set dispatch and the threaded matmul (see kern.h, kern_impl.h).
+ *
+ * kern_matmul quantizes the M activation rows once into act_scratch (one 64-byte aligned
+ * row per activation), then splits the output rows into chunks that the pool's threads take
+ * one at a time. Every output element is one vec_dot (or the bit-identical gemm tile) of a
+ * weight row with an activation row, so the result never depends on M, on the chunking or
+ * on the number of threads.
+ */
+#include "engine/kernels/kern.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "engine/kernels/kern_impl.h"
+
+/* The ISA files are linked only when they exist in the tree. A weak reference alone would
+ * not pull their object out of libgemmad.a, so use a strong one whenever the file is there
+ * and fall back to a weak (NULL) symbol while it is not. */
+#if defined(__has_include)
+#if __has_include("engine/kernels/kern_avx2.c")
+#define KERN_HAVE_AVX2_FILE 1
+#endif
+#if __has_include("engine/kernels/kern_avx512.c")
+#define KERN_HAVE_AVX512_FILE 1
+#endif
+#endif
+#ifdef KERN_HAVE_AVX2_FILE
+#define KERN_AVX2_LINKED 1
+#else
+extern void kern_register_avx2(struct kern_ops *ops) __attribute__((weak));
+#define KERN_AVX2_LINKED (kern_register_avx2 != NULL)
+#endif
+#ifdef KERN_HAVE_AVX512_FILE
+#define KERN_AVX512_LINKED 1
+#else
+extern void kern_register_avx512(struct kern_ops *ops) __attribute__((weak));
+#define KERN_AVX512_LINKED (kern_register_avx512 != NULL)
+#endif
+
+static struct kern_ops g_ops;                   /* active table, written by kern_init only */
+static enum kern_isa g_isa = KERN_ISA_REF;      /* what g_ops holds */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT; /* default init when kern_init was skipped */
+static int g_inited;                            /* 1 once kern_init has filled g_ops */
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+const char *kern_isa_name(enum kern_isa isa) {
+    switch (isa) {
+    case KERN_ISA_REF: return "scalar";
+    case KERN_ISA_AVX2: return "avx2";
+    case KERN_ISA_AVX512: return "avx512";
+    default: return "auto";
+    }
+}
+
+int kern_isa_supported(enum kern_isa isa) {
+    switch (isa) {
+    case KERN_ISA_REF: return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    case KERN_ISA_AVX2:
+        __builtin_cpu_init();
+        return KERN_AVX2_LINKED && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case KERN_ISA_AVX512:
+        __builtin_cpu_init();
+        return kern_isa_supported(KERN_ISA_AVX2) && KERN_AVX512_LINKED &&
+               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni");
+#endif
+    default: return 0;
+    }
+}
+
+static void act_copy_f32(const float *x, void *dst, int64_t n) {
+    memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+static kern_quant_act_fn ref_quant_act(uint32_t act_type) {
+    switch (act_type) {
+    case QT_F32: return act_copy_f32;
+    case QT_F16: return quant_f16_row_ref;
+    case QT_BF16: return quant_bf16_row_ref;
+    case QT_Q8_0: return quant_q8_0_row_ref;
+    case QT_Q8_1: return quant_q8_1_row_ref;
+    case QT_Q8_K: return quant_q8_K_row_ref;
+    default: return NULL;
+    }
+}
+
+int kern_init(enum kern_isa force) {
+    enum kern_isa isa = force;
+    if (force == KERN_ISA_AUTO) {
+        isa = kern_isa_supported(KERN_ISA_AVX512) ? KERN_ISA_AVX512
+              : kern_isa_supported(KERN_ISA_AVX2) ? KERN_ISA_AVX2
+                                                  : KERN_ISA_REF;
+    } else if (!kern_isa_supported(force)) {
+        return -1;
+    }
+    struct kern_ops ops;
+    memset(&ops, 0, sizeof(ops));
+    for (uint32_t t = 0; t < QT_COUNT; t++) {
+        const struct quant_info *qi = quant_info(t);
+        if (!qi || !qi->supported) continue;
+        ops.t[t].vec_dot = quant_vec_dot_ref(t);
+        ops.t[t].quant_act = ref_quant_act(qi->vec_dot_type);
+    }
+    if (isa >= KERN_ISA_AVX2) kern_register_avx2(&ops);
+    if (isa >= KERN_ISA_AVX512) kern_register_avx512(&ops);
+    g_ops = ops;
+    g_isa = isa;
+    g_inited = 1;
+    return 0;
+}
+
+static void kern_default_init(void) {
+    if (!g_inited) kern_init(KERN_ISA_AUTO);
+}
+
+/* Lets tools and tests skip kern_init; the forward pass calls kern_init itself. */
+static inline const struct kern_type_ops *kern_ops_for(uint32_t type) {
+    pthread_once(&g_once, kern_default_init);
+    return type < QT_COUNT ? &g_ops.t[type] : NULL;
+}
+
+enum kern_isa kern_active_isa(void) {
+    pthread_once(&g_once, kern_default_init);
+    return g_isa;
+}
+
+quant_vec_dot_fn kern_vec_dot(uint32_t w_type) {
+    const struct kern_type_ops *o = kern_ops_for(w_type);
+    return o ? o->vec_dot : NULL;
+}
+
+void kern_quant_act(uint32_t w_type, const float *x, void *dst, int64_t n) {
+    const struct kern_type_ops *o = kern_ops_for(w_type);
+    assert(o && o->quant_act);
+    o->quant_act(x, dst, n);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* Bytes between activation rows in act_scratch: 64-byte aligned rows for the SIMD loads. */
+static size_t act_stride(const struct kern_weight *w) {
+    const struct quant_info *qi = quant_info(w->type);
+    size_t sz = qi ? quant_row_size(qi->vec_dot_type, w->n_in) : 0;
+    return (sz + 63) & ~(size_t)63;
+}
+
+size_t kern_act_bytes(const struct kern_weight *w, int M) {
+    return M > 0 ? act_stride(w) * (size_t)M : 0;
+}
+
+struct mm_job {
+    const struct kern_type_ops *ops;
+    const struct kern_weight *w;
+    const float *X;      /* [M][n_in] f32 input */
+    uint8_t *act;        /* [M] rows of a_stride bytes: quantized X */
+    size_t a_stride;     /* bytes */
+    int M;
+    float *Y;            /* Y[m * ldy + o] */
+    int ldy;
+    int64_t o0, o1;      /* output rows to compute */
+    int64_t chunk;       /* output rows per task (a multiple of KERN_GEMM_MAX_ROWS) */
+};
+
+static void mm_quant_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    struct mm_job *j = arg;
+    j->ops->quant_act(j->X + (int64_t)task * j->w->n_in, j->act + (size_t)task * j->a_stride,
+                      j->w->n_in);
+}
+
+/* Output rows [r0, r1) for all M activation rows: tiles of KERN_GEMM_MAX_ROWS weight rows,
+ * each tile swept over all activations while it is hot in cache. */
+static void mm_rows(const struct mm_job *j, int64_t r0, int64_t r1) {
+    const int64_t n = j->w->n_in;
+    const size_t rb = j->w->row_bytes;
+    const uint8_t *wdata = j->w->data;
+    for (int64_t r = r0; r < r1; r += KERN_GEMM_MAX_ROWS) {
+        int nr = (int)(r1 - r < KERN_GEMM_MAX_ROWS ? r1 - r : KERN_GEMM_MAX_ROWS);
+        const uint8_t *wr = wdata + (size_t)r * rb;
+        if (j->ops->gemm) {
+            for (int m = 0; m < j->M; m += KERN_GEMM_MAX_ACTS) {
+                int na = j->M - m < KERN_GEMM_MAX_ACTS ? j->M - m : KERN_GEMM_MAX_ACTS;
+                j->ops->gemm(n, wr, rb, nr, j->act + (size_t)m * j->a_stride, j->a_stride, na,
+                             j->Y + (int64_t)m * j->ldy + r, j->ldy);
+            }
+        } else {
+            quant_vec_dot_fn dot = j->ops->vec_dot;
+            for (int m = 0; m < j->M; m++) {
+                const uint8_t *a = j->act + (size_t)m * j->a_stride;
+                float *y = j->Y + (int64_t)m * j->ldy + r;
+                for (int i = 0; i < nr; i++) y[i] = dot(n, wr + (size_t)i * rb, a);
+            }
+        }
+    }
+}
+
+static void mm_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    const struct mm_job *j = arg;
+    int64_t r0 = j->o0 + (int64_t)task * j->chunk;
+    int64_t r1 = r0 + j->chunk < j->o1 ? r0 + j->chunk : j->o1;
+    mm_rows(j, r0, r1);
+}
+
+/* Rows per task: enough tasks for load balance (about 4 per thread), each 16..256 rows. */
+static int64_t mm_chunk(int64_t rows, int n_threads) {
+    int64_t c = rows / ((int64_t)n_threads * 4);
+    if (c > 256) c = 256;
+    c = (c + KERN_GEMM_MAX_ROWS - 1) / KERN_GEMM_MAX_ROWS * KERN_GEMM_MAX_ROWS;
+    return c < KERN_GEMM_MAX_ROWS ? KERN_GEMM_MAX_ROWS : c;
+}
+
+void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
+                      float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1) {
+    if (M <= 0 || o1 <= o0) return;
+    const struct kern_type_ops *ops = kern_ops_for(w->type);
+    assert(ops && ops->vec_dot && ops->quant_act);
+    assert(w->row_bytes == quant_row_size(w->type, w->n_in));
+    assert(o0 >= 0 && o1 <= w->n_out);
+    struct mm_job j = {
+        .ops = ops, .w = w, .X = X, .act = act_scratch, .a_stride = act_stride(w), .M = M,
+        .Y = Y, .ldy = ldy, .o0 = o0, .o1 = o1,
+    };
+    /* Each row is quantized by exactly one task: the bytes do not depend on the split. */
+    if (M >= 4) pool_run(pool, mm_quant_task, &j, M);
+    else
+        for (int m = 0; m < M; m++) mm_quant_task(&j, m, M);
+    j.chunk = mm_chunk(o1 - o0, pool_size(pool));
+    int64_t n_tasks = (o1 - o0 + j.chunk - 1) / j.chunk;
+    pool_run(pool, mm_task, &j, (int)n_tasks);
+}
+
+void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
+                 float *Y, int ldy, void *act_scratch) {
+    kern_matmul_rows(pool, w, X, M, Y, ldy, act_scratch, 0, w->n_out);
+}
+
+void kern_get_row(const struct kern_weight *w, int64_t r, float *dst) {
+    assert(r >= 0 && r < w->n_out);
+    int rc = quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes,
+                                   dst, w->n_in);
+    assert(rc == 0);
+    (void)rc;
+}
