@@ -33,7 +33,12 @@ enum chat_status {
 
 /* Render messages (+ the generation prompt when add_generation_prompt) into out as text to
  * be tokenized with parse_special = 1 and add_bos = 0 (the text starts with "<bos>").
- * *out_len receives the full length. err names the offending message index. */
+ * *out_len receives the full length. err names the offending message index.
+ * out is NUL-terminated when cap > *out_len; out may be NULL with cap 0 to query the size.
+ * A system message is allowed only first; CHAT_ROLE_TOOL is rejected (CHAT_EROLE) because
+ * tool calling is not supported. Gemma 4's generation prompt is "<|turn>model\n" followed by
+ * the empty thought channel "<|channel>thought\n<channel|>" (thinking disabled), as the HF
+ * template renders it. */
 int chat_render(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
                 int add_generation_prompt, char *out, size_t cap, size_t *out_len, char *err,
                 size_t errlen);
