@@ -34,7 +34,7 @@ static const struct cfg_opt cfg_opts[] = {
     {"model_alias", CFG_STR, OFF(model_alias), SZ(model_alias), 0, 0, NULL,
      "model id served by /v1/models (empty: the file name without .gguf)"},
     {"host", CFG_STR, OFF(host), SZ(host), 0, 0, NULL, "listen address"},
-    {"port", CFG_INT, OFF(port), 0, 1, 65535, NULL, "listen port"},
+    {"port", CFG_INT, OFF(port), 0, 0, 65535, NULL, "listen port (0: any free port, logged)"},
     {"threads", CFG_INT, OFF(threads), 0, 0, 1024, NULL, "compute threads (0: physical cores)"},
     {"ctx_size", CFG_INT, OFF(ctx_size), 0, 16, 1 << 20, NULL,
      "context length per sequence (prompt + generated tokens)"},

@@ -50,7 +50,7 @@ static void test_bad_values(void) {
     struct config c;
     char err[512];
     static const char *const bad[][2] = {
-        {"port", "0"},       {"port", "65536"},  {"port", "80x"},     {"port", ""},
+        {"port", "-1"},      {"port", "65536"},  {"port", "80x"},     {"port", ""},
         {"ctx_size", "1.5"}, {"threads", "-1"},  {"kv_dtype", "q4"},  {"device", "tpu"},
         {"log_level", "loud"}, {"prefix_cache", "maybe"}, {"sse_keepalive_s", "nan"},
         {"request_timeout_s", "inf"}, {"body_limit", "99999999999999999999"},

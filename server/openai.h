@@ -1,0 +1,78 @@
+/*
+ * openai — validation of OpenAI request bodies (chat completions and completions) into
+ * scheduler-ready parameters, and the small JSON pieces the responses share.
+ *
+ * oai_parse() checks every field it knows (type, range, size) and names the offending
+ * parameter in the error; unknown fields are ignored and never reach the scheduler; fields
+ * that are not implemented (tools, response_format other than text, suffix, …) are refused
+ * by name. It renders chat messages (chat_render) and tokenizes prompts. Pure functions:
+ * any thread; the vocab must outlive the result.
+ */
+#ifndef GEMMAD_OPENAI_H
+#define GEMMAD_OPENAI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler/sched.h"
+
+struct tok_vocab;
+
+#define OAI_MAX_STOP 16        /* stop strings per request */
+#define OAI_MAX_STOP_LEN 256   /* bytes per stop string */
+#define OAI_MAX_BIAS 1024      /* logit_bias entries */
+#define OAI_MAX_TOP_LOGPROBS 20
+
+struct oai_limits {
+    const struct tok_vocab *vocab;
+    int chat_style;            /* enum chat_style */
+    int n_ctx;                 /* positions per sequence */
+    int max_tokens;            /* cap and default of generated tokens */
+    int max_n;                 /* most choices per request */
+    const char *model_id;      /* accepted values of "model" */
+    const char *model_name;
+};
+
+struct oai_error {
+    int status;                /* HTTP status */
+    const char *type;          /* "invalid_request_error", … */
+    const char *code;          /* e.g. "context_length_exceeded", or NULL */
+    char param[96];            /* offending parameter, "" for none */
+    char msg[320];
+};
+
+struct oai_params {
+    int is_chat;
+    int stream, include_usage;
+    int n;                     /* choices per prompt */
+    struct sched_sampling sp;  /* sp.logit_bias points at bias */
+    struct sched_bias *bias;   /* [sp.n_logit_bias] (owned) */
+    char **stop;               /* [n_stop] (owned) */
+    int n_stop;
+    int ignore_eos;
+    int logprobs;              /* 1: report logprobs */
+    int top_logprobs;          /* alternatives per token (0..20) */
+    int echo;                  /* completions: prepend the prompt */
+    char *session_id;          /* optional (owned) */
+    int n_prompts;
+    int32_t **prompt;          /* [n_prompts][prompt_len[i]] token ids (owned) */
+    int *prompt_len;
+    int *max_tokens;           /* [n_prompts] resolved limit per prompt */
+    char **prompt_text;        /* [n_prompts] echo text (owned; NULL unless echo) */
+    size_t *prompt_text_len;
+};
+
+/* Returns 0, or -1 with e filled. */
+int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oai_params **out,
+              struct oai_error *e);
+void oai_params_free(struct oai_params *p);
+
+/* A JSON string of arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
+json_t *oai_string(const char *s, size_t len);
+/* Chat logprobs entry {token, logprob, bytes, top_logprobs}. */
+json_t *oai_lp_entry(const struct tok_vocab *v, int32_t token, float logprob,
+                     const struct sched_top *top, int n_top, int with_top);
+const char *oai_finish_name(enum sched_finish f);
+
+#endif
