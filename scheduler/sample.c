@@ -1,0 +1,285 @@
+/*
+ * sample — sampling of one token from one logits row. See sample.h for the order of
+ * operations and the determinism rules.
+ */
+#define _GNU_SOURCE /* qsort_r */
+#include "scheduler/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SMP_BUCKETS 1024
+#define SMP_SPAN 24.0f /* logits further than this below the max share the last bucket */
+
+struct smp_ctx {
+    int n_vocab;
+    int32_t *idx;   /* [n_vocab] candidate ids */
+    int32_t *cnt;   /* [n_vocab] output-token counts; all zero between calls */
+    uint8_t *seen;  /* [n_vocab] prompt+output membership; all zero between calls */
+    float *val;     /* [n_vocab] unnormalised probabilities of kept ids (0 = dropped) */
+    uint16_t *bucket; /* [n_vocab] top_p logit bucket */
+    double *mass;   /* [SMP_BUCKETS + 1] top_p bucket masses */
+};
+
+/* ---- RNG ---------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void smp_rng_seed(struct smp_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t smp_rng_next(struct smp_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+double smp_rng_uniform(struct smp_rng *r) { return (double)(smp_rng_next(r) >> 11) * 0x1p-53; }
+
+/* ---- context ------------------------------------------------------------------------ */
+
+int smp_ctx_create(int n_vocab, struct smp_ctx **out) {
+    *out = NULL;
+    if (n_vocab < 1) return -1;
+    struct smp_ctx *c = calloc(1, sizeof(*c));
+    if (!c) return -1;
+    c->n_vocab = n_vocab;
+    c->idx = malloc((size_t)n_vocab * sizeof(int32_t));
+    c->cnt = calloc((size_t)n_vocab, sizeof(int32_t));
+    c->seen = calloc((size_t)n_vocab, 1);
+    c->val = malloc((size_t)n_vocab * sizeof(float));
+    c->bucket = malloc((size_t)n_vocab * sizeof(uint16_t));
+    c->mass = malloc((SMP_BUCKETS + 1) * sizeof(double));
+    if (!c->idx || !c->cnt || !c->seen || !c->val || !c->bucket || !c->mass) {
+        smp_ctx_destroy(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void smp_ctx_destroy(struct smp_ctx *c) {
+    if (!c) return;
+    free(c->idx);
+    free(c->cnt);
+    free(c->seen);
+    free(c->val);
+    free(c->bucket);
+    free(c->mass);
+    free(c);
+}
+
+/* ---- ordering helpers --------------------------------------------------------------- */
+
+/* Total order: higher logit first, then lower id. */
+static int better(const float *l, int32_t a, int32_t b) {
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+}
+
+static int cmp_desc(const void *pa, const void *pb, void *ctx) {
+    const float *l = ctx;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    if (a == b) return 0;
+    return better(l, a, b) ? -1 : 1;
+}
+
+static uint16_t bucket_of(float v, float m) {
+    float d = (m - v) * (SMP_BUCKETS / SMP_SPAN);
+    return d >= SMP_BUCKETS ? SMP_BUCKETS : (uint16_t)d;
+}
+
+static void swap32(int32_t *a, int32_t *b) {
+    int32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Rearrange idx[0..n) so that its first k entries are the k best (in any order). */
+static void select_top(const float *l, int32_t *idx, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi && k > lo && k <= hi) {
+        /* Median-of-three pivot, moved to hi. */
+        int mid = lo + (hi - lo) / 2;
+        if (better(l, idx[mid], idx[lo])) swap32(&idx[mid], &idx[lo]);
+        if (better(l, idx[hi], idx[lo])) swap32(&idx[hi], &idx[lo]);
+        if (better(l, idx[mid], idx[hi])) swap32(&idx[mid], &idx[hi]);
+        int32_t pivot = idx[hi];
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (better(l, idx[i], pivot)) swap32(&idx[i], &idx[store++]);
+        swap32(&idx[store], &idx[hi]);
+        if (store == k) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+/* ---- penalties ---------------------------------------------------------------------- */
+
+static void apply_penalties(struct smp_ctx *c, const struct sched_sampling *sp, float *l,
+                            const int32_t *hist, int n_hist, int n_out) {
+    int rep = sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f;
+    int of = sp->presence_penalty != 0 || sp->frequency_penalty != 0;
+    int nv = c->n_vocab;
+    if (rep) {
+        /* llama.cpp: divide positive logits, multiply negative ones, once per distinct id. */
+        for (int i = 0; i < n_hist; i++) {
+            int32_t t = hist[i];
+            if (t < 0 || t >= nv || c->seen[t]) continue;
+            c->seen[t] = 1;
+            l[t] = l[t] > 0 ? l[t] / sp->repetition_penalty : l[t] * sp->repetition_penalty;
+        }
+        for (int i = 0; i < n_hist; i++)
+            if (hist[i] >= 0 && hist[i] < nv) c->seen[hist[i]] = 0;
+    }
+    if (of) {
+        /* OpenAI: logit -= count * frequency_penalty + (count > 0) * presence_penalty. */
+        const int32_t *out = hist + (n_hist - n_out);
+        for (int i = 0; i < n_out; i++)
+            if (out[i] >= 0 && out[i] < nv) c->cnt[out[i]]++;
+        for (int i = 0; i < n_out; i++) {
+            int32_t t = out[i];
+            if (t < 0 || t >= nv || c->cnt[t] == 0) continue;
+            l[t] -= (float)c->cnt[t] * sp->frequency_penalty + sp->presence_penalty;
+            c->cnt[t] = 0;
+        }
+    }
+}
+
+/* The last token of the shortest best-first prefix whose mass reaches top_p * z. Masses
+ * e[] (0 = excluded) are bucketed by logit so that only the boundary bucket is sorted. */
+static int32_t top_p_cut(struct smp_ctx *c, const float *l, float m, const float *e, double z,
+                         float top_p) {
+    double *mass = c->mass, target = (double)top_p * z;
+    memset(mass, 0, (SMP_BUCKETS + 1) * sizeof(double));
+    int nv = c->n_vocab;
+    for (int i = 0; i < nv; i++) {
+        if (e[i] == 0) continue;
+        c->bucket[i] = bucket_of(l[i], m);
+        mass[c->bucket[i]] += e[i];
+    }
+    double acc = 0;
+    int b = 0;
+    for (; b < SMP_BUCKETS; b++) {
+        if (acc + mass[b] >= target) break;
+        acc += mass[b];
+    }
+    int n = 0;
+    for (int i = 0; i < nv; i++)
+        if (e[i] > 0 && c->bucket[i] == b) c->idx[n++] = i;
+    if (n == 0) return -1;
+    qsort_r(c->idx, (size_t)n, sizeof(int32_t), cmp_desc, (void *)l);
+    for (int i = 0; i < n; i++) {
+        acc += e[c->idx[i]];
+        if (acc >= target) return c->idx[i];
+    }
+    return c->idx[n - 1];
+}
+
+/* ---- sampling ----------------------------------------------------------------------- */
+
+int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
+                   float *l, const int32_t *hist, int n_hist, int n_out, const int32_t *ban,
+                   int n_ban) {
+    int nv = c->n_vocab;
+    for (int i = 0; i < sp->n_logit_bias; i++) {
+        int32_t t = sp->logit_bias[i].token;
+        if (t >= 0 && t < nv) l[t] += sp->logit_bias[i].bias;
+    }
+    apply_penalties(c, sp, l, hist, n_hist, n_out);
+    for (int i = 0; i < n_ban; i++)
+        if (ban[i] >= 0 && ban[i] < nv) l[ban[i]] = -INFINITY;
+
+    if (!(sp->temperature > 0)) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < nv; i++)
+            if (l[i] > l[best]) best = i;
+        return best;
+    }
+
+    float inv_t = 1.0f / sp->temperature, m = -INFINITY;
+    for (int i = 0; i < nv; i++) {
+        l[i] *= inv_t;
+        if (l[i] > m) m = l[i];
+    }
+    if (m == -INFINITY) return 0; /* everything banned: nothing sensible to draw */
+
+    /* The kept set is {i : i == cut or better(i, cut)} for a cut token found in O(n): the
+     * top_k-th best, then the last token of the top_p prefix; min_p adds a logit floor.
+     * The draw then walks the kept ids in id order, so no full sort is ever needed. */
+    float *e = c->val;
+    int32_t cut = -1;
+    if (sp->top_k > 0 && sp->top_k < nv) {
+        for (int i = 0; i < nv; i++) c->idx[i] = i;
+        select_top(l, c->idx, nv, sp->top_k);
+        cut = c->idx[0];
+        for (int i = 1; i < sp->top_k; i++)
+            if (better(l, cut, c->idx[i])) cut = c->idx[i];
+    }
+    double z = 0;
+    for (int i = 0; i < nv; i++) {
+        e[i] = (cut < 0 || i == cut || better(l, i, cut)) ? expf(l[i] - m) : 0.0f;
+        z += e[i];
+    }
+    if (sp->top_p > 0 && sp->top_p < 1) cut = top_p_cut(c, l, m, e, z, sp->top_p);
+    /* min_p: keep p >= min_p * p_max, i.e. logit >= m + log(min_p). */
+    float floor_l = sp->min_p > 0 && sp->min_p <= 1 ? m + logf(sp->min_p) : -INFINITY;
+    double zk = 0;
+    for (int i = 0; i < nv; i++) {
+        if (e[i] > 0 && l[i] >= floor_l && (cut < 0 || i == cut || better(l, i, cut)))
+            zk += e[i];
+        else
+            e[i] = 0;
+    }
+    double r = smp_rng_uniform(rng) * zk, acc = 0;
+    int32_t pick = -1;
+    for (int i = 0; i < nv; i++) {
+        if (e[i] == 0) continue;
+        acc += e[i];
+        pick = i;
+        if (acc > r) break;
+    }
+    return pick >= 0 ? pick : (cut >= 0 ? cut : 0);
+}
+
+float smp_logprobs(const float *l, int nv, int32_t token, int n_top, struct sched_top *top) {
+    float m = -INFINITY;
+    for (int i = 0; i < nv; i++)
+        if (l[i] > m) m = l[i];
+    double s = 0;
+    for (int i = 0; i < nv; i++) s += expf(l[i] - m);
+    double lse = (double)m + log(s);
+    if (n_top > 20) n_top = 20;
+    int have = 0;
+    int32_t best[20];
+    for (int32_t i = 0; i < nv && n_top > 0; i++) {
+        if (have == n_top && !better(l, i, best[have - 1])) continue;
+        int j = have < n_top ? have++ : have - 1;
+        while (j > 0 && better(l, i, best[j - 1])) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = i;
+    }
+    for (int i = 0; i < have; i++) {
+        top[i].token = best[i];
+        top[i].logprob = (float)((double)l[best[i]] - lse);
+    }
+    return token >= 0 && token < nv ? (float)((double)l[token] - lse) : -INFINITY;
+}

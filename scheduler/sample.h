@@ -1,0 +1,49 @@
+/*
+ * sample — turns one row of logits into a token for one sequence.
+ *
+ * Order of operations (like vLLM): logit_bias, then penalties (repetition with llama.cpp's
+ * rule over the prompt and the output; presence/frequency with OpenAI's rule over the
+ * output), banned tokens (EOG ids under ignore_eos) set to -inf, then greedy argmax when
+ * temperature is 0; otherwise temperature, top_k, top_p, min_p, and one draw from the
+ * request's own RNG. Ties always break towards the lower id, and the draw walks the kept
+ * tokens in a fixed order, so the same logits and the same RNG state give the same token
+ * whatever else runs in the batch.
+ *
+ * Log-probabilities (smp_logprobs) are those of the raw model distribution: a log-softmax
+ * of the logits before bias, penalties and temperature, as OpenAI and vLLM report them.
+ *
+ * Threads: a smp_ctx holds scratch for one thread (the scheduler's); smp_rng is per request.
+ * Nothing allocates after smp_ctx_create.
+ */
+#ifndef GEMMAD_SAMPLE_H
+#define GEMMAD_SAMPLE_H
+
+#include <stdint.h>
+
+#include "scheduler/sched.h"
+
+/* xoshiro256** state, seeded through splitmix64. */
+struct smp_rng {
+    uint64_t s[4];
+};
+void smp_rng_seed(struct smp_rng *r, uint64_t seed);
+uint64_t smp_rng_next(struct smp_rng *r);
+double smp_rng_uniform(struct smp_rng *r); /* [0, 1), 53 bits */
+
+struct smp_ctx;
+int smp_ctx_create(int n_vocab, struct smp_ctx **out); /* 0 or -1 (no memory) */
+void smp_ctx_destroy(struct smp_ctx *c);
+
+/* Pick a token. logits [n_vocab] are modified in place. hist[0..n_hist) is the prompt
+ * followed by the output; its last n_out entries are the output. ban[0..n_ban) ids are
+ * never chosen. Draws exactly one number from rng when temperature > 0, none otherwise. */
+int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
+                   float *logits, const int32_t *hist, int n_hist, int n_out,
+                   const int32_t *ban, int n_ban);
+
+/* Log-probability of `token` under softmax(logits) and the n_top most likely ids (most
+ * likely first, ties to the lower id). n_top <= 20. */
+float smp_logprobs(const float *logits, int n_vocab, int32_t token, int n_top,
+                   struct sched_top *top);
+
+#endif
