@@ -1,0 +1,41 @@
+/*
+ * kern_avx2 — AVX2 + FMA + F16C kernels: activation quantization (Q8_0, Q8_K, F16), dot
+ * products and gemm tiles for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 and BF16 weights.
+ *
+ * The kernels are the inline tiles of kern_x86.h instantiated for fixed shapes; vec_dot is
+ * the 1x1 tile, so gemm and vec_dot agree bit for bit (see kern_impl.h). Registered by
+ * kern_register_avx2() only when the CPU has AVX2, FMA and F16C.
+ */
+#include "engine/kernels/kern_impl.h"
+#include "engine/kernels/kern_x86.h"
+
+KX_DEFINE(ka, q4_0, kx_tile_q8f, KX_Q4_0)
+KX_DEFINE(ka, q5_0, kx_tile_q8f, KX_Q5_0)
+KX_DEFINE(ka, q8_0, kx_tile_q8f, KX_Q8_0)
+KX_DEFINE(ka, q4_K, kx_tile_kq, KX_Q4_K)
+KX_DEFINE(ka, q5_K, kx_tile_kq, KX_Q5_K)
+KX_DEFINE(ka, q6_K, kx_tile_kq, KX_Q6_K)
+KX_DEFINE(ka, f16, kx_tile_half, 0)
+KX_DEFINE(ka, bf16, kx_tile_half, 1)
+
+static void ka_quant_q8_0(const float *x, void *dst, int64_t n) { kx_quant_q8_0(x, dst, n); }
+static void ka_quant_q8_K(const float *x, void *dst, int64_t n) { kx_quant_q8_K(x, dst, n); }
+static void ka_quant_f16(const float *x, void *dst, int64_t n) { kx_quant_f16(x, dst, n); }
+
+static void ka_set(struct kern_ops *ops, uint32_t t, quant_vec_dot_fn dot, kern_gemm_fn gemm,
+                   kern_quant_act_fn qa) {
+    ops->t[t].vec_dot = dot;
+    ops->t[t].gemm = gemm;
+    if (qa) ops->t[t].quant_act = qa;
+}
+
+void kern_register_avx2(struct kern_ops *ops) {
+    ka_set(ops, QT_Q4_0, ka_dot_q4_0, ka_gemm_q4_0, ka_quant_q8_0);
+    ka_set(ops, QT_Q5_0, ka_dot_q5_0, ka_gemm_q5_0, ka_quant_q8_0);
+    ka_set(ops, QT_Q8_0, ka_dot_q8_0, ka_gemm_q8_0, ka_quant_q8_0);
+    ka_set(ops, QT_Q4_K, ka_dot_q4_K, ka_gemm_q4_K, ka_quant_q8_K);
+    ka_set(ops, QT_Q5_K, ka_dot_q5_K, ka_gemm_q5_K, ka_quant_q8_K);
+    ka_set(ops, QT_Q6_K, ka_dot_q6_K, ka_gemm_q6_K, ka_quant_q8_K);
+    ka_set(ops, QT_F16, ka_dot_f16, ka_gemm_f16, ka_quant_f16);
+    ka_set(ops, QT_BF16, ka_dot_bf16, ka_gemm_bf16, NULL);
+}

@@ -1,0 +1,494 @@
+/*
+ * kern_x86 — private inline building blocks for the x86 kernel files (kern_*_avx2.c,
+ * kern_*_avx512.c). Not a public header: include it only from files compiled with at
+ * least -mavx2 -mfma -mf16c.
+ *
+ * Every kernel here is written once as a "tile": NR weight rows times NC activation rows,
+ * with NR and NC compile-time constants after inlining. The per-pair dot product
+ * (vec_dot) is the 1x1 tile, so a pair's reduction order — which integer lanes are
+ * formed, the order in which per-block floats are fused into the accumulator, and the
+ * final horizontal sum — is the same whatever tile shape computes it. That is what makes
+ * results bit-identical across batch sizes.
+ *
+ * Integer parts are exact (int8 x int8 products summed in int16 pairs, then int32), so
+ * only the float steps fix the result, and those are spelled out per block.
+ */
+#ifndef GEMMAD_KERN_X86_H
+#define GEMMAD_KERN_X86_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/kernels/quant.h"
+
+#define KX_AI static inline __attribute__((always_inline))
+
+/* Largest tile any kernel here is instantiated with. */
+#define KX_MAXR 4
+#define KX_MAXC 4
+
+KX_AI float kx_h2f(quant_half h) { return _cvtsh_ss(h); }
+
+/* Horizontal sum of 8 floats: fixed order (high half + low half, then pairwise). */
+KX_AI float kx_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KX_AI float kx_hsum4(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 bytes, 0xFF where the corresponding bit of the little-endian u32 `bits` is set. */
+KX_AI __m256i kx_bytes_from_bits32(uint32_t bits) {
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                         2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), idx);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
+}
+
+/* ---- activation quantization ----------------------------------------------------------- */
+
+/* Round half away from zero, exactly like roundf: trunc(x) + sign(x) when |frac| >= 0.5. */
+KX_AI __m256 kx_round_away(__m256 x) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_andnot_ps(sgn, _mm256_sub_ps(x, t)); /* exact */
+    __m256 ge = _mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sgn, x));
+    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
+}
+
+/* Four vectors of 8 int32 (elements 0..31 in order) to 32 int8, saturating. */
+KX_AI __m256i kx_pack_i32x4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i ab = _mm256_packs_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
+    __m256i cd = _mm256_packs_epi32(c, d);
+    __m256i x = _mm256_packs_epi16(ab, cd); /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+    return _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Q8_0 with the reference's arithmetic (d = amax/127, id = 1/d, round half away), so the
+ * output equals quant_q8_0_row_ref byte for byte. */
+KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
+    struct block_q8_0 *y = dst;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[k], absm));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvttps_epi32(kx_round_away(_mm256_mul_ps(v[k], vid)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, kx_pack_i32x4(q[0], q[1], q[2], q[3]));
+    }
+}
+
+/* Q8_K exactly as quant_q8_K_row_ref: the signed value of largest magnitude (first one on
+ * ties), iscale = -127/max, round half to even, clamp at 127, bsums per 16. */
+KX_AI void kx_quant_q8_K(const float *x, void *dst, int64_t n) {
+    struct block_q8_K *y = dst;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K / 8; k++)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absm));
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        float max = amax;
+        for (int j = 0; j < QK_K; j++) { /* first element of that magnitude gives the sign */
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int k = 0; k < QK_K / 32; k++) {
+            __m256i q[4];
+            for (int t = 0; t < 4; t++) {
+                __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * t), vs);
+                q[t] = _mm256_min_epi32(_mm256_cvtps_epi32(p), top); /* MXCSR: nearest-even */
+            }
+            __m256i b = kx_pack_i32x4(q[0], q[1], q[2], q[3]);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * k), b);
+            /* Sum of each 8 bytes via SAD on the biased values, then 16 = two of those. */
+            __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(b, _mm256_set1_epi8((char)0x80)),
+                                          _mm256_setzero_si256());
+            int64_t s[4];
+            _mm256_storeu_si256((__m256i *)s, sad);
+            y[i].bsums[2 * k] = (int16_t)(s[0] + s[1] - 16 * 128);
+            y[i].bsums[2 * k + 1] = (int16_t)(s[2] + s[3] - 16 * 128);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+KX_AI void kx_quant_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- Q4_0 / Q5_0 / Q8_0 weights x Q8_0 activations ------------------------------------- */
+
+enum kx_q8f { KX_Q4_0, KX_Q5_0, KX_Q8_0 };
+
+KX_AI size_t kx_q8f_size(enum kx_q8f k) {
+    return k == KX_Q4_0 ? sizeof(struct block_q4_0)
+         : k == KX_Q5_0 ? sizeof(struct block_q5_0) : sizeof(struct block_q8_0);
+}
+
+/* One weight block as 32 signed int8 in element order, plus its scale. */
+KX_AI __m256i kx_q8f_load(enum kx_q8f k, const uint8_t *p, float *d) {
+    if (k == KX_Q8_0) {
+        const struct block_q8_0 *b = (const void *)p;
+        *d = kx_h2f(b->d);
+        return _mm256_loadu_si256((const __m256i *)b->qs);
+    }
+    if (k == KX_Q4_0) {
+        const struct block_q4_0 *b = (const void *)p;
+        *d = kx_h2f(b->d);
+        __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+                                     _mm256_set1_epi8(0x0F));
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    }
+    const struct block_q5_0 *b = (const void *)p;
+    *d = kx_h2f(b->d);
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
+                                 _mm256_set1_epi8(0x0F));
+    /* nibble - 16 + 16*bit  ==  nibble | (bit ? 0 : 0xF0) as int8. */
+    __m256i hi = _mm256_andnot_si256(kx_bytes_from_bits32(qh), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(v, hi);
+}
+
+/* 8 int32 lanes of sum(w*a) over one block: |w| into the unsigned operand, w's sign onto a. */
+KX_AI __m256 kx_dot_i8(__m256i wabs, __m256i w, __m256i a) {
+    __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Y[c*ldy + r] = dot(weight row r, activation row c), r < NR, c < NC. */
+KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, const uint8_t *w,
+                       size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
+    const size_t bs = kx_q8f_size(k);
+    __m256 acc[KX_MAXR][KX_MAXC];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        __m256i wv[KX_MAXR], wa[KX_MAXR];
+        float dw[KX_MAXR];
+        for (int r = 0; r < NR; r++) {
+            wv[r] = kx_q8f_load(k, w + (size_t)r * ws + (size_t)ib * bs, &dw[r]);
+            wa[r] = _mm256_sign_epi8(wv[r], wv[r]);
+        }
+        for (int c = 0; c < NC; c++) {
+            const struct block_q8_0 *ab =
+                (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_0));
+            const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
+            const float da = kx_h2f(ab->d);
+            for (int r = 0; r < NR; r++)
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da),
+                                            kx_dot_i8(wa[r], wv[r], av), acc[r][c]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
+}
+
+/* ---- Q4_K / Q5_K / Q6_K weights x Q8_K activations -------------------------------------- */
+
+enum kx_kq { KX_Q4_K, KX_Q5_K, KX_Q6_K };
+
+KX_AI size_t kx_kq_size(enum kx_kq k) {
+    return k == KX_Q4_K ? sizeof(struct block_q4_K)
+         : k == KX_Q5_K ? sizeof(struct block_q5_K) : sizeof(struct block_q6_K);
+}
+
+/* One super-block unpacked: 256 unsigned values in element order (32 per vector), the
+ * int16 scale of each element pair's sub-block per vector, and the correction terms. */
+struct kx_kblk {
+    __m256i q[8];  /* element 32j..32j+31 as uint8 (0..15, 0..31 or 0..63) */
+    __m256i sc[8]; /* int16 scale for each maddubs lane of q[j] */
+    __m256i sc16;  /* Q6_K: the 16 sub-block scales as int16 (offset-32 correction) */
+    __m128i mins;  /* Q4_K/Q5_K: the 8 sub-block mins as int16 */
+    float d, dmin;
+};
+
+/* Q4_K/Q5_K 12-byte scale block to 8 scales (low 8 bytes) and 8 mins (high 8 bytes). */
+KX_AI __m128i kx_k4_scales(const uint8_t *s12) {
+    uint32_t u[3], o[4];
+    memcpy(u, s12, 12);
+    o[0] = u[0] & 0x3f3f3f3f;
+    o[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    o[2] = u[1] & 0x3f3f3f3f;
+    o[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    return _mm_loadu_si128((const __m128i *)o);
+}
+
+KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (k == KX_Q6_K) {
+        const struct block_q6_K *b = (const void *)p;
+        const __m256i m3 = _mm256_set1_epi8(3);
+        o->d = kx_h2f(b->d);
+        o->dmin = 0.0f;
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            o->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                              _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            o->q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            o->q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            o->q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+        }
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        o->sc16 = s16;
+        /* q[j] covers sub-blocks 2j (low 128-bit lane) and 2j+1 (high lane). */
+        const __m256i both = _mm256_permute4x64_epi64(s16, 0x44); /* s0..7 | s0..7 */
+        const __m256i bhi = _mm256_permute4x64_epi64(s16, 0xEE);  /* s8..15 | s8..15 */
+        for (int j = 0; j < 8; j++) {
+            const int lo = (2 * j) & 7, hi = (2 * j + 1) & 7;
+            const __m256i sh = _mm256_setr_epi8(
+                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
+                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
+                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
+                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
+                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
+                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
+                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
+                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1));
+            o->sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi, sh);
+        }
+        o->mins = _mm_setzero_si128();
+        return;
+    }
+    const uint8_t *qs, *sc12;
+    __m256i hb = _mm256_setzero_si256();
+    if (k == KX_Q4_K) {
+        const struct block_q4_K *b = (const void *)p;
+        o->d = kx_h2f(b->d);
+        o->dmin = kx_h2f(b->dmin);
+        qs = b->qs;
+        sc12 = b->scales;
+    } else {
+        const struct block_q5_K *b = (const void *)p;
+        o->d = kx_h2f(b->d);
+        o->dmin = kx_h2f(b->dmin);
+        qs = b->qs;
+        sc12 = b->scales;
+        hb = _mm256_loadu_si256((const __m256i *)b->qh);
+    }
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int c = 0; c < 4; c++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (k == KX_Q5_K) {
+            __m256i bl = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one);
+            __m256i bh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
+        }
+        o->q[2 * c] = lo;
+        o->q[2 * c + 1] = hi;
+    }
+    const __m128i sm = kx_k4_scales(sc12);
+    const __m256i sm16 = _mm256_cvtepu8_epi16(sm); /* scales 0..7 | mins 0..7 */
+    const __m256i s2 = _mm256_permute4x64_epi64(sm16, 0x44);
+    for (int j = 0; j < 8; j++)
+        o->sc[j] = _mm256_shuffle_epi8(s2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+    o->sc16 = _mm256_setzero_si256();
+    o->mins = _mm256_extracti128_si256(sm16, 1);
+}
+
+/* Integer part of one (super-block, activation block) pair: 8 int32 lanes of
+ * sum_j sc_j * (q_j . a_j), with Q6_K's -32 offset already taken off. */
+KX_AI __m256i kx_kq_sumi(enum kx_kq k, const struct kx_kblk *wb, const struct block_q8_K *ab) {
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wb->q[j], a), wb->sc[j]);
+        s = _mm256_add_epi32(s, p);
+    }
+    if (k == KX_Q6_K) {
+        __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 5));
+    }
+    return s;
+}
+
+/* Q4_K/Q5_K: 4 int32 lanes of sum_j min_j * (sum of a over sub-block j). */
+KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
+    __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+    __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    return _mm_cvtepi32_ps(_mm_madd_epi16(wb->mins, s32));
+}
+
+/* Defines the K-quant tile `fname` over an unpacked-block type BLK (UNPACK fills it, SUMI
+ * gives the 8 int32 lanes of one pair, BASE(b) is its struct kx_kblk with d, dmin, mins).
+ * A macro so that the AVX-512 file can reuse the float steps with its own integer part. */
+#define KX_DEFINE_TILE_KQ(fname, BLK, UNPACK, SUMI, BASE)                                      \
+    KX_AI void fname(enum kx_kq k, const int NR, const int NC, int64_t n, const uint8_t *w,   \
+                     size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {           \
+        const size_t bs = kx_kq_size(k);                                                       \
+        __m256 acc[KX_MAXR][KX_MAXC];                                                          \
+        __m128 accm[KX_MAXR][KX_MAXC];                                                         \
+        for (int r = 0; r < NR; r++)                                                           \
+            for (int c = 0; c < NC; c++) {                                                     \
+                acc[r][c] = _mm256_setzero_ps();                                               \
+                accm[r][c] = _mm_setzero_ps();                                                 \
+            }                                                                                  \
+        BLK wb[KX_MAXR];                                                                       \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                            \
+            for (int r = 0; r < NR; r++)                                                       \
+                UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                       \
+            for (int c = 0; c < NC; c++) {                                                     \
+                const struct block_q8_K *ab = (const void *)(a + (size_t)c * as +              \
+                                                             (size_t)ib * sizeof(*ab));        \
+                for (int r = 0; r < NR; r++) {                                                 \
+                    __m256i si = SUMI(k, &wb[r], ab);                                          \
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(BASE(wb[r]).d * ab->d),         \
+                                                _mm256_cvtepi32_ps(si), acc[r][c]);            \
+                    if (k != KX_Q6_K)                                                          \
+                        accm[r][c] = _mm_fmadd_ps(_mm_set1_ps(-ab->d * BASE(wb[r]).dmin),      \
+                                                  kx_kq_mins(&BASE(wb[r]), ab), accm[r][c]);   \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < NR; r++)                                                           \
+            for (int c = 0; c < NC; c++)                                                       \
+                y[(size_t)c * ldy + r] = k == KX_Q6_K                                          \
+                                             ? kx_hsum8(acc[r][c])                             \
+                                             : kx_hsum8(acc[r][c]) + kx_hsum4(accm[r][c]);     \
+    }
+
+#define KX_SELF(b) (b)
+KX_DEFINE_TILE_KQ(kx_tile_kq, struct kx_kblk, kx_kq_unpack, kx_kq_sumi, KX_SELF)
+
+/* ---- F16 x F16 and BF16 x BF16 (f32 products, two accumulators per pair) ---------------- */
+
+KX_AI __m256 kx_load8_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+KX_AI __m256 kx_load8_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* n elements; the vector part covers multiples of 16, a scalar tail the rest (in order). */
+KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w,
+                        size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
+    __m256 acc[KX_MAXR][KX_MAXC][2];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 wv[KX_MAXR][2];
+        for (int r = 0; r < NR; r++)
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
+                wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+            }
+        for (int c = 0; c < NC; c++)
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
+                __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+                for (int r = 0; r < NR; r++)
+                    acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
+            }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) {
+            float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+            const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
+            const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
+            for (int64_t j = i; j < n; j++)
+                s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
+                       : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
+            y[(size_t)c * ldy + r] = s;
+        }
+}
+
+/* ---- instantiation ------------------------------------------------------------------------ */
+
+/* The gemm sweep below calls TILE for the shape (nr, nc), 1 <= nr <= 4, 1 <= nc <= 2. */
+#define KX_ARGS n, w0, ws, a0, as, y0, (size_t)ldy
+#define KX_SWITCH(nr, nc, TILE, kind)                                                          \
+    switch ((nr) * 8 + (nc)) {                                                                 \
+    case 9: TILE(kind, 1, 1, KX_ARGS); break;                                                  \
+    case 10: TILE(kind, 1, 2, KX_ARGS); break;                                                 \
+    case 17: TILE(kind, 2, 1, KX_ARGS); break;                                                 \
+    case 18: TILE(kind, 2, 2, KX_ARGS); break;                                                 \
+    case 25: TILE(kind, 3, 1, KX_ARGS); break;                                                 \
+    case 26: TILE(kind, 3, 2, KX_ARGS); break;                                                 \
+    case 33: TILE(kind, 4, 1, KX_ARGS); break;                                                 \
+    default: TILE(kind, 4, 2, KX_ARGS); break;                                                 \
+    }
+
+/* Tile shape inside a gemm call: weight rows x activation rows (TR * TC accumulators). */
+#define KX_TR 4
+#define KX_TC 2
+
+/* Defines <pfx>_dot_<name> (vec_dot: the 1x1 tile) and <pfx>_gemm_<name> (a sweep of tiles,
+ * edge tiles in every smaller shape) from TILE(kind, R, C, ...). */
+#define KX_DEFINE(pfx, name, TILE, kind)                                                       \
+    static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                   \
+        float y;                                                                               \
+        TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);              \
+        return y;                                                                              \
+    }                                                                                          \
+    static void pfx##_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,  \
+                                  size_t as, int na, float *y, int ldy) {                      \
+        const uint8_t *wp = w, *ap = a;                                                        \
+        for (int r = 0; r < nw; r += KX_TR) {                                                  \
+            const int nr = nw - r < KX_TR ? nw - r : KX_TR;                                    \
+            for (int c = 0; c < na; c += KX_TC) {                                              \
+                const int nc = na - c < KX_TC ? na - c : KX_TC;                                \
+                const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;            \
+                float *y0 = y + (size_t)c * (size_t)ldy + r;                                   \
+                KX_SWITCH(nr, nc, TILE, kind)                                                  \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+#endif

@@ -1,0 +1,283 @@
+/*
+ * test_kern — the SIMD kernels (kern_avx2.c, kern_avx512.c) against the scalar references
+ * of quant.c, and kern_matmul's batch invariance.
+ *
+ * Accuracy bound, per dot product: |simd - ref| / sum_i |w_i * a_i| < 1e-5, with w and a
+ * the dequantized weight and activation values (the only slack is float summation order
+ * and FMA; integer block sums are exact). Dot products are compared on the SAME quantized
+ * activation bytes. Activation quantizers are compared byte for byte with the reference,
+ * allowing an int8 difference of 1 (a rounding tie) in at most 1 value in 1000.
+ * gemm tiles must equal vec_dot bit for bit for every tile shape.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/kern.h"
+#include "engine/kernels/kern_impl.h"
+#include "engine/kernels/pool.h"
+#include "engine/kernels/quant.h"
+#include "tests/unit/harness.h"
+
+#define NMAX 4096 /* longest test row */
+#define ERR_BOUND 1e-5
+
+/* ---- deterministic random data --------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rnd_f(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f; }
+
+/* Activation-like data: mostly small, an outlier now and then, some exact ties. */
+static void rnd_act(float *x, int64_t n, int kind) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = rnd_f(-1.0f, 1.0f);
+        if (rnd_u32() % 50 == 0) v *= 20.0f;
+        x[i] = v;
+    }
+    if (kind == 1) { /* ties: amax 127 makes the Q8_0 scale exactly 1 */
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(rnd_u32() % 200) - 100) + 0.5f;
+        for (int64_t b = 0; b < n; b += 32) x[b] = 127.0f;
+    }
+    if (kind == 2) /* an all-zero block and a block whose extremes have both signs */
+        for (int64_t i = 0; i < n && i < 512; i++) x[i] = i < 256 ? 0.0f : (i == 300 ? -7.0f : i == 400 ? 7.0f : 1.0f);
+}
+
+static quant_half rnd_scale(void) { return quant_f32_to_f16(rnd_f(0.0005f, 0.02f)); }
+
+/* Random weight row of type t with valid (finite) scale fields. */
+static void rnd_weights(uint32_t t, uint8_t *w, int64_t n) {
+    size_t bytes = quant_row_size(t, n);
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd_u32();
+    const struct quant_info *qi = quant_info(t);
+    int64_t nb = n / qi->blck;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = w + (size_t)b * (size_t)qi->size;
+        quant_half h[2] = {rnd_scale(), rnd_scale()};
+        switch (t) {
+        case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: memcpy(p, h, 2); break;
+        case QT_Q4_K: case QT_Q5_K: memcpy(p, h, 4); break;
+        case QT_Q6_K: memcpy(p + offsetof(struct block_q6_K, d), h, 2); break;
+        case QT_F16: {
+            quant_half v = quant_f32_to_f16(rnd_f(-2.0f, 2.0f));
+            memcpy(p, &v, 2);
+            break;
+        }
+        case QT_BF16: {
+            uint16_t v = quant_f32_to_bf16(rnd_f(-2.0f, 2.0f));
+            memcpy(p, &v, 2);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* Dequantized activation values of an activation row of type act. */
+static void act_values(uint32_t act, const void *src, float *dst, int64_t n) {
+    if (act == QT_Q8_K) {
+        const struct block_q8_K *b = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = b[i / QK_K].d * (float)b[i / QK_K].qs[i % QK_K];
+        return;
+    }
+    T_ASSERT(quant_dequant_row_ref(act, src, dst, n) == 0);
+}
+
+/* ---- the kernel tables under test ------------------------------------------------------- */
+
+static const uint32_t k_types[] = {QT_Q4_0, QT_Q5_0, QT_Q8_0, QT_Q4_K,
+                                   QT_Q5_K, QT_Q6_K, QT_F16,  QT_BF16};
+#define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
+
+/* The entries the given ISA sets (AVX-512 inherits from AVX2, as in kern_init). */
+static void isa_ops(enum kern_isa isa, struct kern_ops *ops) {
+    memset(ops, 0, sizeof(*ops));
+    kern_register_avx2(ops);
+    if (isa == KERN_ISA_AVX512) kern_register_avx512(ops);
+}
+
+static void need_isa(enum kern_isa isa) {
+    if (!kern_isa_supported(isa))
+        T_SKIP("CPU lacks %s", isa == KERN_ISA_AVX512 ? "AVX-512" : "AVX2+FMA+F16C");
+}
+
+/* SIMD quantizer vs ref, byte-exact apart from rare ties off by one. */
+static void check_quant(enum kern_isa isa, uint32_t wt) {
+    need_isa(isa);
+    struct kern_ops ops;
+    isa_ops(isa, &ops);
+    const uint32_t act = quant_info(wt)->vec_dot_type;
+    T_ASSERTF(ops.t[wt].quant_act != NULL, "no quant_act for %s", quant_info(wt)->name);
+    static float x[NMAX];
+    static uint8_t q_ref[NMAX * 2], q_simd[NMAX * 2];
+    long diffs = 0, total = 0;
+    for (int rep = 0; rep < 60; rep++) {
+        const int64_t n = 256 * (1 + rep % 16);
+        rnd_act(x, n, rep % 3);
+        const size_t bytes = quant_row_size(act, n);
+        T_ASSERT(quant_act_row_ref(act, x, q_ref, n) == 0);
+        ops.t[wt].quant_act(x, q_simd, n);
+        if (act == QT_Q8_0) {
+            const struct block_q8_0 *a = (const void *)q_ref, *b = (const void *)q_simd;
+            for (int64_t i = 0; i < n / 32; i++) {
+                T_ASSERTF(a[i].d == b[i].d, "block %lld: d %04x vs %04x", (long long)i, a[i].d, b[i].d);
+                for (int j = 0; j < 32; j++) {
+                    int dq = a[i].qs[j] - b[i].qs[j];
+                    T_ASSERTF(dq >= -1 && dq <= 1, "q[%d] %d vs %d", j, a[i].qs[j], b[i].qs[j]);
+                    diffs += dq != 0;
+                }
+            }
+        } else if (act == QT_Q8_K) {
+            const struct block_q8_K *a = (const void *)q_ref, *b = (const void *)q_simd;
+            for (int64_t i = 0; i < n / QK_K; i++) {
+                T_ASSERTF(a[i].d == b[i].d, "block %lld: d %g vs %g", (long long)i, a[i].d, b[i].d);
+                for (int j = 0; j < QK_K; j++) {
+                    int dq = a[i].qs[j] - b[i].qs[j];
+                    T_ASSERTF(dq >= -1 && dq <= 1, "q[%d] %d vs %d", j, a[i].qs[j], b[i].qs[j]);
+                    diffs += dq != 0;
+                }
+                /* bsums must describe the simd bytes themselves */
+                for (int g = 0; g < 16; g++) {
+                    int s = 0;
+                    for (int k = 0; k < 16; k++) s += b[i].qs[16 * g + k];
+                    T_ASSERTF(s == b[i].bsums[g], "bsums[%d] %d vs %d", g, b[i].bsums[g], s);
+                }
+            }
+        } else {
+            T_ASSERTF(memcmp(q_ref, q_simd, bytes) == 0, "%s activation bytes differ",
+                      quant_info(act)->name);
+        }
+        total += n;
+    }
+    T_ASSERTF(diffs * 1000 <= total, "%ld of %ld values differ", diffs, total);
+}
+
+/* vec_dot vs ref on the same activation bytes, for every kernel type of the ISA. */
+static void check_dots(enum kern_isa isa) {
+    need_isa(isa);
+    struct kern_ops ops;
+    isa_ops(isa, &ops);
+    static float x[NMAX], wf[NMAX], af[NMAX];
+    static uint8_t w[NMAX * 4], a[NMAX * 4];
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t t = k_types[ti];
+        const struct quant_info *qi = quant_info(t);
+        T_ASSERTF(ops.t[t].vec_dot != NULL, "%s: no vec_dot", qi->name);
+        quant_vec_dot_fn ref = quant_vec_dot_ref(t);
+        double worst = 0;
+        for (int rep = 0; rep < 200; rep++) {
+            const int64_t n = 256 * (1 + rep % 16);
+            rnd_weights(t, w, n);
+            rnd_act(x, n, rep % 3);
+            T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a, n) == 0);
+            T_ASSERT(quant_dequant_row_ref(t, w, wf, n) == 0);
+            act_values(qi->vec_dot_type, a, af, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++) mag += fabs((double)wf[i] * af[i]);
+            const float r = ref(n, w, a), s = ops.t[t].vec_dot(n, w, a);
+            const double err = mag > 0 ? fabs((double)s - r) / mag : fabs((double)s - r);
+            if (err > worst) worst = err;
+            T_ASSERTF(err < ERR_BOUND, "%s n=%lld: simd %.9g ref %.9g (rel %.3g)", qi->name,
+                      (long long)n, s, r, err);
+        }
+        printf("    %-5s max normalised error %.2e\n", qi->name, worst);
+    }
+}
+
+/* gemm over every tile shape up to the kern_impl.h bounds == vec_dot bit for bit. */
+static void check_gemm(enum kern_isa isa) {
+    need_isa(isa);
+    struct kern_ops ops;
+    isa_ops(isa, &ops);
+    enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, N = 512 };
+    static uint8_t w[NR * N * 4], a[NA * N * 4];
+    static float x[N], y[NA * (NR + 3)];
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t t = k_types[ti];
+        const struct quant_info *qi = quant_info(t);
+        T_ASSERTF(ops.t[t].gemm != NULL, "%s: no gemm", qi->name);
+        const size_t wb = quant_row_size(t, N), ab = quant_row_size(qi->vec_dot_type, N) + 7;
+        for (int r = 0; r < NR; r++) rnd_weights(t, w + (size_t)r * wb, N);
+        for (int c = 0; c < NA; c++) {
+            rnd_act(x, N, 0);
+            if (ops.t[t].quant_act) ops.t[t].quant_act(x, a + (size_t)c * ab, N);
+            else T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a + (size_t)c * ab, N) == 0);
+        }
+        const int ldy = NR + 3;
+        for (int nr = 1; nr <= NR; nr++)
+            for (int na = 1; na <= NA; na++) {
+                for (int i = 0; i < NA * ldy; i++) y[i] = -12345.0f;
+                ops.t[t].gemm(N, w, wb, nr, a, ab, na, y, ldy);
+                for (int c = 0; c < NA; c++)
+                    for (int r = 0; r < ldy; r++) {
+                        float want = -12345.0f;
+                        if (c < na && r < nr)
+                            want = ops.t[t].vec_dot(N, w + (size_t)r * wb, a + (size_t)c * ab);
+                        T_ASSERTF(memcmp(&want, &y[c * ldy + r], 4) == 0,
+                                  "%s tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g", qi->name, nr,
+                                  na, c, r, y[c * ldy + r], want);
+                    }
+            }
+    }
+}
+
+static void test_avx2_quant_q8_0(void) { check_quant(KERN_ISA_AVX2, QT_Q8_0); }
+static void test_avx2_quant_q8_K(void) { check_quant(KERN_ISA_AVX2, QT_Q4_K); }
+static void test_avx2_quant_f16(void) { check_quant(KERN_ISA_AVX2, QT_F16); }
+static void test_avx2_vec_dot(void) { check_dots(KERN_ISA_AVX2); }
+static void test_avx2_gemm_bitexact(void) { check_gemm(KERN_ISA_AVX2); }
+static void test_avx512_quant_q8_0(void) { check_quant(KERN_ISA_AVX512, QT_Q8_0); }
+static void test_avx512_quant_q8_K(void) { check_quant(KERN_ISA_AVX512, QT_Q4_K); }
+static void test_avx512_vec_dot(void) { check_dots(KERN_ISA_AVX512); }
+static void test_avx512_gemm_bitexact(void) { check_gemm(KERN_ISA_AVX512); }
+
+/* kern_matmul on the active ISA: M=1 row by row equals the rows of one M=13 call, on 1 and
+ * 2 threads, and every output matches the ref vec_dot within the bound. */
+static void test_matmul_batch_invariant(void) {
+    T_ASSERT(kern_init(KERN_ISA_AUTO) == 0);
+    printf("    active ISA: %s\n", kern_isa_name(kern_active_isa()));
+    enum { M = 13, NIN = 1024, NOUT = 200 };
+    static uint8_t wdata[NOUT * NIN * 2];
+    static float X[M * NIN], Y1[M * NOUT], YM[M * NOUT], Y2[M * NOUT];
+    static uint8_t scratch[M * NIN * 4 + 4096] __attribute__((aligned(64)));
+    struct pool *p1 = NULL, *p2 = NULL;
+    T_ASSERT(pool_create(1, &p1) == 0);
+    T_ASSERT(pool_create(2, &p2) == 0);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t t = k_types[ti];
+        struct kern_weight w = {.type = t, .n_in = NIN, .n_out = NOUT,
+                                .row_bytes = quant_row_size(t, NIN), .data = wdata};
+        for (int o = 0; o < NOUT; o++) rnd_weights(t, wdata + (size_t)o * w.row_bytes, NIN);
+        for (int i = 0; i < M * NIN; i++) X[i] = rnd_f(-1.0f, 1.0f);
+        T_ASSERT(kern_act_bytes(&w, M) <= sizeof(scratch));
+        for (int m = 0; m < M; m++) kern_matmul(p1, &w, X + m * NIN, 1, Y1 + m * NOUT, NOUT, scratch);
+        kern_matmul(p2, &w, X, M, YM, NOUT, scratch);
+        kern_matmul(p1, &w, X, M, Y2, NOUT, scratch);
+        T_ASSERTF(memcmp(Y1, YM, sizeof(Y1)) == 0, "%s: M=1 and M=13 (2 threads) differ",
+                  quant_info(t)->name);
+        T_ASSERTF(memcmp(Y2, YM, sizeof(Y2)) == 0, "%s: 1 and 2 threads differ",
+                  quant_info(t)->name);
+    }
+    pool_destroy(p1);
+    pool_destroy(p2);
+}
+
+int main(int argc, char **argv) {
+    static const struct t_case cases[] = {
+        T_CASE(test_avx2_quant_q8_0),      T_CASE(test_avx2_quant_q8_K),
+        T_CASE(test_avx2_quant_f16),       T_CASE(test_avx2_vec_dot),
+        T_CASE(test_avx2_gemm_bitexact),   T_CASE(test_avx512_quant_q8_0),
+        T_CASE(test_avx512_quant_q8_K),    T_CASE(test_avx512_vec_dot),
+        T_CASE(test_avx512_gemm_bitexact), T_CASE(test_matmul_batch_invariant),
+        {0},
+    };
+    return t_main(argc, argv, cases);
+}
