@@ -19,6 +19,17 @@
 struct gguf_file;
 struct tok_vocab;
 
+/* Status codes (0 ok, negative on failure). */
+enum tok_status {
+    TOK_OK = 0,
+    TOK_EFORMAT = -1,  /* vocab metadata missing or inconsistent (message names the key) */
+    TOK_ENOMEM = -2,
+    TOK_ERANGE = -3,   /* id out of range, or input too long */
+    TOK_ENOBYTE = -4,  /* byte fallback needed but the vocab has no token for that byte */
+    TOK_ESPACE = -5,   /* output buffer too small (tok_stream_*) */
+};
+const char *tok_strerror(int status);
+
 enum tok_type {
     TOK_TYPE_UNDEFINED = 0, TOK_TYPE_NORMAL = 1, TOK_TYPE_UNKNOWN = 2, TOK_TYPE_CONTROL = 3,
     TOK_TYPE_USER_DEFINED = 4, TOK_TYPE_UNUSED = 5, TOK_TYPE_BYTE = 6

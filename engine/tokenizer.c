@@ -1,0 +1,933 @@
+/*
+ * tokenizer — llama.cpp-compatible SentencePiece ("llama"/SPM) tokenizer over the GGUF vocab,
+ * plus decoding and the UTF-8-safe stream decoder. The Gemma 4 BPE fragment encoder lives in
+ * tokenizer_bpe.c. Behaviour follows llama.cpp's src/llama-vocab.cpp (see
+ * shared/docs/gemma-gguf-facts.md §6.2); comments say where a rule comes from.
+ */
+#include "engine/tokenizer.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/gguf.h"
+#include "engine/tokenizer_int.h"
+
+#define TOK_MAX_INPUT (1u << 28) /* bytes; keeps every index in 32 bits with room to spare */
+
+const char *tok_strerror(int status) {
+    switch (status) {
+    case TOK_OK: return "ok";
+    case TOK_EFORMAT: return "malformed tokenizer metadata";
+    case TOK_ENOMEM: return "out of memory";
+    case TOK_ERANGE: return "value out of range";
+    case TOK_ENOBYTE: return "no byte-fallback token for a byte";
+    case TOK_ESPACE: return "output buffer too small";
+    default: return "unknown tokenizer error";
+    }
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- hashing ---------------------------------------------------------------------------- */
+
+uint64_t tok_hash_bytes(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0x94d049bb133111ebull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static int hash_init(struct tok_hash *t, size_t n_keys) {
+    size_t cap = 16;
+    while (cap < n_keys * 2) cap <<= 1;
+    t->mask = (uint32_t)(cap - 1);
+    t->slot = malloc(cap * sizeof(*t->slot));
+    t->hv = malloc(cap * sizeof(*t->hv));
+    if (!t->slot || !t->hv) return TOK_ENOMEM;
+    memset(t->slot, 0xff, cap * sizeof(*t->slot));
+    return 0;
+}
+
+static void hash_free(struct tok_hash *t) {
+    free(t->slot);
+    free(t->hv);
+    t->slot = NULL;
+    t->hv = NULL;
+}
+
+int32_t tok_find(const struct tok_vocab *v, const char *text, size_t len) {
+    uint32_t h = (uint32_t)tok_hash_bytes(text, len);
+    for (uint32_t i = h & v->pieces.mask;; i = (i + 1) & v->pieces.mask) {
+        int32_t id = v->pieces.slot[i];
+        if (id < 0) return -1;
+        if (v->pieces.hv[i] == h && v->tok[id].len == len && !memcmp(v->tok[id].text, text, len))
+            return id;
+    }
+}
+
+/* Inserts id under its piece text; returns the id already there for a duplicate, else -1. */
+static int32_t piece_insert(struct tok_vocab *v, int32_t id) {
+    const struct tok_entry *e = &v->tok[id];
+    uint32_t h = (uint32_t)tok_hash_bytes(e->text, e->len);
+    uint32_t i = h & v->pieces.mask;
+    for (;; i = (i + 1) & v->pieces.mask) {
+        int32_t o = v->pieces.slot[i];
+        if (o < 0) break;
+        if (v->pieces.hv[i] == h && v->tok[o].len == e->len && !memcmp(v->tok[o].text, e->text, e->len))
+            return o;
+    }
+    v->pieces.slot[i] = id;
+    v->pieces.hv[i] = h;
+    return -1;
+}
+
+static int32_t find_cstr(const struct tok_vocab *v, const char *s) {
+    return tok_find(v, s, strlen(s));
+}
+
+/* ---- small shared helpers --------------------------------------------------------------- */
+
+void tok_out_push(struct tok_out *o, int32_t id) {
+    if (o->n < o->cap) o->ids[o->n] = id;
+    o->n++;
+}
+
+int tok_split_syms(const char *t, uint32_t off, uint32_t m, struct tok_sym *sym, int base) {
+    /* llama.cpp's unicode_len_utf8: the lead byte's high nibble decides the width, so a
+     * stray continuation byte is a 1-byte symbol and a truncated sequence is clipped. */
+    static const uint8_t width[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    int k = 0;
+    uint32_t p = 0;
+    while (p < m) {
+        uint32_t w = width[(uint8_t)t[off + p] >> 4];
+        if (w > m - p) w = m - p;
+        sym[k].off = off + p;
+        sym[k].n = w;
+        sym[k].prev = k == 0 ? -1 : base + k - 1;
+        p += w;
+        sym[k].next = p == m ? -1 : base + k + 1;
+        k++;
+    }
+    return k;
+}
+
+static int pair_before(const struct tok_pair *a, const struct tok_pair *b) {
+    return a->key > b->key || (a->key == b->key && a->left < b->left);
+}
+
+static void heap_push(struct tok_pair *h, size_t *n, struct tok_pair e) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!pair_before(&e, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+}
+
+static struct tok_pair heap_pop(struct tok_pair *h, size_t *n) {
+    struct tok_pair top = h[0];
+    struct tok_pair last = h[--(*n)];
+    size_t i = 0, cnt = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= cnt) break;
+        if (c + 1 < cnt && pair_before(&h[c + 1], &h[c])) c++;
+        if (!pair_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (cnt) h[i] = last;
+    return top;
+}
+
+/* ---- vocab loading ---------------------------------------------------------------------- */
+
+/* Texts llama.cpp recognises (src/llama-vocab.cpp, `load`); the first vocab token found in
+ * each detection list becomes that special id and is forced to CONTROL. llama.cpp walks an
+ * unordered map, so with several candidates its pick is arbitrary; we take the lowest id. */
+static const char *const eot_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<end_of_utterance>", NULL};
+static const char *const eom_texts[] = {"<|eom_id|>", NULL};
+static const char *const fim_pre_texts[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
+    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
+static const char *const fim_suf_texts[] = {
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
+static const char *const fim_mid_texts[] = {
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
+    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
+static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                            "[PAD]", NULL};
+static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                            "<REPO>", "<reponame>", NULL};
+static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
+/* Every token with one of these texts ends generation (and becomes CONTROL). */
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+/* gpt-oss markers llama.cpp always renders (forced USER_DEFINED). */
+static const char *const always_render_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                  "<|constrain|>", NULL};
+
+static int32_t detect_first(struct tok_vocab *v, const char *const *texts) {
+    int32_t best = -1;
+    for (int i = 0; texts[i]; i++) {
+        int32_t id = find_cstr(v, texts[i]);
+        if (id >= 0 && (best < 0 || id < best)) best = id;
+    }
+    if (best >= 0) v->tok[best].attr |= TOK_ATTR_CONTROL;
+    return best;
+}
+
+static int eog_has(const struct tok_vocab *v, int32_t id) {
+    for (int i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id) return 1;
+    return 0;
+}
+
+static void eog_add(struct tok_vocab *v, int32_t id) {
+    if (id >= 0 && !eog_has(v, id)) v->eog[v->n_eog++] = id;
+}
+
+static void eog_remove(struct tok_vocab *v, int32_t id) {
+    for (int i = 0; i < v->n_eog; i++)
+        if (v->eog[i] == id) {
+            v->eog[i] = v->eog[--v->n_eog];
+            return;
+        }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int eog_text_is(const struct tok_vocab *v, int32_t id, const char *s) {
+    size_t n = strlen(s);
+    return v->tok[id].len == n && !memcmp(v->tok[id].text, s, n);
+}
+
+/* End-of-generation set exactly as llama.cpp builds it (text list, then eos/eot/eom, then
+ * its two clean-up rules for <|end|> and </s>). */
+static int build_eog(struct tok_vocab *v, int32_t fim_pad, int32_t fim_rep, int32_t fim_sep) {
+    int cap = 8;
+    for (int i = 0; eog_texts[i]; i++) cap++;
+    v->eog = malloc((size_t)cap * sizeof(*v->eog));
+    if (!v->eog) return TOK_ENOMEM;
+    eog_add(v, fim_pad);
+    eog_add(v, fim_rep);
+    eog_add(v, fim_sep);
+    for (int i = 0; eog_texts[i]; i++) {
+        int32_t id = find_cstr(v, eog_texts[i]);
+        if (id < 0) continue;
+        eog_add(v, id);
+        v->tok[id].attr |= TOK_ATTR_CONTROL;
+    }
+    for (int i = 0; always_render_texts[i]; i++) {
+        int32_t id = find_cstr(v, always_render_texts[i]);
+        if (id >= 0) v->tok[id].attr = TOK_ATTR_USER_DEFINED;
+    }
+    eog_add(v, v->eos);
+    eog_add(v, v->eot);
+    eog_add(v, v->eom);
+
+    int has_return = 0, has_call = 0, has_flush = 0, has_marker = 0;
+    int32_t end_id = -1, s_id = -1;
+    for (int i = 0; i < v->n_eog; i++) {
+        int32_t id = v->eog[i];
+        if (eog_text_is(v, id, "<|return|>")) has_return = 1;
+        else if (eog_text_is(v, id, "<|call|>") || eog_text_is(v, id, "<|calls|>")) has_call = 1;
+        else if (eog_text_is(v, id, "<|flush|>")) has_flush = 1;
+        else if (eog_text_is(v, id, "<|end|>")) end_id = id;
+        if (eog_text_is(v, id, "<|tool_response>") || eog_text_is(v, id, "<|plamo:eos|>"))
+            has_marker = 1;
+        else if (eog_text_is(v, id, "</s>"))
+            s_id = id;
+    }
+    if (end_id >= 0 && ((has_return && has_call) || (has_call && has_flush))) {
+        eog_remove(v, end_id);
+        v->tok[end_id].attr = TOK_ATTR_USER_DEFINED;
+    }
+    if (has_marker && s_id >= 0) { /* Gemma 4: </s> is an ordinary token there */
+        eog_remove(v, s_id);
+        v->tok[s_id].attr = TOK_ATTR_NORMAL;
+    }
+    qsort(v->eog, (size_t)v->n_eog, sizeof(*v->eog), cmp_i32);
+    return 0;
+}
+
+static void slen_add(struct tok_slen *s, int *n, const struct tok_entry *e) {
+    int i = 0;
+    while (i < *n && s[i].len != e->len) i++;
+    if (i == *n) {
+        memset(&s[i], 0, sizeof(s[i]));
+        s[i].len = e->len;
+        (*n)++;
+    }
+    uint8_t b = (uint8_t)e->text[0];
+    s[i].first[b >> 3] |= (uint8_t)(1u << (b & 7));
+}
+
+static int cmp_slen_desc(const void *a, const void *b) {
+    uint32_t x = ((const struct tok_slen *)a)->len, y = ((const struct tok_slen *)b)->len;
+    return (x < y) - (x > y);
+}
+
+/* Special-token partition tables (llama.cpp `cache_special_tokens`): CONTROL, USER_DEFINED and
+ * UNKNOWN tokens take part; without parse_special only those with neither CONTROL nor UNKNOWN. */
+static int build_special(struct tok_vocab *v) {
+    size_t max_lens = 0;
+    for (int i = 0; i < v->n; i++)
+        if (v->tok[i].len > max_lens) max_lens = v->tok[i].len;
+    max_lens = max_lens + 1 < (size_t)v->n ? max_lens + 1 : (size_t)v->n;
+    v->slen_all = calloc(max_lens, sizeof(*v->slen_all));
+    v->slen_ud = calloc(max_lens, sizeof(*v->slen_ud));
+    if (!v->slen_all || !v->slen_ud) return TOK_ENOMEM;
+    for (int i = 0; i < v->n; i++) {
+        const struct tok_entry *e = &v->tok[i];
+        int a = e->attr;
+        if (!(a & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN))) continue;
+        slen_add(v->slen_all, &v->n_slen_all, e);
+        if (!(a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) slen_add(v->slen_ud, &v->n_slen_ud, e);
+    }
+    qsort(v->slen_all, (size_t)v->n_slen_all, sizeof(*v->slen_all), cmp_slen_desc);
+    qsort(v->slen_ud, (size_t)v->n_slen_ud, sizeof(*v->slen_ud), cmp_slen_desc);
+    return 0;
+}
+
+static int attr_of_type(int64_t t) {
+    switch (t) {
+    case TOK_TYPE_UNKNOWN: return TOK_ATTR_UNKNOWN;
+    case TOK_TYPE_UNUSED: return TOK_ATTR_UNUSED;
+    case TOK_TYPE_NORMAL: return TOK_ATTR_NORMAL;
+    case TOK_TYPE_CONTROL: return TOK_ATTR_CONTROL;
+    case TOK_TYPE_USER_DEFINED: return TOK_ATTR_USER_DEFINED;
+    case TOK_TYPE_BYTE: return TOK_ATTR_BYTE;
+    default: return 0;
+    }
+}
+
+/* Reads an optional special-token id; absent keeps *id. Out of range is an error. */
+static int read_special(const struct gguf_file *f, const char *key, int n, int32_t *id,
+                        char *err, size_t errlen) {
+    uint32_t u;
+    int rc = gguf_get_u32(f, key, &u);
+    if (rc == GGUF_ENOTFOUND) return 0;
+    if (rc || u >= (uint32_t)n) {
+        set_err(err, errlen, "%s: %s (vocab has %d tokens)", key,
+                rc ? gguf_strerror(rc) : "id out of range", n);
+        return TOK_EFORMAT;
+    }
+    *id = (int32_t)u;
+    return 0;
+}
+
+static int read_flag(const struct gguf_file *f, const char *key, int *out, char *err,
+                     size_t errlen) {
+    int b, rc = gguf_get_bool(f, key, &b);
+    if (rc == GGUF_ENOTFOUND) return 0;
+    if (rc) {
+        set_err(err, errlen, "%s: %s", key, gguf_strerror(rc));
+        return TOK_EFORMAT;
+    }
+    *out = b;
+    return 0;
+}
+
+static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err, size_t errlen) {
+    const struct gguf_kv *toks, *scores = NULL, *types = NULL;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) || toks->arr_type != GGUF_VT_STRING) {
+        set_err(err, errlen, "tokenizer.ggml.tokens: missing or not an array of strings");
+        return TOK_EFORMAT;
+    }
+    if (toks->arr_n == 0 || toks->arr_n > (uint64_t)INT32_MAX / 4) {
+        set_err(err, errlen, "tokenizer.ggml.tokens: bad token count %llu",
+                (unsigned long long)toks->arr_n);
+        return TOK_EFORMAT;
+    }
+    v->n = (int)toks->arr_n;
+    int rc = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
+    if (rc == GGUF_ENOTFOUND) scores = NULL;
+    else if (rc || (scores->arr_type != GGUF_VT_FLOAT32 && scores->arr_type != GGUF_VT_INT32) ||
+             scores->arr_n != toks->arr_n) {
+        set_err(err, errlen, "tokenizer.ggml.scores: %s (tokens has %d entries)",
+                rc ? gguf_strerror(rc) : scores->arr_n != toks->arr_n ? "length differs"
+                                                                      : "not f32/i32",
+                v->n);
+        return TOK_EFORMAT;
+    }
+    rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
+    if (rc == GGUF_ENOTFOUND) types = NULL;
+    else if (rc || types->arr_type != GGUF_VT_INT32 || types->arr_n != toks->arr_n) {
+        set_err(err, errlen, "tokenizer.ggml.token_type: %s (tokens has %d entries)",
+                rc ? gguf_strerror(rc) : types->arr_n != toks->arr_n ? "length differs"
+                                                                     : "not an i32 array",
+                v->n);
+        return TOK_EFORMAT;
+    }
+
+    v->tok = calloc((size_t)v->n, sizeof(*v->tok));
+    if (!v->tok) return TOK_ENOMEM;
+    size_t n_empty = 0;
+    for (int i = 0; i < v->n; i++) {
+        const char *s;
+        size_t len;
+        if (gguf_arr_str(toks, (uint64_t)i, &s, &len) || len > UINT32_MAX / 2) {
+            set_err(err, errlen, "tokenizer.ggml.tokens[%d]: unreadable", i);
+            return TOK_EFORMAT;
+        }
+        struct tok_entry *e = &v->tok[i];
+        e->text = s;
+        e->len = (uint32_t)len;
+        if (!len) n_empty++;
+        e->attr = TOK_ATTR_NORMAL;
+        if (scores && gguf_arr_f32(scores, (uint64_t)i, &e->score)) {
+            set_err(err, errlen, "tokenizer.ggml.scores[%d]: unreadable", i);
+            return TOK_EFORMAT;
+        }
+        if (types) {
+            int64_t t;
+            if (gguf_arr_i64(types, (uint64_t)i, &t)) {
+                set_err(err, errlen, "tokenizer.ggml.token_type[%d]: unreadable", i);
+                return TOK_EFORMAT;
+            }
+            e->attr = (uint8_t)attr_of_type(t);
+        }
+    }
+    /* llama.cpp renames empty pieces to "[EMPTY_<id>]" so that they stay unique. */
+    if (n_empty) {
+        v->arena = malloc(n_empty * 24);
+        if (!v->arena) return TOK_ENOMEM;
+        char *p = v->arena;
+        for (int i = 0; i < v->n; i++) {
+            if (v->tok[i].len) continue;
+            int k = snprintf(p, 24, "[EMPTY_%d]", i);
+            v->tok[i].text = p;
+            v->tok[i].len = (uint32_t)k;
+            p += k + 1;
+        }
+    }
+    if (hash_init(&v->pieces, (size_t)v->n)) return TOK_ENOMEM;
+    for (int i = 0; i < v->n; i++) {
+        int32_t dup = piece_insert(v, i);
+        if (dup >= 0) {
+            set_err(err, errlen, "tokenizer.ggml.tokens: tokens %d and %d have the same text",
+                    (int)dup, i);
+            return TOK_EFORMAT;
+        }
+        if (v->tok[i].len > v->max_len) v->max_len = v->tok[i].len;
+    }
+    return 0;
+}
+
+static int load_model(struct tok_vocab *v, const struct gguf_file *f, char *err, size_t errlen) {
+    const char *m;
+    size_t mlen;
+    if (gguf_get_str(f, "tokenizer.ggml.model", &m, &mlen)) {
+        set_err(err, errlen, "tokenizer.ggml.model: missing or not a string");
+        return TOK_EFORMAT;
+    }
+    if (mlen == 5 && !memcmp(m, "llama", 5)) {
+        /* llama.cpp SPM defaults; Gemma files override all of them. */
+        v->model = TOK_MODEL_SPM;
+        v->bos = 1;
+        v->eos = 2;
+        v->unk = 0;
+        v->add_space_prefix = 1;
+    } else if (mlen == 6 && !memcmp(m, "gemma4", 6)) {
+        v->model = TOK_MODEL_GEMMA4;
+        v->bos = v->eos = v->unk = -1;
+        v->add_space_prefix = 0;
+    } else {
+        set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%.*s'",
+                (int)(mlen > 64 ? 64 : mlen), m);
+        return TOK_EFORMAT;
+    }
+    v->add_bos = 1;
+    v->add_eos = 0;
+    v->eot = v->eom = -1;
+    return 0;
+}
+
+int tok_create(const struct gguf_file *f, struct tok_vocab **out, char *err, size_t errlen) {
+    int rc;
+    *out = NULL;
+    struct tok_vocab *v = calloc(1, sizeof(*v));
+    if (!v) return TOK_ENOMEM;
+    if ((rc = load_model(v, f, err, errlen))) goto fail;
+    if ((rc = load_tokens(v, f, err, errlen))) goto fail;
+    if (v->bos >= v->n) v->bos = -1; /* defaults outside a small vocab are disabled */
+    if (v->eos >= v->n) v->eos = -1;
+    if (v->unk >= v->n) v->unk = -1;
+    int32_t pad = -1;
+    if ((rc = read_special(f, "tokenizer.ggml.bos_token_id", v->n, &v->bos, err, errlen)) ||
+        (rc = read_special(f, "tokenizer.ggml.eos_token_id", v->n, &v->eos, err, errlen)) ||
+        (rc = read_special(f, "tokenizer.ggml.unknown_token_id", v->n, &v->unk, err, errlen)) ||
+        (rc = read_special(f, "tokenizer.ggml.padding_token_id", v->n, &pad, err, errlen)) ||
+        (rc = read_special(f, "tokenizer.ggml.eot_token_id", v->n, &v->eot, err, errlen)) ||
+        (rc = read_special(f, "tokenizer.ggml.eom_token_id", v->n, &v->eom, err, errlen)))
+        goto fail;
+    if ((rc = read_flag(f, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen)) ||
+        (rc = read_flag(f, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen)) ||
+        (rc = read_flag(f, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen)))
+        goto fail;
+    if (v->model == TOK_MODEL_GEMMA4) {
+        v->add_bos = 1; /* llama.cpp forces BOS for Gemma 4 */
+        v->add_space_prefix = 0;
+        if ((rc = tok_bpe_load(v, f, err, errlen))) goto fail;
+    }
+    if (v->add_bos && v->bos < 0) {
+        set_err(err, errlen, "tokenizer.ggml.bos_token_id: missing but add_bos_token is set");
+        rc = TOK_EFORMAT;
+        goto fail;
+    }
+    if (v->add_eos && v->eos < 0) {
+        set_err(err, errlen, "tokenizer.ggml.eos_token_id: missing but add_eos_token is set");
+        rc = TOK_EFORMAT;
+        goto fail;
+    }
+
+    /* Auto-detected specials (llama.cpp): each forced to CONTROL. */
+    if (v->eot < 0) v->eot = detect_first(v, eot_texts);
+    if (v->eom < 0) v->eom = detect_first(v, eom_texts);
+    detect_first(v, fim_pre_texts);
+    detect_first(v, fim_suf_texts);
+    detect_first(v, fim_mid_texts);
+    int32_t fim_pad = detect_first(v, fim_pad_texts);
+    int32_t fim_rep = detect_first(v, fim_rep_texts);
+    int32_t fim_sep = detect_first(v, fim_sep_texts);
+    if ((rc = build_eog(v, fim_pad, fim_rep, fim_sep))) goto fail;
+    if ((rc = build_special(v))) goto fail;
+
+    /* Byte fallback: "<0xXX>" (uppercase hex), else the one-byte piece. */
+    for (int b = 0; b < 256; b++) {
+        char hex[7];
+        snprintf(hex, sizeof(hex), "<0x%02X>", b);
+        v->byte_tok[b] = tok_find(v, hex, 6);
+        if (v->byte_tok[b] < 0 && v->model == TOK_MODEL_SPM) {
+            char c = (char)b;
+            v->byte_tok[b] = tok_find(v, &c, 1);
+        }
+    }
+    *out = v;
+    return 0;
+fail:
+    if (rc == TOK_ENOMEM) set_err(err, errlen, "tokenizer: out of memory");
+    tok_destroy(v);
+    return rc;
+}
+
+void tok_destroy(struct tok_vocab *v) {
+    if (!v) return;
+    free(v->tok);
+    hash_free(&v->pieces);
+    free(v->slen_all);
+    free(v->slen_ud);
+    free(v->eog);
+    free(v->merges);
+    hash_free(&v->merge_hash);
+    free(v->arena);
+    free(v);
+}
+
+/* ---- accessors -------------------------------------------------------------------------- */
+
+int tok_n_vocab(const struct tok_vocab *v) { return v->n; }
+int32_t tok_bos(const struct tok_vocab *v) { return v->bos; }
+int32_t tok_eos(const struct tok_vocab *v) { return v->eos; }
+int tok_add_bos(const struct tok_vocab *v) { return v->add_bos; }
+
+int tok_is_eog(const struct tok_vocab *v, int32_t id) {
+    return id >= 0 && bsearch(&id, v->eog, (size_t)v->n_eog, sizeof(*v->eog), cmp_i32) != NULL;
+}
+
+/* The effective type after llama.cpp's adjustments (e.g. "</s>" becomes CONTROL in Gemma 3). */
+int tok_type(const struct tok_vocab *v, int32_t id) {
+    if (id < 0 || id >= v->n) return TOK_ERANGE;
+    int a = v->tok[id].attr;
+    if (a & TOK_ATTR_CONTROL) return TOK_TYPE_CONTROL;
+    if (a & TOK_ATTR_USER_DEFINED) return TOK_TYPE_USER_DEFINED;
+    if (a & TOK_ATTR_UNKNOWN) return TOK_TYPE_UNKNOWN;
+    if (a & TOK_ATTR_BYTE) return TOK_TYPE_BYTE;
+    if (a & TOK_ATTR_NORMAL) return TOK_TYPE_NORMAL;
+    if (a & TOK_ATTR_UNUSED) return TOK_TYPE_UNUSED;
+    return TOK_TYPE_UNDEFINED;
+}
+
+const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len) {
+    if (id < 0 || id >= v->n) {
+        *len = 0;
+        return NULL;
+    }
+    *len = v->tok[id].len;
+    return v->tok[id].text;
+}
+
+int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len) {
+    return tok_find(v, text, len);
+}
+
+/* ---- encoding --------------------------------------------------------------------------- */
+
+void tok_merge(const struct tok_vocab *v, struct tok_scratch *s, const char *t, int ns,
+               tok_key_fn keyfn) {
+    struct tok_sym *sym = s->sym;
+    size_t nh = 0;
+    float key;
+    for (int i = 1; i < ns; i++)
+        if (keyfn(v, t + sym[i - 1].off, sym[i - 1].n, sym[i].n, &key))
+            heap_push(s->heap, &nh, (struct tok_pair){key, i - 1, i, sym[i - 1].n + sym[i].n});
+    while (nh) {
+        struct tok_pair p = heap_pop(s->heap, &nh);
+        struct tok_sym *L = &sym[p.left], *R = &sym[p.right];
+        /* Stale when either side was merged since; both alive means still adjacent, so the
+         * pair's text is unchanged exactly when its size is. */
+        if (!L->n || !R->n || L->n + R->n != p.size) continue;
+        L->n += R->n;
+        R->n = 0;
+        L->next = R->next;
+        if (R->next >= 0) sym[R->next].prev = p.left;
+        int32_t l = L->prev, r = L->next;
+        if (l >= 0 && keyfn(v, t + sym[l].off, sym[l].n, L->n, &key))
+            heap_push(s->heap, &nh, (struct tok_pair){key, l, p.left, sym[l].n + L->n});
+        if (r >= 0 && keyfn(v, t + L->off, L->n, sym[r].n, &key))
+            heap_push(s->heap, &nh, (struct tok_pair){key, p.left, r, L->n + sym[r].n});
+    }
+}
+
+int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t,
+             struct tok_out *o, int strict) {
+    for (int i = 0; i != -1; i = sym[i].next) {
+        int32_t id = tok_find(v, t + sym[i].off, sym[i].n);
+        if (id >= 0) {
+            tok_out_push(o, id);
+            continue;
+        }
+        for (uint32_t j = 0; j < sym[i].n; j++) {
+            int32_t b = v->byte_tok[(uint8_t)t[sym[i].off + j]];
+            if (b >= 0) tok_out_push(o, b);
+            else if (strict) return TOK_ENOBYTE;
+        }
+    }
+    return 0;
+}
+
+/* SPM pair priority: the score of the piece the two symbols spell, if there is one. */
+static int spm_key(const struct tok_vocab *v, const char *a, uint32_t alen, uint32_t blen,
+                   float *key) {
+    int32_t id = tok_find(v, a, alen + blen);
+    if (id < 0) return 0;
+    *key = v->tok[id].score;
+    return 1;
+}
+
+/* SPM merge of one fragment t[0..m) (spaces already escaped): seed all adjacent character
+ * pairs that form a vocab piece, then repeatedly merge the best-scoring pair.
+ * llama.cpp also records merges for "resegmenting" symbols that are not pieces; its map only
+ * ever holds texts that are pieces, and it is only consulted for texts that are not, so the
+ * lookup never succeeds: a final symbol is either a piece or falls back to bytes (and a
+ * missing byte piece is an error there, as here). */
+static int spm_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t,
+                        uint32_t m, struct tok_out *o) {
+    int ns = tok_split_syms(t, 0, m, s->sym, 0);
+    tok_merge(v, s, t, ns, spm_key);
+    return tok_emit(v, s->sym, t, o, 1);
+}
+
+/* Escapes one raw fragment (optional leading space, ' ' -> U+2581) into s->buf and runs the
+ * model's merge algorithm over it. */
+static int encode_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *text,
+                           size_t len, int prefix_space, struct tok_out *o) {
+    uint32_t m = 0;
+    if (prefix_space) {
+        memcpy(s->buf, "\xe2\x96\x81", 3);
+        m = 3;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(s->buf + m, "\xe2\x96\x81", 3);
+            m += 3;
+        } else {
+            s->buf[m++] = text[i];
+        }
+    }
+    if (v->model == TOK_MODEL_GEMMA4) return tok_bpe_fragment(v, s, s->buf, m, o);
+    return spm_fragment(v, s, s->buf, m, o);
+}
+
+struct tok_match {
+    int32_t id;     /* special token */
+    uint32_t pos;   /* byte offset of the occurrence */
+};
+
+static int cmp_match(const void *a, const void *b) {
+    const struct tok_match *x = a, *y = b;
+    if (x->id != y->id) return (x->id > y->id) - (x->id < y->id);
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* llama.cpp's tokenizer_st_partition: special tokens, longest first, each split out of the
+ * remaining raw text at its leftmost non-overlapping occurrences. Equivalent formulation used
+ * here: per length (descending), collect the occurrences of that length's special tokens and
+ * accept them in (token, position) order when none of their bytes is taken yet.
+ * mark[i] = 0 free, id + 1 at the start of an accepted token, -1 inside one. */
+static void partition(const struct tok_vocab *v, const char *text, uint32_t len,
+                      int parse_special, int32_t *mark, struct tok_match *mt) {
+    const struct tok_slen *sl = parse_special ? v->slen_all : v->slen_ud;
+    int nsl = parse_special ? v->n_slen_all : v->n_slen_ud;
+    memset(mark, 0, (size_t)len * sizeof(*mark));
+    for (int k = 0; k < nsl; k++) {
+        uint32_t L = sl[k].len;
+        if (L > len) continue;
+        size_t nm = 0;
+        for (uint32_t p = 0; p + L <= len; p++) {
+            uint8_t b = (uint8_t)text[p];
+            if (!(sl[k].first[b >> 3] & (1u << (b & 7)))) continue;
+            if (mark[p] || mark[p + L - 1]) continue;
+            int32_t id = tok_find(v, text + p, L);
+            if (id < 0) continue;
+            int a = v->tok[id].attr;
+            if (!(a & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN))) continue;
+            if (!parse_special && (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+            mt[nm++] = (struct tok_match){id, p};
+        }
+        if (nm > 1) qsort(mt, nm, sizeof(*mt), cmp_match);
+        for (size_t i = 0; i < nm; i++) {
+            uint32_t p = mt[i].pos;
+            uint32_t q = p;
+            while (q < p + L && !mark[q]) q++;
+            if (q < p + L) continue;
+            mark[p] = mt[i].id + 1;
+            for (q = p + 1; q < p + L; q++) mark[q] = -1;
+        }
+    }
+}
+
+int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
+               int parse_special, int32_t *ids, int cap) {
+    if (len >= TOK_MAX_INPUT || cap < 0) return TOK_ERANGE;
+    struct tok_out o = {ids, cap, 0};
+    if (add_bos && v->add_bos) tok_out_push(&o, v->bos);
+    int rc = 0;
+    if (len) {
+        /* One allocation for all scratch: escaped text grows at most 3x (+3 for the prefix),
+         * at most one symbol per input byte (+1 for the prefix), and the heap holds the seeds
+         * plus two pairs per merge. */
+        size_t nsym = len + 2;
+        size_t bytes = len * sizeof(int32_t) + len * sizeof(struct tok_match) +
+                       nsym * sizeof(struct tok_sym) + 3 * nsym * sizeof(struct tok_pair) +
+                       3 * len + 4;
+        char *mem = malloc(bytes);
+        if (!mem) return TOK_ENOMEM;
+        int32_t *mark = (int32_t *)mem;
+        struct tok_match *mt = (struct tok_match *)(mark + len);
+        struct tok_scratch s;
+        s.sym = (struct tok_sym *)(mt + len);
+        s.heap = (struct tok_pair *)(s.sym + nsym);
+        s.heap_cap = 3 * nsym;
+        s.buf = (char *)(s.heap + s.heap_cap);
+        partition(v, text, (uint32_t)len, parse_special, mark, mt);
+        int prev_special = 1; /* the start of text counts as "after a special token" */
+        uint32_t p = 0;
+        while (p < len && rc == 0) {
+            if (mark[p] > 0) {
+                int32_t id = mark[p] - 1;
+                tok_out_push(&o, id);
+                p += v->tok[id].len;
+                prev_special = 1;
+                continue;
+            }
+            uint32_t q = p;
+            while (q < len && mark[q] == 0) q++;
+            rc = encode_fragment(v, &s, text + p, q - p, v->add_space_prefix && prev_special, &o);
+            prev_special = 0;
+            p = q;
+        }
+        free(mem);
+    }
+    if (rc) return rc;
+    if (add_bos && v->add_eos) tok_out_push(&o, v->eos);
+    return o.n;
+}
+
+/* ---- decoding --------------------------------------------------------------------------- */
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Copies piece bytes, dropping `lstrip` leading spaces (llama.cpp token_to_piece). */
+static int emit_piece(const char *p, int n, int lstrip, char *buf, int cap) {
+    while (lstrip-- > 0 && n > 0 && *p == ' ') {
+        p++;
+        n--;
+    }
+    if (cap > 0) memcpy(buf, p, (size_t)(n < cap ? n : cap));
+    return n;
+}
+
+static int token_bytes(const struct tok_vocab *v, int32_t id, int special, int lstrip,
+                       char *buf, int cap) {
+    if (id < 0 || id >= v->n) return TOK_ERANGE;
+    if (cap < 0) cap = 0;
+    const struct tok_entry *e = &v->tok[id];
+    int a = e->attr;
+    if (!special && (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL))) return 0;
+    if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED))
+        return emit_piece(e->text, (int)e->len, lstrip, buf, cap);
+    if (a & TOK_ATTR_NORMAL) {
+        /* U+2581 -> ' ' (both SPM and the Gemma 4 BPE escape spaces this way). */
+        int n = 0, skip = lstrip;
+        for (uint32_t i = 0; i < e->len;) {
+            char c;
+            if (i + 3 <= e->len && !memcmp(e->text + i, "\xe2\x96\x81", 3)) {
+                c = ' ';
+                i += 3;
+            } else {
+                c = e->text[i++];
+            }
+            if (skip > 0 && n == 0 && c == ' ') {
+                skip--;
+                continue;
+            }
+            skip = 0;
+            if (n < cap) buf[n] = c;
+            n++;
+        }
+        return n;
+    }
+    if (a & TOK_ATTR_BYTE) {
+        /* "<0xXX>": llama.cpp parses characters 3-4 as hex. */
+        int val = 0;
+        for (uint32_t i = 3; i < 5 && i < e->len && hexval(e->text[i]) >= 0; i++)
+            val = val * 16 + hexval(e->text[i]);
+        if (cap > 0) buf[0] = (char)val;
+        return 1;
+    }
+    return 0;
+}
+
+int tok_token_to_bytes(const struct tok_vocab *v, int32_t id, int special, char *buf, int cap) {
+    return token_bytes(v, id, special, 0, buf, cap);
+}
+
+int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special, char *buf,
+               int cap) {
+    /* llama.cpp detokenize: with add_space_prefix the first piece loses one leading space. */
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        int room = cap - total;
+        if (room < 0) room = 0;
+        int k = token_bytes(v, ids[i], special, i == 0 && v->add_space_prefix,
+                            room ? buf + total : NULL, room);
+        if (k < 0) return k;
+        if (k > INT_MAX - total) return TOK_ERANGE;
+        total += k;
+    }
+    return total;
+}
+
+/* ---- streaming -------------------------------------------------------------------------- */
+
+/* Length of the UTF-8 sequence starting at s[0] (n bytes available):
+ * > 0: a complete valid sequence of that many bytes;
+ * 0: a valid but unfinished prefix (all n bytes belong to it);
+ * < 0: invalid; -k means the first k bytes form the maximal invalid subpart. */
+static int utf8_seq(const uint8_t *s, int n) {
+    uint8_t c = s[0];
+    int need;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) need = 2;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else return -1;
+    for (int k = 1; k <= need; k++) {
+        if (k >= n) return 0;
+        uint8_t x = s[k];
+        if (x < lo || x > hi) return -k;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return need + 1;
+}
+
+void tok_stream_init(struct tok_stream *s) { memset(s, 0, sizeof(*s)); }
+
+int tok_stream_push(struct tok_stream *s, const struct tok_vocab *v, int32_t id, char *out,
+                    int cap) {
+    uint8_t in[TOK_STREAM_MAX];
+    int np = s->n_pending;
+    if (np < 0 || np > 4) np = 0;
+    memcpy(in, s->pending, (size_t)np);
+    int k = token_bytes(v, id, 0, 0, (char *)in + np, (int)sizeof(in) - np);
+    if (k < 0) return k;
+    if (k > (int)sizeof(in) - np) return TOK_ESPACE;
+    int n = np + k, w = 0, i = 0;
+    while (i < n) {
+        int r = utf8_seq(in + i, n - i);
+        if (r == 0) break; /* unfinished tail: keep it */
+        const uint8_t *src = in + i;
+        int len = r;
+        if (r < 0) {
+            src = (const uint8_t *)"\xef\xbf\xbd";
+            len = 3;
+        }
+        if (w + len > cap) return TOK_ESPACE;
+        memcpy(out + w, src, (size_t)len);
+        w += len;
+        i += r > 0 ? r : -r;
+    }
+    s->n_pending = n - i;
+    memcpy(s->pending, in + i, (size_t)(n - i));
+    return w;
+}
+
+int tok_stream_flush(struct tok_stream *s, char *out, int cap) {
+    if (s->n_pending <= 0) {
+        s->n_pending = 0;
+        return 0;
+    }
+    if (cap < 3) return TOK_ESPACE;
+    memcpy(out, "\xef\xbf\xbd", 3);
+    s->n_pending = 0;
+    return 3;
+}
