@@ -27,4 +27,10 @@ void cudafwd_destroy(struct cudafwd *c);
 /* Same contract as fwd_run. */
 int cudafwd_run(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, float *logits);
 
+/* Added by the CUDA backend (not used by forward.c before it calls it):
+ * Same as fwd_set_tap: fn gets the hidden rows after each layer and, for the selected logit
+ * rows, after the output norm (layer == n_layer). Copies rows back synchronously, so it is
+ * for debugging only. Allocates its host buffer here (FWD_ENOMEM if that fails). */
+int cudafwd_set_tap(struct cudafwd *c, fwd_tap_fn fn, void *user);
+
 #endif

@@ -1,0 +1,137 @@
+/* cuda_attn — see cuda_attn.h. */
+#include "engine/cuda/cuda_attn.h"
+
+#include <cuda_fp16.h>
+#include <math.h>
+
+#define CF_ATT_WARPS 8
+#define CF_ATT_PER_LANE (CF_ATT_MAX_HD / 32)
+
+/* Row index (in units of one position of this layer) where position p of sequence seq is
+ * stored: block * block_size + p % block_size. */
+__device__ __forceinline__ int64_t cf_kv_slot(const struct cf_rows &R, const struct cf_kv &kv,
+                                              int seq, int p) {
+    const int32_t *info = R.seq_info + 4 * seq;
+    const int b = p / kv.block_size;
+    const int32_t blk = kv.ring ? R.tables[info[2] + b % info[3]] : R.tables[info[0] + b];
+    return (int64_t)blk * kv.block_size + p % kv.block_size;
+}
+
+__global__ void cf_kv_store_kernel(struct cf_rows R, struct cf_kv kv, const float *__restrict__ k,
+                                   int ld_k, const float *__restrict__ v, int ld_v) {
+    const int r = blockIdx.x;
+    const int64_t slot = cf_kv_slot(R, kv, R.seq[r], R.pos[r]);
+    const int nk = kv.n_kv * kv.hd, nv = kv.n_kv * kv.hd_v;
+    __half *kd = static_cast<__half *>(kv.k) + slot * nk;
+    __half *vd = static_cast<__half *>(kv.v) + slot * nv;
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) kd[i] = __float2half_rn(k[(size_t)r * ld_k + i]);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) vd[i] = __float2half_rn(v[(size_t)r * ld_v + i]);
+}
+
+/*
+ * One block per (row, query head). Warp w walks keys lo + w, lo + w + WARPS, … ≤ p with its own
+ * running max m, sum l and output accumulator (lane holds dims lane + 32 i); the warps'
+ * states are merged at the end. Scores: lanes split the head dim, a butterfly sums them.
+ */
+__global__ void __launch_bounds__(CF_ATT_WARPS * 32)
+    cf_attn_kernel(struct cf_rows R, struct cf_kv kv, struct cf_attn A, const float *__restrict__ q,
+                   int ld_q, float *__restrict__ out, int ld_out) {
+    __shared__ float qs[CF_ATT_MAX_HD];
+    __shared__ float wm[CF_ATT_WARPS], wl[CF_ATT_WARPS];
+    __shared__ float wacc[CF_ATT_WARPS][CF_ATT_MAX_HD];
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kvh = h / (A.n_head / kv.n_kv);
+    const int p = R.pos[r], seq = R.seq[r];
+    const int lo = A.window > 0 ? max(0, p - A.window + 1) : 0;
+    const int nd = kv.hd / 32, nv = kv.hd_v / 32;
+
+    const float *qr = q + (size_t)r * ld_q + (size_t)h * kv.hd;
+    /* Like llama.cpp's CPU path with an F16 cache (and engine/forward.c): q is scaled, then
+     * rounded to fp16 before the dot products. */
+    for (int d = threadIdx.x; d < kv.hd; d += blockDim.x)
+        qs[d] = __half2float(__float2half_rn(qr[d] * A.scale));
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f;
+    float acc[CF_ATT_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < CF_ATT_PER_LANE; i++) acc[i] = 0.0f;
+
+    const __half *kbase = static_cast<const __half *>(kv.k);
+    const __half *vbase = static_cast<const __half *>(kv.v);
+    for (int j = lo + warp; j <= p; j += CF_ATT_WARPS) {
+        const int64_t slot = cf_kv_slot(R, kv, seq, j);
+        const __half *kr = kbase + (slot * kv.n_kv + kvh) * kv.hd;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CF_ATT_PER_LANE; i++)
+            if (i < nd) s += qs[lane + 32 * i] * __half2float(kr[lane + 32 * i]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (A.softcap > 0.0f) s = A.softcap * tanhf(s * (1.0f / A.softcap));
+        const float mn = fmaxf(m, s);
+        const float corr = expf(m - mn); /* 0 for the first key (m = -inf) */
+        const float pe = expf(s - mn);
+        l = l * corr + pe;
+        const __half *vr = vbase + (slot * kv.n_kv + kvh) * kv.hd_v;
+#pragma unroll
+        for (int i = 0; i < CF_ATT_PER_LANE; i++)
+            if (i < nv) acc[i] = acc[i] * corr + pe * __half2float(vr[lane + 32 * i]);
+        m = mn;
+    }
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < CF_ATT_PER_LANE; i++)
+        if (i < nv) wacc[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+
+    /* Every row sees at least its own key, so the overall max is finite; warps that saw no
+     * key have m = -inf and weigh exp(-inf) = 0. */
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < CF_ATT_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < CF_ATT_WARPS; w++) L += wl[w] * expf(wm[w] - M);
+    float *orow = out + (size_t)r * ld_out + (size_t)h * kv.hd_v;
+    for (int d = threadIdx.x; d < kv.hd_v; d += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < CF_ATT_WARPS; w++) o += wacc[w][d] * expf(wm[w] - M);
+        orow[d] = o / L;
+    }
+}
+
+static int cf_kv_check(const struct cf_kv *kv) {
+    if (kv->n_kv <= 0 || kv->hd <= 0 || kv->hd % 32 || kv->hd > CF_ATT_MAX_HD || kv->hd_v <= 0 ||
+        kv->hd_v % 32 || kv->hd_v > CF_ATT_MAX_HD || kv->block_size <= 0)
+        return cf_fail("cuda attention: unsupported KV shape n_kv=%d hd=%d hd_v=%d bs=%d",
+                       kv->n_kv, kv->hd, kv->hd_v, kv->block_size);
+    return 0;
+}
+
+extern "C" int cf_kv_store(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
+                           const float *k, int ld_k, const float *v, int ld_v) {
+    if (rows->n_rows <= 0) return 0;
+    if (cf_kv_check(kv)) return -1;
+    cf_kv_store_kernel<<<(unsigned)rows->n_rows, 256, 0, stream>>>(*rows, *kv, k, ld_k, v, ld_v);
+    return CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int cf_attention(cudaStream_t stream, const struct cf_rows *rows,
+                            const struct cf_kv *kv, const struct cf_attn *a, const float *q,
+                            int ld_q, float *out, int ld_out) {
+    if (rows->n_rows <= 0) return 0;
+    if (cf_kv_check(kv)) return -1;
+    if (a->n_head <= 0 || a->n_head > 65535 || a->n_head % kv->n_kv)
+        return cf_fail("cuda attention: %d query heads for %d KV heads", a->n_head, kv->n_kv);
+    if (ld_q < a->n_head * kv->hd || ld_out < a->n_head * kv->hd_v)
+        return cf_fail("cuda attention: row strides too small");
+    cf_attn_kernel<<<dim3((unsigned)rows->n_rows, (unsigned)a->n_head), CF_ATT_WARPS * 32, 0,
+                     stream>>>(*rows, *kv, *a, q, ld_q, out, ld_out);
+    return CUDA_CHECK_LAUNCH();
+}

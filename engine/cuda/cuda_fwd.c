@@ -1,0 +1,714 @@
+/*
+ * cuda_fwd — the forward pass on one CUDA device (see cuda_fwd.h).
+ *
+ * The step mirrors engine/forward.c operation for operation (same order, same places where
+ * values are rounded: F16 KV with q rounded to F16, the fp16-rounded GELU, RMS sums in
+ * double), with each operation one kernel from engine/cuda/cuda_*.cu, all queued on one
+ * stream. Per step the host copies one int32 block (tokens, positions, row->sequence map,
+ * block tables, selected logit rows) to the device and the selected logit rows back; that is
+ * the only traffic. Everything the step needs was allocated by cudafwd_create.
+ *
+ * Not supported yet (cudafwd_create fails with "not supported on CUDA yet: ..." so that
+ * FWD_DEVICE_AUTO falls back to the CPU): KV caches other than F16, tensor types other than
+ * those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples of 32 or
+ * above 512.
+ */
+#include "engine/cuda/cuda_fwd.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cuda/cuda_act.h"
+#include "engine/cuda/cuda_attn.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/cuda_getrows.h"
+#include "engine/cuda/cuda_matmul.h"
+#include "engine/cuda/cuda_norm.h"
+#include "engine/cuda/cuda_probe.h"
+#include "engine/cuda/cuda_rope.h"
+#include "engine/kernels/quant.h"
+#include "engine/log.h"
+#include "engine/model.h"
+
+#define CF_ALIGN 256
+
+/* Device copies of one layer's weights. NULL / .data == NULL where the layer has none. */
+struct cf_layer {
+    const float *attn_norm, *q_norm, *k_norm;  /* [n_embd], [hd], [hd] */
+    const float *post_attn_norm, *ffn_norm;    /* [n_embd] */
+    const float *post_ffw_norm, *post_norm;    /* [n_embd] */
+    const float *rope_freqs;                   /* [n_rot/2] divisors */
+    struct cf_weight wq, wk, wv, wo;           /* attention projections */
+    struct cf_weight gate, up, down;           /* FFN */
+    struct cf_weight inp_gate, proj;           /* Gemma 4 per-layer embedding */
+    struct cf_kv kv;                           /* the cache this layer reads (kv_layer's) */
+};
+
+/* One host pointer already uploaded (tied embeddings and shared rope_freqs upload once). */
+struct cf_upload {
+    const void *host;
+    size_t bytes;
+    const void *dev;
+};
+
+struct cudafwd {
+    const struct model *m;
+    const struct kvs_pool *kvp;
+    struct fwd_opts o;          /* as given (max_logit_rows >= 1) */
+    cudaStream_t stream;        /* every kernel of a step runs here */
+    cublasHandle_t blas;        /* NULL when deterministic */
+    enum cf_mm_mode mm_mode;    /* KERNEL when deterministic, else AUTO */
+
+    uint8_t *wmem;              /* device: all weights, packed as in the GGUF */
+    size_t wmem_bytes, wmem_used;
+    struct cf_upload *ups;      /* [n_ups] dedup table, create-time only */
+    int n_ups, cap_ups;
+    struct cf_weight tok_embd;  /* {n_embd, n_vocab} */
+    struct cf_weight output;    /* LM head (== tok_embd when tied) */
+    struct cf_weight pl_tok_embd, pl_proj;      /* Gemma 4 PLE tables */
+    const float *output_norm, *pl_proj_norm;
+    struct cf_layer *L;         /* [n_layer] */
+
+    uint8_t *kvmem;             /* device: every owning layer's K and V blocks (F16) */
+    size_t kv_bytes;
+
+    uint8_t *amem;              /* device: activations, carved below */
+    float *x, *h, *t;           /* [T][n_embd] residual, normed input, sublayer output */
+    float *q, *k, *v, *att;     /* [T][n_head*hd], [T][nkv*hd], [T][nkv*hd_v], [T][n_head*hd_v] */
+    float *g, *u;               /* [T][max(n_ff, n_pl)] gate / up */
+    float *ple, *ple_tmp;       /* [T][n_layer*n_pl] Gemma 4 per-layer inputs */
+    float *xsel;                /* [max_logit_rows][n_embd] */
+    float *logits;              /* [max_logit_rows][n_vocab] */
+    void *mm_scratch;           /* cuBLAS path scratch (NULL when deterministic) */
+    size_t mm_scratch_bytes;
+
+    /* Step metadata, one int32 block, host (pinned) and device copies of the same layout:
+     * tokens[T] | pos[T] | seq[T] | seq_info[S][4] | sel[Lx] | tables[tab_cap] */
+    int32_t *meta_h, *meta_d;
+    size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
+
+    fwd_tap_fn tap;             /* debugging hook (cudafwd_set_tap) */
+    void *tap_user;
+    float *tap_buf;             /* host [max(T, Lx)][n_embd], allocated by cudafwd_set_tap */
+};
+
+static size_t cf_al(size_t n) { return (n + CF_ALIGN - 1) & ~(size_t)(CF_ALIGN - 1); }
+
+static void cf_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void cf_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int cudafwd_available(char *why, size_t whylen) {
+    char buf[256];
+    int ok = cf_probe(buf, sizeof buf);
+    if (why && whylen) snprintf(why, whylen, "%s", buf);
+    return ok;
+}
+
+/* ---- create: checks ------------------------------------------------------------------- */
+
+/* Reports the first thing this backend cannot run; 0 when the model is fully supported. */
+static int cf_check_weight(const struct kern_weight *w, const char *name, char *err,
+                           size_t errlen) {
+    if (!w->data) return 0;
+    const struct quant_info *qi = quant_info(w->type);
+    if (!cf_type_supported(w->type)) {
+        cf_err(err, errlen, "not supported on CUDA yet: tensor type %s (%s)",
+               qi ? qi->name : "unknown", name);
+        return -1;
+    }
+    if (w->n_in % 32 || w->n_in > INT_MAX / 2 || w->n_out > INT_MAX / 2) {
+        cf_err(err, errlen, "not supported on CUDA yet: %s with %lld x %lld elements", name,
+               (long long)w->n_in, (long long)w->n_out);
+        return -1;
+    }
+    return 0;
+}
+
+static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
+                          const struct fwd_opts *o, char *err, size_t errlen) {
+    const struct model_config *cfg = &m->cfg;
+    char name[64];
+    if (kv->dtype != KVS_F16) {
+        cf_err(err, errlen, "not supported on CUDA yet: KV cache type %s (use f16)",
+               kvs_dtype_name(kv->dtype));
+        return -1;
+    }
+    if (o->max_tokens > 65535) {
+        cf_err(err, errlen, "not supported on CUDA yet: max_tokens %d > 65535", o->max_tokens);
+        return -1;
+    }
+    if (cfg->n_embd % 32 || cfg->n_embd <= 0) {
+        cf_err(err, errlen, "not supported on CUDA yet: n_embd %d", cfg->n_embd);
+        return -1;
+    }
+    if (cf_check_weight(&m->tok_embd, "token_embd", err, errlen) ||
+        cf_check_weight(&m->output, "output", err, errlen) ||
+        cf_check_weight(&m->per_layer_tok_embd, "per_layer_token_embd", err, errlen) ||
+        cf_check_weight(&m->per_layer_model_proj, "per_layer_model_proj", err, errlen))
+        return -1;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const struct model_layer_cfg *lc = &cfg->layer[l];
+        const struct model_layer_w *w = &m->layer[l];
+        const struct kern_weight *ws[] = {&w->wq,   &w->wk, &w->wv,       &w->wo,  &w->gate,
+                                          &w->up,   &w->down, &w->inp_gate, &w->proj};
+        static const char *wn[] = {"attn_q", "attn_k", "attn_v",   "attn_output", "ffn_gate",
+                                   "ffn_up", "ffn_down", "inp_gate", "proj"};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, wn[i]);
+            if (cf_check_weight(ws[i], name, err, errlen)) return -1;
+        }
+        if (lc->head_dim % 32 || lc->head_dim > CF_ATT_MAX_HD || lc->head_dim_v % 32 ||
+            lc->head_dim_v > CF_ATT_MAX_HD || lc->n_rot % 2 || lc->n_rot > lc->head_dim ||
+            lc->n_rot <= 0) {
+            cf_err(err, errlen,
+                   "not supported on CUDA yet: layer %d head dims %d/%d (n_rot %d); need "
+                   "multiples of 32 up to %d",
+                   l, lc->head_dim, lc->head_dim_v, lc->n_rot, CF_ATT_MAX_HD);
+            return -1;
+        }
+        const int src = lc->kv_layer;
+        if (src < 0 || src >= cfg->n_layer || kv->cls[src] < 0) {
+            cf_err(err, errlen, "layer %d reads the KV cache of layer %d, which has none", l, src);
+            return -1;
+        }
+        const struct model_layer_cfg *sc = &cfg->layer[src];
+        if (sc->n_head_kv != lc->n_head_kv || sc->head_dim != lc->head_dim ||
+            sc->head_dim_v != lc->head_dim_v || lc->n_head % lc->n_head_kv) {
+            cf_err(err, errlen, "layer %d: KV shape differs from its cache layer %d", l, src);
+            return -1;
+        }
+        if (lc->k_eq_v && lc->head_dim_v != lc->head_dim) {
+            cf_err(err, errlen, "layer %d: k_eq_v with head_dim_v != head_dim", l);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- create: uploads ------------------------------------------------------------------ */
+
+/*
+ * Places `bytes` of host data in the weight arena. Called twice over the whole model: first
+ * with wmem == NULL to size the arena (dev is set to NULL), then to copy. The same host
+ * pointer is placed once.
+ */
+static int cf_put(struct cudafwd *c, const void *host, size_t bytes, const void **dev) {
+    *dev = NULL;
+    if (!host || !bytes) return 0;
+    for (int i = 0; i < c->n_ups; i++)
+        if (c->ups[i].host == host && c->ups[i].bytes == bytes) {
+            *dev = c->ups[i].dev;
+            return 0;
+        }
+    if (c->n_ups == c->cap_ups) {
+        int cap = c->cap_ups ? 2 * c->cap_ups : 256;
+        struct cf_upload *nu = realloc(c->ups, (size_t)cap * sizeof *nu);
+        if (!nu) return cf_fail("out of host memory for the upload table");
+        c->ups = nu;
+        c->cap_ups = cap;
+    }
+    const size_t off = c->wmem_used;
+    c->wmem_used += cf_al(bytes);
+    if (c->wmem) {
+        if (CUDA_CHECK(cudaMemcpy(c->wmem + off, host, bytes, cudaMemcpyHostToDevice))) return -1;
+        *dev = c->wmem + off;
+    }
+    c->ups[c->n_ups++] = (struct cf_upload){host, bytes, *dev};
+    return 0;
+}
+
+static int cf_put_w(struct cudafwd *c, const struct kern_weight *w, struct cf_weight *out) {
+    memset(out, 0, sizeof *out);
+    if (!w->data) return 0;
+    out->type = w->type;
+    out->n_in = (int)w->n_in;
+    out->n_out = (int)w->n_out;
+    out->row_bytes = w->row_bytes;
+    return cf_put(c, w->data, (size_t)w->n_out * w->row_bytes, &out->data);
+}
+
+static int cf_put_v(struct cudafwd *c, const float *v, int n, const float **out) {
+    const void *d = NULL;
+    int rc = cf_put(c, v, v ? (size_t)n * sizeof(float) : 0, &d);
+    *out = d;
+    return rc;
+}
+
+/* One pass over every tensor the forward pass reads. */
+static int cf_put_all(struct cudafwd *c) {
+    const struct model *m = c->m;
+    const struct model_config *cfg = &m->cfg;
+    c->n_ups = 0;
+    c->wmem_used = 0;
+    if (cf_put_w(c, &m->tok_embd, &c->tok_embd) || cf_put_w(c, &m->output, &c->output) ||
+        cf_put_w(c, &m->per_layer_tok_embd, &c->pl_tok_embd) ||
+        cf_put_w(c, &m->per_layer_model_proj, &c->pl_proj) ||
+        cf_put_v(c, m->output_norm, cfg->n_embd, &c->output_norm) ||
+        cf_put_v(c, m->per_layer_proj_norm, cfg->n_embd_pl, &c->pl_proj_norm))
+        return -1;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const struct model_layer_cfg *lc = &cfg->layer[l];
+        const struct model_layer_w *w = &m->layer[l];
+        struct cf_layer *L = &c->L[l];
+        const int E = cfg->n_embd, hd = lc->head_dim;
+        if (cf_put_v(c, w->attn_norm, E, &L->attn_norm) ||
+            cf_put_v(c, w->q_norm, hd, &L->q_norm) || cf_put_v(c, w->k_norm, hd, &L->k_norm) ||
+            cf_put_v(c, w->post_attn_norm, E, &L->post_attn_norm) ||
+            cf_put_v(c, w->ffn_norm, E, &L->ffn_norm) ||
+            cf_put_v(c, w->post_ffw_norm, E, &L->post_ffw_norm) ||
+            cf_put_v(c, w->post_norm, E, &L->post_norm) ||
+            cf_put_v(c, w->rope_freqs, lc->n_rot / 2, &L->rope_freqs) ||
+            cf_put_w(c, &w->wq, &L->wq) || cf_put_w(c, &w->wk, &L->wk) ||
+            cf_put_w(c, &w->wv, &L->wv) || cf_put_w(c, &w->wo, &L->wo) ||
+            cf_put_w(c, &w->gate, &L->gate) || cf_put_w(c, &w->up, &L->up) ||
+            cf_put_w(c, &w->down, &L->down) || cf_put_w(c, &w->inp_gate, &L->inp_gate) ||
+            cf_put_w(c, &w->proj, &L->proj))
+            return -1;
+    }
+    return 0;
+}
+
+/* KV storage: per owning layer K then V, [n_blocks][block_size][n_kv][hd] halves. Sizes the
+ * arena when kvmem is NULL, else points every layer's cf_kv at its (source layer's) blocks. */
+static size_t cf_kv_layout(struct cudafwd *c) {
+    const struct model_config *cfg = &c->m->cfg;
+    const struct kvs_pool *p = c->kvp;
+    size_t off = 0;
+    size_t koff[MODEL_MAX_LAYERS], voff[MODEL_MAX_LAYERS];
+    for (int l = 0; l < cfg->n_layer; l++) {
+        koff[l] = voff[l] = 0;
+        if (p->cls[l] < 0) continue;
+        const struct model_layer_cfg *lc = &cfg->layer[l];
+        const size_t rows = (size_t)p->n_blocks[p->cls[l]] * (size_t)p->block_size;
+        koff[l] = off;
+        off += cf_al(rows * (size_t)lc->n_head_kv * (size_t)lc->head_dim * 2);
+        voff[l] = off;
+        off += cf_al(rows * (size_t)lc->n_head_kv * (size_t)lc->head_dim_v * 2);
+    }
+    if (c->kvmem) {
+        for (int l = 0; l < cfg->n_layer; l++) {
+            const int src = cfg->layer[l].kv_layer;
+            const struct model_layer_cfg *sc = &cfg->layer[src];
+            struct cf_kv *kv = &c->L[l].kv;
+            kv->k = c->kvmem + koff[src];
+            kv->v = c->kvmem + voff[src];
+            kv->n_kv = sc->n_head_kv;
+            kv->hd = sc->head_dim;
+            kv->hd_v = sc->head_dim_v;
+            kv->block_size = p->block_size;
+            kv->ring = p->cls[src] == KVS_SWA;
+        }
+    }
+    return off;
+}
+
+/* Activation buffers, carved from one allocation; sizes the arena when amem is NULL. */
+static size_t cf_act_layout(struct cudafwd *c) {
+    const struct model_config *cfg = &c->m->cfg;
+    const size_t T = (size_t)c->o.max_tokens, E = (size_t)cfg->n_embd;
+    const size_t Lx = (size_t)c->o.max_logit_rows;
+    size_t wq = 0, wk = 0, wo = 0, wff = (size_t)cfg->n_embd_pl;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const struct model_layer_cfg *lc = &cfg->layer[l];
+        size_t a = (size_t)lc->n_head * (size_t)lc->head_dim;
+        size_t b = (size_t)lc->n_head_kv * (size_t)(lc->head_dim > lc->head_dim_v
+                                                        ? lc->head_dim : lc->head_dim_v);
+        size_t e = (size_t)lc->n_head * (size_t)lc->head_dim_v;
+        if (a > wq) wq = a;
+        if (b > wk) wk = b;
+        if (e > wo) wo = e;
+        if ((size_t)lc->n_ff > wff) wff = (size_t)lc->n_ff;
+    }
+    const size_t P = (size_t)cfg->n_embd_pl * (size_t)cfg->n_layer;
+    const size_t sizes[] = {T * E, T * E, T * E, T * wq, T * wk, T * wk, T * wo, T * wff,
+                            T * wff, T * P, T * P, Lx * E, Lx * (size_t)cfg->n_vocab};
+    float **ptrs[] = {&c->x, &c->h, &c->t, &c->q, &c->k, &c->v, &c->att, &c->g,
+                      &c->u, &c->ple, &c->ple_tmp, &c->xsel, &c->logits};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (c->amem) *ptrs[i] = sizes[i] ? (float *)(c->amem + off) : NULL;
+        off += cf_al(sizes[i] * sizeof(float));
+    }
+    return off;
+}
+
+/* cuBLAS scratch: the largest any layer matmul needs for max_tokens rows. */
+static size_t cf_blas_scratch(const struct cudafwd *c) {
+    const struct model_config *cfg = &c->m->cfg;
+    const int T = c->o.max_tokens;
+    size_t mx = 0;
+    if (c->pl_proj.data) mx = cf_matmul_scratch_bytes(&c->pl_proj, T);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const struct cf_layer *L = &c->L[l];
+        const struct cf_weight *ws[] = {&L->wq,   &L->wk,   &L->wv,       &L->wo,  &L->gate,
+                                        &L->up,   &L->down, &L->inp_gate, &L->proj};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            if (!ws[i]->data) continue;
+            size_t b = cf_matmul_scratch_bytes(ws[i], T);
+            if (b > mx) mx = b;
+        }
+    }
+    return mx;
+}
+
+int cudafwd_create(const struct model *m, const struct kvs_pool *kv, const struct fwd_opts *o,
+                   struct cudafwd **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (err && errlen) err[0] = 0;
+    if (!m || !kv || !o || o->max_tokens < 1 || o->max_seqs < 1 || kv->block_size < 1) {
+        cf_err(err, errlen, "cudafwd_create: invalid arguments");
+        return FWD_EINVAL;
+    }
+    if (cf_check_model(m, kv, o, err, errlen)) return FWD_EBACKEND;
+    const struct model_config *cfg = &m->cfg;
+
+    struct cudafwd *c = calloc(1, sizeof *c);
+    if (!c) goto fail_host;
+    c->m = m;
+    c->kvp = kv;
+    c->o = *o;
+    if (c->o.max_logit_rows < 1) c->o.max_logit_rows = 1;
+    c->L = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof *c->L);
+    if (!c->L) goto fail_host;
+
+    if (CUDA_CHECK(cudaSetDevice(0))) goto fail_cuda;
+    if (CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking))) goto fail_cuda;
+    c->mm_mode = CF_MM_KERNEL;
+    if (!o->deterministic) {
+        if (CUBLAS_CHECK(cublasCreate(&c->blas))) goto fail_cuda;
+        if (CUBLAS_CHECK(cublasSetStream(c->blas, c->stream))) goto fail_cuda;
+        c->mm_mode = CF_MM_AUTO;
+    }
+
+    /* Sizes first, then one check against free memory, then the allocations. */
+    if (cf_put_all(c)) goto fail_cuda;
+    c->wmem_bytes = c->wmem_used;
+    c->kv_bytes = cf_kv_layout(c);
+    const size_t act_bytes = cf_act_layout(c);
+    if (c->blas && o->max_tokens >= CF_MM_CUBLAS_MIN_ROWS) c->mm_scratch_bytes = cf_blas_scratch(c);
+    const size_t T = (size_t)c->o.max_tokens, S = (size_t)c->o.max_seqs;
+    const size_t Lx = (size_t)c->o.max_logit_rows;
+    c->tab_cap = S * ((size_t)kv->n_blocks[KVS_FULL] + (size_t)kv->n_blocks[KVS_SWA]) + 64;
+    c->off_pos = T;
+    c->off_seq = 2 * T;
+    c->off_info = 3 * T;
+    c->off_sel = c->off_info + 4 * S;
+    c->off_tab = c->off_sel + Lx;
+    const size_t meta_bytes = (c->off_tab + c->tab_cap) * sizeof(int32_t);
+
+    size_t free_b = 0, total_b = 0;
+    if (CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b))) goto fail_cuda;
+    const size_t need = c->wmem_bytes + c->kv_bytes + act_bytes + c->mm_scratch_bytes + meta_bytes;
+    if (need > free_b) {
+        cf_err(err, errlen,
+               "CUDA device memory: need %zu MiB (weights %zu, KV %zu, activations %zu, "
+               "scratch %zu), %zu MiB free",
+               need >> 20, c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20,
+               c->mm_scratch_bytes >> 20, free_b >> 20);
+        cudafwd_destroy(c);
+        return FWD_ENOMEM;
+    }
+    if (CUDA_CHECK(cudaMalloc((void **)&c->wmem, c->wmem_bytes ? c->wmem_bytes : 1)) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->kvmem, c->kv_bytes ? c->kv_bytes : 1)) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->amem, act_bytes)) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->meta_d, meta_bytes)) ||
+        CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)))
+        goto fail_nomem;
+    if (c->mm_scratch_bytes && CUDA_CHECK(cudaMalloc(&c->mm_scratch, c->mm_scratch_bytes)))
+        goto fail_nomem;
+    /* Zeroed KV: a bad table then reads zeros, never NaN bit patterns. */
+    if (CUDA_CHECK(cudaMemset(c->kvmem, 0, c->kv_bytes ? c->kv_bytes : 1))) goto fail_cuda;
+    if (cf_put_all(c)) goto fail_cuda; /* the copies */
+    cf_kv_layout(c);
+    cf_act_layout(c);
+    free(c->ups);
+    c->ups = NULL;
+    c->n_ups = c->cap_ups = 0;
+    if (CUDA_CHECK(cudaDeviceSynchronize())) goto fail_cuda;
+    LOG_I("cuda", 0,
+          "CUDA backend ready: weights %zu MiB, KV %zu MiB, activations %zu MiB, cuBLAS "
+          "scratch %zu MiB, %s matmuls",
+          c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20, c->mm_scratch_bytes >> 20,
+          c->blas ? "shape-dependent (cuBLAS for >= 64 rows)" : "batch-invariant");
+    *out = c;
+    return FWD_OK;
+
+fail_nomem:
+    cf_err(err, errlen, "CUDA: out of device memory: %s", cf_last_error());
+    cudafwd_destroy(c);
+    return FWD_ENOMEM;
+fail_cuda:
+    cf_err(err, errlen, "CUDA: %s", cf_last_error());
+    cudafwd_destroy(c);
+    return FWD_EBACKEND;
+fail_host:
+    cf_err(err, errlen, "cudafwd_create: out of host memory");
+    cudafwd_destroy(c);
+    return FWD_ENOMEM;
+}
+
+void cudafwd_destroy(struct cudafwd *c) {
+    if (!c) return;
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->mm_scratch);
+    cudaFree(c->meta_d);
+    cudaFreeHost(c->meta_h);
+    cudaFree(c->amem);
+    cudaFree(c->kvmem);
+    cudaFree(c->wmem);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->ups);
+    free(c->tap_buf);
+    free(c->L);
+    free(c);
+}
+
+int cudafwd_set_tap(struct cudafwd *c, fwd_tap_fn fn, void *user) {
+    if (fn && !c->tap_buf) {
+        const size_t rows = (size_t)(c->o.max_tokens > c->o.max_logit_rows ? c->o.max_tokens
+                                                                           : c->o.max_logit_rows);
+        c->tap_buf = malloc(rows * (size_t)c->m->cfg.n_embd * sizeof(float));
+        if (!c->tap_buf) return FWD_ENOMEM;
+    }
+    c->tap = fn;
+    c->tap_user = user;
+    return FWD_OK;
+}
+
+/* ---- the step --------------------------------------------------------------------------- */
+
+/*
+ * Checks the step like fwd_run does and fills the host metadata block. Returns FWD_OK,
+ * FWD_EINVAL or FWD_EKV, with the row and logit-row counts and the ints to copy.
+ */
+static int cf_prepare(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, int *n_rows,
+                      int *n_sel, size_t *n_ints) {
+    const struct model *m = c->m;
+    const struct kvs_pool *p = c->kvp;
+    int need[2] = {0, 0};
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (p->cls[l] >= 0) need[p->cls[l]] = 1;
+    if (!seqs || n_seqs < 1 || n_seqs > c->o.max_seqs) return FWD_EINVAL;
+    const int bs = p->block_size;
+    int32_t *meta = c->meta_h;
+    int rows = 0, sel = 0;
+    size_t tab = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const struct fwd_seq *q = &seqs[s];
+        if (!q->tokens || q->n_tokens < 1 || q->pos < 0 || !q->kv) return FWD_EINVAL;
+        if (q->n_tokens > c->o.max_tokens - rows) return FWD_EINVAL;
+        if ((int64_t)q->pos + q->n_tokens > (int64_t)1 << 30) return FWD_EINVAL;
+        if (q->logits != FWD_LOGITS_NONE && q->logits != FWD_LOGITS_LAST &&
+            q->logits != FWD_LOGITS_ALL)
+            return FWD_EINVAL;
+        const int n_lg = q->logits == FWD_LOGITS_ALL ? q->n_tokens
+                         : q->logits == FWD_LOGITS_LAST ? 1 : 0;
+        if (n_lg > c->o.max_logit_rows - sel) return FWD_EINVAL;
+        for (int i = 0; i < q->n_tokens; i++) {
+            if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.n_vocab) return FWD_EINVAL;
+            meta[rows + i] = q->tokens[i];
+            meta[c->off_pos + (size_t)(rows + i)] = q->pos + i;
+            meta[c->off_seq + (size_t)(rows + i)] = s;
+        }
+        for (int i = q->n_tokens - n_lg; i < q->n_tokens; i++)
+            meta[c->off_sel + (size_t)sel++] = rows + i;
+        rows += q->n_tokens;
+
+        int32_t *info = meta + c->off_info + 4 * (size_t)s;
+        info[0] = info[1] = info[2] = info[3] = 0;
+        if (need[KVS_FULL]) {
+            const int nb = (q->pos + q->n_tokens + bs - 1) / bs;
+            if (!q->kv->full || q->kv->n_full < nb || (size_t)nb > c->tab_cap - tab) return FWD_EKV;
+            info[0] = (int32_t)tab;
+            info[1] = nb;
+            for (int b = 0; b < nb; b++) {
+                const int32_t id = q->kv->full[b];
+                if (id < 0 || id >= p->n_blocks[KVS_FULL]) return FWD_EKV;
+                meta[c->off_tab + tab++] = id;
+            }
+        }
+        if (need[KVS_SWA]) {
+            const int ring = (m->cfg.sliding_window + q->n_tokens - 2) / bs + 2;
+            const int ns = q->kv->n_swa;
+            if (!q->kv->swa || ns < ring || (size_t)ns > c->tab_cap - tab) return FWD_EKV;
+            info[2] = (int32_t)tab;
+            info[3] = ns;
+            for (int b = 0; b < ns; b++) {
+                const int32_t id = q->kv->swa[b];
+                if (id < 0 || id >= p->n_blocks[KVS_SWA]) return FWD_EKV;
+                meta[c->off_tab + tab++] = id;
+            }
+        }
+    }
+    *n_rows = rows;
+    *n_sel = sel;
+    *n_ints = c->off_tab + tab;
+    return FWD_OK;
+}
+
+static int cf_mm(struct cudafwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
+                 int ldy) {
+    return cf_matmul(c->stream, c->blas, w, X, M, Y, ldy, c->mm_mode, c->mm_scratch,
+                     c->mm_scratch_bytes);
+}
+
+/* Hands rows of device activations to the tap (debugging only: synchronous copies). */
+static int cf_tap(struct cudafwd *c, int layer, const float *dev, int rows) {
+    const int E = c->m->cfg.n_embd;
+    if (CUDA_CHECK(cudaMemcpyAsync(c->tap_buf, dev, (size_t)rows * E * sizeof(float),
+                                   cudaMemcpyDeviceToHost, c->stream)) ||
+        CUDA_CHECK(cudaStreamSynchronize(c->stream)))
+        return -1;
+    c->tap(c->tap_user, layer, c->tap_buf, rows, E);
+    return 0;
+}
+
+/* Gemma 4 per-layer inputs, right after the embedding (x holds x0):
+ * ple = (RMS(proj(x0) / sqrt(E), per_layer_proj_norm) + e[t] * sqrt(n_pl)) / sqrt(2). */
+static int cf_ple_prepare(struct cudafwd *c, const struct cf_rows *R, const int32_t *tok) {
+    const struct model_config *cfg = &c->m->cfg;
+    const int T = R->n_rows, npl = cfg->n_embd_pl, nl = cfg->n_layer;
+    const size_t P = (size_t)npl * (size_t)nl;
+    cudaStream_t s = c->stream;
+    if (cf_get_rows(s, &c->pl_tok_embd, tok, T, sqrtf((float)npl), c->ple, (int)P) ||
+        cf_mm(c, &c->pl_proj, c->x, T, c->ple_tmp, (int)P) ||
+        cf_scale(s, c->ple_tmp, (size_t)T * P, 1.0f / sqrtf((float)cfg->n_embd)) ||
+        cf_rms_norm(s, c->ple_tmp, npl, c->pl_proj_norm, NULL, 0, c->ple_tmp, npl, npl, T * nl,
+                    cfg->eps) ||
+        cf_add_scale(s, c->ple, c->ple_tmp, c->ple, (size_t)T * P, 1.0f / sqrtf(2.0f)))
+        return -1;
+    return 0;
+}
+
+/* x = x + t, or x = x + RMS(t, w) when the layer has that post-norm. */
+static int cf_residual(struct cudafwd *c, const float *w, int T) {
+    const int E = c->m->cfg.n_embd;
+    if (w) return cf_rms_norm(c->stream, c->t, E, w, c->x, E, c->x, E, E, T, c->m->cfg.eps);
+    return cf_add_scale(c->stream, c->x, c->x, c->t, (size_t)T * E, 1.0f);
+}
+
+static int cf_layer(struct cudafwd *c, int l, const struct cf_rows *R) {
+    const struct model_config *cfg = &c->m->cfg;
+    const struct model_layer_cfg *lc = &cfg->layer[l];
+    const struct cf_layer *L = &c->L[l];
+    cudaStream_t s = c->stream;
+    const int T = R->n_rows, E = cfg->n_embd;
+    const int hd = lc->head_dim, hdv = lc->head_dim_v;
+    const int nh = lc->n_head, nkv = lc->n_head_kv;
+    const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
+    const float eps = cfg->eps;
+
+    /* attention: the scale is applied to q inside cf_attention, as forward.c does before
+     * rounding q to fp16 */
+    if (cf_rms_norm(s, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T, eps) ||
+        cf_mm(c, &L->wq, c->h, T, c->q, nq))
+        return -1;
+    if (L->q_norm && cf_rms_norm(s, c->q, hd, L->q_norm, NULL, 0, c->q, hd, hd, T * nh, eps))
+        return -1;
+    if (cf_rope_neox(s, c->q, nq, nh, hd, lc->n_rot, R->pos, T, lc->rope_base, lc->rope_scale,
+                     L->rope_freqs))
+        return -1;
+    if (lc->has_kv) {
+        if (cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
+        if (lc->k_eq_v) { /* V is the raw K projection, before k_norm and RoPE */
+            if (CUDA_CHECK(cudaMemcpyAsync(c->v, c->k, (size_t)T * nv * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, s)))
+                return -1;
+        } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
+            return -1;
+        }
+        if (L->k_norm && cf_rms_norm(s, c->k, hd, L->k_norm, NULL, 0, c->k, hd, hd, T * nkv, eps))
+            return -1;
+        if (cfg->v_norm && cf_rms_norm(s, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv, eps))
+            return -1;
+        if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base,
+                         lc->rope_scale, L->rope_freqs) ||
+            cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv))
+            return -1;
+    }
+    const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap,
+                              lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0};
+    if (cf_attention(s, R, &L->kv, &A, c->q, nq, c->att, nh * hdv) ||
+        cf_mm(c, &L->wo, c->att, T, c->t, E) || cf_residual(c, L->post_attn_norm, T))
+        return -1;
+
+    /* feed-forward */
+    const int nff = lc->n_ff;
+    if (cf_rms_norm(s, c->x, E, L->ffn_norm, NULL, 0, c->h, E, E, T, eps) ||
+        cf_mm(c, &L->gate, c->h, T, c->g, nff) || cf_mm(c, &L->up, c->h, T, c->u, nff) ||
+        cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mm(c, &L->down, c->g, T, c->t, E) ||
+        cf_residual(c, L->post_ffw_norm, T))
+        return -1;
+
+    /* Gemma 4 per-layer embedding and layer scale */
+    if (cfg->n_embd_pl > 0 && L->inp_gate.data) {
+        const int npl = cfg->n_embd_pl;
+        if (cf_mm(c, &L->inp_gate, c->x, T, c->g, npl) ||
+            cf_geglu(s, c->g, npl, c->ple + (size_t)l * npl, npl * cfg->n_layer, npl, T) ||
+            cf_mm(c, &L->proj, c->g, T, c->t, E) ||
+            cf_rms_norm(s, c->t, E, L->post_norm, c->x, E, c->x, E, E, T, eps))
+            return -1;
+    }
+    const float os = c->m->layer[l].out_scale;
+    if (os != 1.0f && cf_scale(s, c->x, (size_t)T * E, os)) return -1;
+    return 0;
+}
+
+int cudafwd_run(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, float *logits) {
+    const struct model_config *cfg = &c->m->cfg;
+    int T = 0, n_sel = 0;
+    size_t n_ints = 0;
+    int st = cf_prepare(c, seqs, n_seqs, &T, &n_sel, &n_ints);
+    if (st != FWD_OK) return st;
+    if (n_sel > 0 && !logits) return FWD_EINVAL;
+    cudaStream_t s = c->stream;
+    const int E = cfg->n_embd, V = cfg->n_vocab;
+    const int32_t *tok = c->meta_d;
+    const struct cf_rows R = {c->meta_d + c->off_pos, c->meta_d + c->off_seq,
+                              c->meta_d + c->off_info, c->meta_d + c->off_tab, T};
+
+    if (CUDA_CHECK(cudaSetDevice(0)) ||
+        CUDA_CHECK(cudaMemcpyAsync(c->meta_d, c->meta_h, n_ints * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, s)))
+        goto fail;
+    if (cf_get_rows(s, &c->tok_embd, tok, T, cfg->embd_scale, c->x, E)) goto fail;
+    if (cfg->n_embd_pl > 0 && cf_ple_prepare(c, &R, tok)) goto fail;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        if (cf_layer(c, l, &R)) goto fail;
+        if (c->tap && cf_tap(c, l, c->x, T)) goto fail;
+    }
+    if (n_sel > 0) {
+        if (cf_gather_rows(s, c->x, E, c->meta_d + c->off_sel, n_sel, E, c->xsel, E) ||
+            cf_rms_norm(s, c->xsel, E, c->output_norm, NULL, 0, c->xsel, E, E, n_sel, cfg->eps))
+            goto fail;
+        if (c->tap && cf_tap(c, cfg->n_layer, c->xsel, n_sel)) goto fail;
+        /* The LM head always uses the kernel: a cuBLAS copy of it would cost n_vocab*n_embd
+         * halves of scratch. */
+        if (cf_matmul(s, NULL, &c->output, c->xsel, n_sel, c->logits, V, CF_MM_KERNEL, NULL, 0))
+            goto fail;
+        if (cfg->final_softcap > 0.0f &&
+            cf_softcap(s, c->logits, (size_t)n_sel * V, cfg->final_softcap))
+            goto fail;
+        if (CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, s)))
+            goto fail;
+    }
+    if (CUDA_CHECK(cudaStreamSynchronize(s))) goto fail;
+    return FWD_OK;
+fail:
+    LOG_E("cuda", 0, "forward step failed: %s", cf_last_error());
+    cudaStreamSynchronize(s);
+    return FWD_EBACKEND;
+}

@@ -1,0 +1,27 @@
+/*
+ * cuda_norm — RMS normalization of rows on the GPU, as ggml computes it:
+ *   y[r][i] = res[r][i] + (x[r][i] * (1 / sqrt(mean_i(x[r][i]^2) + eps))) * w[i]
+ * with w == NULL meaning no weight (Gemma 4's v norm) and res == NULL meaning no residual.
+ * The fused residual covers Gemma's post-norms (x = x + RMS(a, post_norm)). y may alias x or
+ * res (each element is read before the same thread writes it).
+ *
+ * One block per row with a fixed reduction order, so a row's result never depends on the
+ * other rows. Asynchronous on the given stream; device pointers.
+ */
+#ifndef GEMMAD_CUDA_NORM_H
+#define GEMMAD_CUDA_NORM_H
+
+#include "engine/cuda/cuda_check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const float *w, const float *res,
+                int ld_res, float *y, int ld_y, int n, int rows, float eps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
