@@ -1,0 +1,316 @@
+/*
+ * test_forward — batch invariance of the forward pass on the bundled model (issue 2 part 7).
+ *
+ * A sequence's logits must be bit-identical (memcmp) whether it runs alone or in a step with
+ * other sequences at other positions, whether its prompt is fed whole or in chunks of
+ * 1 / 7 / 64 tokens, and whatever the KV block size (which moves the SWA ring around).
+ * GEMMAD_TEST_QUICK=1 uses shorter prompts (for sanitizer builds).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward.h"
+#include "engine/kernels/kern.h"
+#include "engine/kvstore.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "tests/unit/harness.h"
+
+static int quick(void) {
+    const char *q = getenv("GEMMAD_TEST_QUICK");
+    return q && q[0] == '1';
+}
+
+static struct model *load_or_skip(void) {
+    if (access(t_model_path(), R_OK) != 0) T_SKIP("model %s not present", t_model_path());
+    kern_init(KERN_ISA_AUTO);
+    struct model *m = NULL;
+    char err[512];
+    int rc = model_load(t_model_path(), &m, err, sizeof err);
+    T_ASSERTF(rc == 0, "model_load: %s", err);
+    return m;
+}
+
+/* n deterministic prompt tokens: BOS then a text's ids repeated. */
+static int32_t *make_prompt(const struct model *m, const char *text, int n) {
+    int32_t tmp[512];
+    int k = tok_encode(m->vocab, text, strlen(text), 0, 0, tmp, 512);
+    T_ASSERT(k > 0 && k <= 512);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    T_ASSERT(ids);
+    ids[0] = tok_bos(m->vocab);
+    for (int i = 1; i < n; i++) ids[i] = tmp[(i - 1) % k];
+    return ids;
+}
+
+/* One sequence's KV: its own FULL blocks and SWA ring, carved from a shared pool. */
+struct tseq {
+    int32_t full[512], swa[512];
+    struct kvs_seq kv;
+};
+
+static void tseq_init(struct tseq *s, const struct kvs_pool *p, int *next_full, int *next_swa,
+                      int n_full, int n_swa) {
+    T_ASSERT(n_full <= 512 && n_swa <= 512);
+    for (int i = 0; i < n_full; i++) s->full[i] = (*next_full)++;
+    for (int i = 0; i < n_swa; i++) s->swa[i] = (*next_swa)++;
+    T_ASSERT(*next_full <= p->n_blocks[KVS_FULL] || p->n_blocks[KVS_FULL] == 0);
+    T_ASSERT(*next_swa <= p->n_blocks[KVS_SWA] || p->n_blocks[KVS_SWA] == 0);
+    s->kv.full = s->full;
+    s->kv.n_full = n_full;
+    s->kv.swa = n_swa ? s->swa : NULL;
+    s->kv.n_swa = n_swa;
+}
+
+struct env {
+    struct kvs_pool *kv;
+    struct fwd_ctx *fwd;
+    int next_full, next_swa;
+    int bs, max_tokens;
+};
+
+static void env_init(struct env *e, const struct model *m, int bs, int n_full, int n_swa,
+                     int max_tokens, int max_seqs, int threads) {
+    memset(e, 0, sizeof *e);
+    char err[256];
+    T_ASSERTF(kvs_create(m, KVS_F16, bs, n_full, n_swa, &e->kv, err, sizeof err) == 0, "%s",
+              err);
+    struct fwd_opts o = {.max_tokens = max_tokens, .max_seqs = max_seqs,
+                         .max_logit_rows = max_seqs, .n_threads = threads,
+                         .device = FWD_DEVICE_CPU, .deterministic = 1};
+    T_ASSERTF(fwd_create(m, e->kv, &o, &e->fwd, err, sizeof err) == 0, "%s", err);
+    e->bs = bs;
+    e->max_tokens = max_tokens;
+}
+
+static void env_free(struct env *e) {
+    fwd_destroy(e->fwd);
+    kvs_destroy(e->kv);
+}
+
+/* Feeds ids[0..n) to one sequence in chunks of `chunk`; last logits into out. */
+static void feed(struct env *e, struct tseq *s, const int32_t *ids, int n, int pos0, int chunk,
+                 float *out) {
+    for (int done = 0; done < n;) {
+        int k = n - done < chunk ? n - done : chunk;
+        struct fwd_seq q = {ids + done, k, pos0 + done, &s->kv,
+                            done + k == n ? FWD_LOGITS_LAST : FWD_LOGITS_NONE};
+        int rc = fwd_run(e->fwd, &q, 1, done + k == n ? out : NULL);
+        T_ASSERTF(rc == 0, "fwd_run: %s", fwd_strerror(rc));
+        done += k;
+    }
+}
+
+static void assert_same(const float *a, const float *b, int n, const char *what) {
+    if (memcmp(a, b, (size_t)n * sizeof(float)) == 0) return;
+    float md = 0;
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (d > md) { md = d; at = i; }
+    }
+    T_FAIL("%s: logits differ (max |diff| %g at id %d)", what, (double)md, at);
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* A alone vs A in one step with B and C (other lengths, other positions), for the prefill
+ * step and for a following decode step. */
+static void test_batched_vs_alone(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab;
+    const int nA = quick() ? 24 : 57, nB = quick() ? 9 : 23, nC = quick() ? 17 : 41;
+    int32_t *A = make_prompt(m, "Alpha beta gamma: the quick brown fox jumps over it.", nA);
+    int32_t *B = make_prompt(m, "def f(x):\n    return x * 2  # doubles\n", nB);
+    int32_t *C = make_prompt(m, "東京は日本の首都です。 Emoji 🙂 and Arabic مرحبا", nC);
+    float *alone = malloc((size_t)V * sizeof(float));
+    float *bat3 = malloc((size_t)V * 3 * sizeof(float)), *dec1 = malloc((size_t)V * sizeof(float));
+    float *dec3 = malloc((size_t)V * 3 * sizeof(float));
+    T_ASSERT(alone && bat3 && dec1 && dec3);
+    const int bs = 16, nf = 8, ns = kvs_swa_ring_blocks(m, bs, 128);
+
+    /* alone */
+    struct env e;
+    env_init(&e, m, bs, 3 * nf, 3 * ns, 128, 3, 2);
+    struct tseq sa;
+    tseq_init(&sa, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    feed(&e, &sa, A, nA, 0, 128, alone);
+    int32_t tA = argmax(alone, V);
+    feed(&e, &sa, &tA, 1, nA, 1, dec1);
+    env_free(&e);
+
+    /* batched: B, A, C in one step, A's blocks not the first ones of the pool */
+    env_init(&e, m, bs, 3 * nf, 3 * ns, 128, 3, 2);
+    struct tseq sb, sa2, sc;
+    tseq_init(&sb, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    tseq_init(&sa2, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    tseq_init(&sc, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    /* give B a head start so positions differ between sequences in the shared step */
+    feed(&e, &sb, B, 5, 0, 5, bat3);
+    struct fwd_seq step[3] = {
+        {B + 5, nB - 5, 5, &sb.kv, FWD_LOGITS_LAST},
+        {A, nA, 0, &sa2.kv, FWD_LOGITS_LAST},
+        {C, nC, 0, &sc.kv, FWD_LOGITS_LAST},
+    };
+    T_ASSERT(fwd_run(e.fwd, step, 3, bat3) == 0);
+    assert_same(alone, bat3 + V, V, "prefill: A alone vs batched with B, C");
+    int32_t t3[3] = {argmax(bat3, V), argmax(bat3 + V, V), argmax(bat3 + 2 * (size_t)V, V)};
+    struct fwd_seq dstep[3] = {
+        {&t3[0], 1, nB, &sb.kv, FWD_LOGITS_LAST},
+        {&t3[1], 1, nA, &sa2.kv, FWD_LOGITS_LAST},
+        {&t3[2], 1, nC, &sc.kv, FWD_LOGITS_LAST},
+    };
+    T_ASSERT(fwd_run(e.fwd, dstep, 3, dec3) == 0);
+    assert_same(dec1, dec3 + V, V, "decode: A alone vs batched with B, C");
+    env_free(&e);
+    free(alone);
+    free(bat3);
+    free(dec1);
+    free(dec3);
+    free(A);
+    free(B);
+    free(C);
+    model_free(m);
+}
+
+/* The same prompt whole and in chunks of 1, 7 and 64 tokens: identical last logits. */
+static void test_chunked_prefill(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab;
+    const int n = quick() ? 40 : 150;
+    int32_t *ids = make_prompt(m, "In 1851 the Great Exhibition opened in London's Hyde Park, "
+                                  "showing machines from around the world.", n);
+    float *whole = malloc((size_t)V * sizeof(float)), *part = malloc((size_t)V * sizeof(float));
+    T_ASSERT(whole && part);
+    const int bs = 32, nf = (n + bs - 1) / bs + 1;
+    const int chunks[] = {n, 1, 7, 64};
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+        struct env e;
+        int ns = kvs_swa_ring_blocks(m, bs, n);
+        env_init(&e, m, bs, nf, ns, n, 1, 2);
+        struct tseq s;
+        tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+        feed(&e, &s, ids, n, 0, chunks[ci], ci == 0 ? whole : part);
+        if (ci > 0) {
+            char what[64];
+            snprintf(what, sizeof what, "whole prompt vs chunks of %d", chunks[ci]);
+            assert_same(whole, part, V, what);
+        }
+        env_free(&e);
+    }
+    free(whole);
+    free(part);
+    free(ids);
+    model_free(m);
+}
+
+/* A prompt longer than the sliding window: whole (block size 256) vs chunks with a small
+ * block size, so the SWA ring wraps many times; and the window must matter. */
+static void test_sliding_window_chunked(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab, W = m->cfg.sliding_window;
+    if (W <= 0) T_SKIP("model has no sliding window");
+    const int n = quick() ? W + 24 : W + 188;
+    const int chunk = quick() ? 131 : 64;
+    int32_t *ids = make_prompt(m, "Chapter one. It was a bright cold day in April, and the "
+                                  "clocks were striking thirteen.", n);
+    float *whole = malloc((size_t)V * sizeof(float)), *part = malloc((size_t)V * sizeof(float));
+    T_ASSERT(whole && part);
+
+    struct env e;
+    int bs = 256, nf = (n + bs - 1) / bs, ns = kvs_swa_ring_blocks(m, bs, n);
+    env_init(&e, m, bs, nf, ns, n, 1, 2);
+    struct tseq s;
+    tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    feed(&e, &s, ids, n, 0, n, whole);
+    env_free(&e);
+
+    bs = 16;
+    nf = (n + bs - 1) / bs;
+    ns = kvs_swa_ring_blocks(m, bs, chunk);
+    T_ASSERT(ns * bs < n); /* the ring really wraps */
+    env_init(&e, m, bs, nf, ns, chunk, 1, 2);
+    tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    feed(&e, &s, ids, n, 0, chunk, part);
+    assert_same(whole, part, V, "sliding window: whole vs chunked with a wrapping ring");
+
+    /* A ring one block too short for the step is refused, and nothing is run. */
+    struct fwd_seq q = {ids, 1, n, &s.kv, FWD_LOGITS_LAST};
+    struct kvs_seq short_kv = s.kv;
+    short_kv.n_swa = (W + 1 - 2) / bs + 1; /* one block less than a 1-token step needs */
+    q.kv = &short_kv;
+    T_ASSERT(fwd_run(e.fwd, &q, 1, part) == FWD_EKV);
+    env_free(&e);
+    free(whole);
+    free(part);
+    free(ids);
+    model_free(m);
+}
+
+/* Bad steps are refused with EINVAL/EKV. */
+static void test_invalid_steps(void) {
+    struct model *m = load_or_skip();
+    struct env e;
+    int ns = kvs_swa_ring_blocks(m, 16, 8);
+    env_init(&e, m, 16, 2, ns, 8, 1, 1);
+    struct tseq s;
+    tseq_init(&s, e.kv, &e.next_full, &e.next_swa, 2, ns);
+    float *lg = malloc((size_t)m->cfg.n_vocab * sizeof(float));
+    int32_t ok[9] = {2, 3, 4, 5, 6, 7, 8, 9, 10}, bad = m->cfg.n_vocab;
+    struct fwd_seq q = {&bad, 1, 0, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_EINVAL);   /* token id >= n_vocab */
+    q = (struct fwd_seq){ok, 9, 0, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_EINVAL);   /* more rows than max_tokens */
+    q = (struct fwd_seq){ok, 1, 32, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_EKV);      /* position beyond the FULL blocks */
+    q = (struct fwd_seq){ok, 1, -1, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_EINVAL);   /* negative position */
+    struct fwd_seq two[2] = {{ok, 1, 0, &s.kv, FWD_LOGITS_LAST}, {ok, 1, 0, &s.kv, 0}};
+    T_ASSERT(fwd_run(e.fwd, two, 2, lg) == FWD_EINVAL);  /* more sequences than max_seqs */
+    q = (struct fwd_seq){ok, 1, 0, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_OK);
+    free(lg);
+    env_free(&e);
+    model_free(m);
+}
+
+static void test_cuda_without_build(void) {
+#ifdef GEMMAD_CUDA
+    T_SKIP("built with CUDA");
+#else
+    struct model *m = load_or_skip();
+    struct kvs_pool *kv;
+    char err[256] = "";
+    T_ASSERT(kvs_create(m, KVS_F16, 16, 1, kvs_swa_ring_blocks(m, 16, 1), &kv, err,
+                        sizeof err) == 0);
+    struct fwd_opts o = {.max_tokens = 1, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
+                         .device = FWD_DEVICE_CUDA};
+    struct fwd_ctx *f = NULL;
+    T_ASSERT(fwd_create(m, kv, &o, &f, err, sizeof err) != 0 && f == NULL);
+    T_ASSERTF(strstr(err, "built without CUDA") != NULL, "message: %s", err);
+    o.device = FWD_DEVICE_AUTO;
+    T_ASSERT(fwd_create(m, kv, &o, &f, err, sizeof err) == 0);
+    T_ASSERT(fwd_device(f) == FWD_DEVICE_CPU);
+    fwd_destroy(f);
+    kvs_destroy(kv);
+    model_free(m);
+#endif
+}
+
+int main(int argc, char **argv) {
+    static const struct t_case cases[] = {
+        T_CASE(test_batched_vs_alone),
+        T_CASE(test_chunked_prefill),
+        T_CASE(test_sliding_window_chunked),
+        T_CASE(test_invalid_steps),
+        T_CASE(test_cuda_without_build),
+        {0},
+    };
+    return t_main(argc, argv, cases);
+}
