@@ -442,7 +442,9 @@ enum MHD_Result gen_start_json(struct hreq *hr, json_t *root, int is_chat) {
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    MHD_add_response_header(r, "X-Request-Id", hr->cmpl_id);
+    char rid[24];
+    snprintf(rid, sizeof rid, "%llu", (unsigned long long)hr->id);
+    MHD_add_response_header(r, "X-Request-Id", rid);
     hr->phase = PH_STREAM;
     hr->status = 200;
     for (int i = 0; i < n_ch; i++) {

@@ -43,7 +43,9 @@ double http_now(void) {
 
 static void http_common_headers(struct hreq *hr, struct MHD_Response *r, int status) {
     struct srv *s = hr->srv;
-    MHD_add_response_header(r, "X-Request-Id", hr->cmpl_id[0] ? hr->cmpl_id : "-");
+    char id[24];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)hr->id);
+    MHD_add_response_header(r, "X-Request-Id", id);
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (s->state >= SRV_DRAINING && hr->route != ROUTE_HEALTH)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -531,12 +533,13 @@ static int http_start_mhd(struct srv *s) {
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, http_handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)c->port, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER,
+        http_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(c->connection_timeout_s + 0.999), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)c->conn_memory_limit, MHD_OPTION_NOTIFY_COMPLETED, http_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, http_notify_conn, s, MHD_OPTION_URI_LOG_CALLBACK,
-        http_uri_log, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
+        http_uri_log, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
         MHD_OPTION_END);
     freeaddrinfo(ai);
