@@ -41,23 +41,28 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     const size_t bs = kx_q8f_size(k);
     const int64_t nb = n / 32;
     __m512 acc[KX_MAXR][KX_MAXC];
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib += 2) {
         const int two = ib + 1 < nb;
         __m512i wa[KX_MAXR];
         __mmask64 neg[KX_MAXR];
         float dw0[KX_MAXR], dw1[KX_MAXR];
+        KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
             __m512i v = kz_q8f_load2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &dw0[r], &dw1[r]);
             wa[r] = _mm512_abs_epi8(v);
             neg[r] = _mm512_movepi8_mask(v);
         }
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
             float da0, da1;
             const __m512i av = kz_act_load2(
                 (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_0)), two,
                 &da0, &da1);
+            KX_UNROLL(8)
             for (int r = 0; r < NR; r++) {
                 /* a with w's sign, so that |w| can be the unsigned operand of vpdpbusd */
                 __m512i sa = _mm512_mask_sub_epi8(av, neg[r], _mm512_setzero_si512(), av);
@@ -68,7 +73,9 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
             }
         }
     }
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
 }
 
@@ -85,6 +92,7 @@ struct kz_kblk {
 
 KX_AI void kz_kq_unpack(enum kx_kq k, const uint8_t *p, struct kz_kblk *o) {
     kx_kq_unpack(k, p, &o->b);
+    KX_UNROLL(8)
     for (int j = 0; j < 4; j++) {
         o->q[j] = kz_cat(o->b.q[2 * j], o->b.q[2 * j + 1]);
         o->sc[j] = kz_cat(o->b.sc[2 * j], o->b.sc[2 * j + 1]);
@@ -93,6 +101,7 @@ KX_AI void kz_kq_unpack(enum kx_kq k, const uint8_t *p, struct kz_kblk *o) {
 
 KX_AI __m256i kz_kq_sumi(enum kx_kq k, const struct kz_kblk *wb, const struct block_q8_K *ab) {
     __m512i s = _mm512_setzero_si512();
+    KX_UNROLL(8)
     for (int j = 0; j < 4; j++) {
         __m512i a = _mm512_loadu_si512((const void *)(ab->qs + 64 * j));
         s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(wb->q[j], a), wb->sc[j]));

@@ -24,6 +24,9 @@
 #include "engine/kernels/quant.h"
 
 #define KX_AI static inline __attribute__((always_inline))
+/* Full unrolling of the small constant loops keeps tiles in registers. */
+#define KX_PRAGMA(x) _Pragma(#x)
+#define KX_UNROLL(n) KX_PRAGMA(GCC unroll n)
 
 /* Largest tile any kernel here is instantiated with. */
 #define KX_MAXR 4
@@ -82,6 +85,7 @@ KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         __m256 v[4];
         __m256 m = _mm256_setzero_ps();
+        KX_UNROLL(8)
         for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(x + 8 * k);
             m = _mm256_max_ps(m, _mm256_and_ps(v[k], absm));
@@ -95,6 +99,7 @@ KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         const __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
+        KX_UNROLL(8)
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvttps_epi32(kx_round_away(_mm256_mul_ps(v[k], vid)));
         _mm256_storeu_si256((__m256i *)y[i].qs, kx_pack_i32x4(q[0], q[1], q[2], q[3]));
@@ -130,6 +135,7 @@ KX_AI void kx_quant_q8_K(const float *x, void *dst, int64_t n) {
         const __m256i top = _mm256_set1_epi32(127);
         for (int k = 0; k < QK_K / 32; k++) {
             __m256i q[4];
+            KX_UNROLL(8)
             for (int t = 0; t < 4; t++) {
                 __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * t), vs);
                 q[t] = _mm256_min_epi32(_mm256_cvtps_epi32(p), top); /* MXCSR: nearest-even */
@@ -204,26 +210,33 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
                        size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
     const size_t bs = kx_q8f_size(k);
     __m256 acc[KX_MAXR][KX_MAXC];
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ib++) {
         __m256i wv[KX_MAXR], wa[KX_MAXR];
         float dw[KX_MAXR];
+        KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
             wv[r] = kx_q8f_load(k, w + (size_t)r * ws + (size_t)ib * bs, &dw[r]);
             wa[r] = _mm256_sign_epi8(wv[r], wv[r]);
         }
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
             const struct block_q8_0 *ab =
                 (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_0));
             const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
             const float da = kx_h2f(ab->d);
+            KX_UNROLL(8)
             for (int r = 0; r < NR; r++)
                 acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da),
                                             kx_dot_i8(wa[r], wv[r], av), acc[r][c]);
         }
     }
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
 }
 
@@ -235,6 +248,19 @@ KX_AI size_t kx_kq_size(enum kx_kq k) {
     return k == KX_Q4_K ? sizeof(struct block_q4_K)
          : k == KX_Q5_K ? sizeof(struct block_q5_K) : sizeof(struct block_q6_K);
 }
+
+/* pshufb controls: kx_q6_shuf[j] puts int16 scale (2j)&7 in the low 128-bit lane and
+ * (2j+1)&7 in the high lane; kx_k4_shuf[j] puts int16 j in both. */
+#define KX_W2(i) (char)(2 * (i)), (char)(2 * (i) + 1)
+#define KX_W8(i) KX_W2(i), KX_W2(i), KX_W2(i), KX_W2(i), KX_W2(i), KX_W2(i), KX_W2(i), KX_W2(i)
+static const char kx_q6_shuf[8][32] __attribute__((aligned(32))) = {
+    {KX_W8(0), KX_W8(1)}, {KX_W8(2), KX_W8(3)}, {KX_W8(4), KX_W8(5)}, {KX_W8(6), KX_W8(7)},
+    {KX_W8(0), KX_W8(1)}, {KX_W8(2), KX_W8(3)}, {KX_W8(4), KX_W8(5)}, {KX_W8(6), KX_W8(7)},
+};
+static const char kx_k4_shuf[8][32] __attribute__((aligned(32))) = {
+    {KX_W8(0), KX_W8(0)}, {KX_W8(1), KX_W8(1)}, {KX_W8(2), KX_W8(2)}, {KX_W8(3), KX_W8(3)},
+    {KX_W8(4), KX_W8(4)}, {KX_W8(5), KX_W8(5)}, {KX_W8(6), KX_W8(6)}, {KX_W8(7), KX_W8(7)},
+};
 
 /* One super-block unpacked: 256 unsigned values in element order (32 per vector), the
  * int16 scale of each element pair's sub-block per vector, and the correction terms. */
@@ -264,6 +290,7 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
         const __m256i m3 = _mm256_set1_epi8(3);
         o->d = kx_h2f(b->d);
         o->dmin = 0.0f;
+        KX_UNROLL(8)
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
@@ -285,19 +312,10 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
         /* q[j] covers sub-blocks 2j (low 128-bit lane) and 2j+1 (high lane). */
         const __m256i both = _mm256_permute4x64_epi64(s16, 0x44); /* s0..7 | s0..7 */
         const __m256i bhi = _mm256_permute4x64_epi64(s16, 0xEE);  /* s8..15 | s8..15 */
-        for (int j = 0; j < 8; j++) {
-            const int lo = (2 * j) & 7, hi = (2 * j + 1) & 7;
-            const __m256i sh = _mm256_setr_epi8(
-                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
-                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
-                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
-                (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
-                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
-                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
-                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
-                (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1));
-            o->sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi, sh);
-        }
+        KX_UNROLL(8)
+        for (int j = 0; j < 8; j++)
+            o->sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi,
+                                           _mm256_load_si256((const __m256i *)kx_q6_shuf[j]));
         o->mins = _mm_setzero_si128();
         return;
     }
@@ -318,6 +336,7 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
         hb = _mm256_loadu_si256((const __m256i *)b->qh);
     }
     const __m256i one = _mm256_set1_epi8(1);
+    KX_UNROLL(8)
     for (int c = 0; c < 4; c++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
         __m256i lo = _mm256_and_si256(v, m4);
@@ -334,8 +353,9 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
     const __m128i sm = kx_k4_scales(sc12);
     const __m256i sm16 = _mm256_cvtepu8_epi16(sm); /* scales 0..7 | mins 0..7 */
     const __m256i s2 = _mm256_permute4x64_epi64(sm16, 0x44);
+    KX_UNROLL(8)
     for (int j = 0; j < 8; j++)
-        o->sc[j] = _mm256_shuffle_epi8(s2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+        o->sc[j] = _mm256_shuffle_epi8(s2, _mm256_load_si256((const __m256i *)kx_k4_shuf[j]));
     o->sc16 = _mm256_setzero_si256();
     o->mins = _mm256_extracti128_si256(sm16, 1);
 }
@@ -344,6 +364,7 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
  * sum_j sc_j * (q_j . a_j), with Q6_K's -32 offset already taken off. */
 KX_AI __m256i kx_kq_sumi(enum kx_kq k, const struct kx_kblk *wb, const struct block_q8_K *ab) {
     __m256i s = _mm256_setzero_si256();
+    KX_UNROLL(8)
     for (int j = 0; j < 8; j++) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wb->q[j], a), wb->sc[j]);
@@ -372,18 +393,23 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
         const size_t bs = kx_kq_size(k);                                                       \
         __m256 acc[KX_MAXR][KX_MAXC];                                                          \
         __m128 accm[KX_MAXR][KX_MAXC];                                                         \
+        KX_UNROLL(8)                                                                           \
         for (int r = 0; r < NR; r++)                                                           \
+            KX_UNROLL(8)                                                                       \
             for (int c = 0; c < NC; c++) {                                                     \
                 acc[r][c] = _mm256_setzero_ps();                                               \
                 accm[r][c] = _mm_setzero_ps();                                                 \
             }                                                                                  \
         BLK wb[KX_MAXR];                                                                       \
         for (int64_t ib = 0; ib < n / QK_K; ib++) {                                            \
+            KX_UNROLL(8)                                                                       \
             for (int r = 0; r < NR; r++)                                                       \
                 UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                       \
+            KX_UNROLL(8)                                                                       \
             for (int c = 0; c < NC; c++) {                                                     \
                 const struct block_q8_K *ab = (const void *)(a + (size_t)c * as +              \
                                                              (size_t)ib * sizeof(*ab));        \
+                KX_UNROLL(8)                                                                   \
                 for (int r = 0; r < NR; r++) {                                                 \
                     __m256i si = SUMI(k, &wb[r], ab);                                          \
                     acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(BASE(wb[r]).d * ab->d),         \
@@ -394,7 +420,9 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
+        KX_UNROLL(8)                                                                           \
         for (int r = 0; r < NR; r++)                                                           \
+            KX_UNROLL(8)                                                                       \
             for (int c = 0; c < NC; c++)                                                       \
                 y[(size_t)c * ldy + r] = k == KX_Q6_K                                          \
                                              ? kx_hsum8(acc[r][c])                             \
@@ -419,25 +447,34 @@ KX_AI __m256 kx_load8_bf16(const uint16_t *p) {
 KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w,
                         size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
     __m256 acc[KX_MAXR][KX_MAXC][2];
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 wv[KX_MAXR][2];
+        KX_UNROLL(8)
         for (int r = 0; r < NR; r++)
+            KX_UNROLL(8)
             for (int h = 0; h < 2; h++) {
                 const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
                 wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
             }
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++)
+            KX_UNROLL(8)
             for (int h = 0; h < 2; h++) {
                 const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
                 __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+                KX_UNROLL(8)
                 for (int r = 0; r < NR; r++)
                     acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
             }
     }
+    KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
+        KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
             float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
             const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
