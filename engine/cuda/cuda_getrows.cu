@@ -39,3 +39,14 @@ extern "C" int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const
     }
     return CUDA_CHECK_LAUNCH();
 }
+
+extern "C" int cf_dequant_chunk_host(uint32_t type, const void *row, int c, float *y) {
+    const uint8_t *r = static_cast<const uint8_t *>(row);
+    switch (type) {
+#define CF_CASE(TT)                                                                            \
+    case TT: cf_dq_chunk<TT>(r, c, y); return 0;
+        CF_FOR_EACH_TYPE(CF_CASE)
+#undef CF_CASE
+    default: return -1;
+    }
+}

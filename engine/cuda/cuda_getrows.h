@@ -19,6 +19,11 @@ extern "C" {
 int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const int32_t *ids, int n_rows,
                 float scale, float *out, int ld_out);
 
+/* The device decoder run on the host: y[0..31] = elements [32c, 32c+32) of a packed row.
+ * Lets the tests check the kernels' bit layouts on machines without a GPU. 0, or -1 for an
+ * unsupported type. */
+int cf_dequant_chunk_host(uint32_t type, const void *row, int c, float *y);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@
 
 #define CUDA_TESTS(X)                                                                          \
     X(test_fallback_without_device)                                                            \
+    X(test_dequant_host_vs_ref)                                                                \
     X(test_dequant_vs_ref)                                                                     \
     X(test_matmul_vs_ref)                                                                      \
     X(test_matmul_batch_invariant)                                                             \
@@ -202,6 +203,30 @@ static void test_fallback_without_device(void) {
 }
 
 /* ---- kernels ---------------------------------------------------------------------------- */
+
+/* Runs without a device: the kernels' decoders (compiled for the host from the same template)
+ * against the quant _ref functions, for every supported type. */
+static void test_dequant_host_vs_ref(void) {
+    const int n_in = 768, n_out = 3;
+    float y[32];
+    for (int t = 0; t < N_TYPES; t++) {
+        size_t rb = 0;
+        uint8_t *rows = make_rows(kTypes[t], n_in, n_out, &rb);
+        float *ref = ref_dequant(kTypes[t], rows, n_in, n_out);
+        for (int r = 0; r < n_out; r++)
+            for (int c = 0; c < n_in / 32; c++) {
+                T_ASSERT(cf_dequant_chunk_host(kTypes[t], rows + (size_t)r * rb, c, y) == 0);
+                const float *want = ref + (size_t)r * n_in + (size_t)c * 32;
+                double e = norm_err(y, want, 32);
+                T_ASSERTF(e <= 1e-6, "%s row %d chunk %d: normalised error %g",
+                          quant_info(kTypes[t])->name, r, c, e);
+            }
+        free(rows);
+        free(ref);
+    }
+    T_ASSERT(cf_dequant_chunk_host(QT_Q2_K, NULL, 0, y) == -1);
+    T_ASSERT(!cf_type_supported(QT_Q3_K) && cf_type_supported(QT_Q6_K));
+}
 
 static void test_dequant_vs_ref(void) {
     need_device();
