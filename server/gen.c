@@ -351,6 +351,7 @@ ssize_t gen_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (hr->out_off == hr->out_len) hr->out_off = hr->out_len = 0;
         return (ssize_t)n;
     }
+    if (hr->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
     if (hr->out_end) return MHD_CONTENT_READER_END_OF_STREAM;
     if (hr->conn && !hr->suspended) {
         hr->suspended = 1;
@@ -439,7 +440,7 @@ enum MHD_Result gen_start_json(struct hreq *hr, json_t *root, int is_chat) {
         gen_cancel_all(hr);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     char rid[24];
@@ -463,7 +464,7 @@ enum MHD_Result gen_start_json(struct hreq *hr, json_t *root, int is_chat) {
 /* The access handler runs again after a resume: reply once every choice is done. */
 enum MHD_Result gen_resume(struct hreq *hr) {
     struct oai_params *p = hr->params;
-    if (!p) return MHD_NO;
+    if (!p || hr->client_gone) return MHD_NO; /* closes the connection */
     if (hr->fail_status)
         return http_reply_error(hr, hr->fail_status, hr->fail_status == 504 ? "timeout_error" : NULL,
                                 NULL, NULL, "%s", hr->fail_msg);

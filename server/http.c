@@ -396,11 +396,26 @@ static void http_on_signal(uv_signal_t *h, int signum) {
     http_begin_drain(s);
 }
 
+/* 1 when the peer has closed its end (a zero-byte peek); pipelined bytes are left alone. */
+static int http_peer_closed(int fd) {
+    char b;
+    if (fd < 0) return 0;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void http_on_tick(uv_timer_t *t) {
     struct srv *s = t->data;
     double now = http_now();
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) {
         if (hr->mhd_done) continue;
+        if (hr->suspended && !hr->client_gone && hr->hc && http_peer_closed(hr->hc->fd)) {
+            /* MHD cannot see a suspended connection close: cancel now, let MHD clean up. */
+            hr->client_gone = 1;
+            gen_cancel_all(hr);
+            http_wake(hr);
+            continue;
+        }
         if (hr->phase == PH_STREAM) gen_keepalive(hr, now);
         if (now > hr->deadline && !hr->suspended && hr->phase == PH_BODY && hr->hc &&
             hr->hc->fd >= 0)

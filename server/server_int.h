@@ -146,6 +146,7 @@ struct hreq {
     char cmpl_id[48];           /* "chatcmpl-…" / "cmpl-…" */
     int64_t created;            /* unix seconds */
     int aborted;                /* gen_abort ran */
+    int client_gone;            /* the peer closed while the request was suspended */
     int fail_status;            /* non-stream: HTTP status of an error outcome */
     char fail_msg[256];
     int prompt_tokens, completion_tokens; /* totals for the log line */

@@ -23,7 +23,8 @@ MODEL = os.environ.get("GEMMAD_TEST_MODEL",
 
 # Small limits keep the suite fast on two cores.
 BASE_ARGS = ["--host", "127.0.0.1", "--port", "0", "--ctx-size", "1024", "--max-tokens", "512",
-             "--threads", "2", "--max-n", "4", "--body-limit", "262144", "--kv-tokens", "8192"]
+             "--threads", "2", "--max-n", "4", "--body-limit", "262144", "--kv-tokens", "8192",
+             "--drain-timeout-s", "10"]
 
 
 def pytest_addoption(parser):
@@ -117,7 +118,7 @@ class Server:
     def send_signal(self, sig):
         self.proc.send_signal(sig)
 
-    def stop(self, sig=signal.SIGTERM, timeout=30):
+    def stop(self, sig=signal.SIGTERM, timeout=45):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:

@@ -205,8 +205,7 @@ def test_utf8_emoji_cjk(server, model_id):
     plain.content.decode("utf-8")  # strict
     text = plain.json()["choices"][0]["message"]["content"]
     st = server.post("/v1/chat/completions", dict(body, stream=True))
-    st.content.decode("utf-8")
-    ev = parse_sse(st.text)
+    ev = parse_sse(st.content.decode("utf-8"))
     deltas = [e["choices"][0]["delta"].get("content") or "" for e in ev[:-1] if e["choices"]]
     assert "".join(deltas) == text
     assert "\ufffd" not in text

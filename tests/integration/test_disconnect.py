@@ -65,8 +65,14 @@ def test_disconnect_non_stream(server, model_id):
     s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
               b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    time.sleep(0.5)
+    end = time.time() + 30
+    while running(server) < 1 and time.time() < end:
+        time.sleep(0.05)
+    assert running(server) >= 1
+    before = server.metrics().get('gemmad_request_success_total{finished_reason="cancelled"}', 0)
     s.close()
-    # a suspended non-stream request cannot see the close until it resumes; it must still
-    # finish (or be cancelled) and free its sequence
-    assert wait_idle(server, 60)
+    # a suspended non-stream request cannot see the close by itself: the server notices and
+    # cancels the sequence within a tick
+    assert wait_idle(server, 10)
+    after = server.metrics().get('gemmad_request_success_total{finished_reason="cancelled"}', 0)
+    assert after == before + 1

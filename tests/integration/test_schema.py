@@ -22,8 +22,8 @@ def test_schemathesis(start_server, request, tmp_path):
     s = start_server("--max-tokens", "8", "--max-n", "2", "--ctx-size", "512")
     long = request.config.getoption("--fuzz-long")
     args = [exe, "run", SPEC, "--url", s.url, "--checks", CHECKS,
-            "--max-examples", "300" if long else "12", "--seed", "1",
-            "--max-time", "900" if long else "60", "--workers", "1",
+            "--max-examples", "300" if long else "10", "--seed", "1",
+            "--max-time", "900" if long else "30", "--workers", "1",
             "--request-timeout", "60", "--no-color", "--warnings", "off",
             "--suppress-health-check", "all"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=1200 if long else 240,

@@ -15,7 +15,7 @@ def test_sse_headers_and_framing(server, model_id):
     r = requests.post(server.url + "/v1/chat/completions", stream=True, timeout=60,
                       json={"model": model_id, "messages": MSG, "max_tokens": 5, "stream": True})
     assert r.status_code == 200
-    assert r.headers["Content-Type"] == "text/event-stream"
+    assert r.headers["Content-Type"] == "text/event-stream; charset=utf-8"
     assert r.headers["Cache-Control"] == "no-cache"
     assert r.headers["X-Accel-Buffering"] == "no"
     body = r.content.decode("utf-8")
