@@ -313,7 +313,13 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
     int bs = s->o.kv_block_size;
     int reuse = kv_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, q->n_hist - 1,
                               q->admitted ? NULL : q->session_id, now);
+    /* Blocks for its own tokens, for the tokens running sequences have yet to prefill, and
+     * one block of growth per running sequence. */
     int need_full = ceil_div(q->n_hist + 1, bs) - reuse / bs + s->n_run;
+    for (int i = 0; i < s->n_run; i++) {
+        int owed = ceil_div(s->run[i]->n_hist + 1, bs) - s->run[i]->kv.n_full;
+        if (owed > 0) need_full += owed;
+    }
     int need_swa = 0;
     for (int j = 0; j < q->kv.n_swa; j++) need_swa += q->kv.swa[j] < 0;
     if (need_full > kv_available(s->kv, KVS_FULL, 1) ||

@@ -1,0 +1,545 @@
+/* Scheduler tests with the real model: batching invariance, seeded determinism (alone,
+ * among others, after preemption, with a prefix-cache hit, across a session), stop strings,
+ * cancellation back to the KV baseline, queue overflow, deadlines, metrics.
+ * GEMMAD_TEST_QUICK=1 runs fewer and shorter cases (sanitizer builds). */
+#include <pthread.h>
+#include <time.h>
+
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "scheduler/sched.h"
+#include "tests/unit/harness.h"
+
+#define MAXTOK 256
+
+/* What one request produced, filled on the scheduler thread. */
+struct result {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t tok[MAXTOK];
+    int n_tok;
+    char text[8192];
+    size_t n_text;
+    int done;
+    enum sched_ev_kind last_kind;
+    enum sched_finish finish;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    float lp[MAXTOK];
+};
+
+static void on_event(void *user, const struct sched_event *ev) {
+    struct result *r = user;
+    pthread_mutex_lock(&r->mu);
+    if (ev->text_len && r->n_text + ev->text_len < sizeof(r->text)) {
+        memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        r->text[r->n_text] = 0;
+    }
+    if (ev->kind == SCHED_EV_TOKEN && r->n_tok < MAXTOK) {
+        r->lp[r->n_tok] = ev->logprob;
+        r->tok[r->n_tok++] = ev->token;
+    }
+    if (ev->kind != SCHED_EV_TOKEN) {
+        r->done = 1;
+        r->last_kind = ev->kind;
+        r->finish = ev->finish;
+        r->prompt_tokens = ev->prompt_tokens;
+        r->completion_tokens = ev->completion_tokens;
+        r->cached_tokens = ev->cached_tokens;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void res_init(struct result *r) {
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+}
+
+static void res_wait(struct result *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int quick(void) { return getenv("GEMMAD_TEST_QUICK") != NULL; }
+
+static struct model *load(void) {
+    struct model *m = NULL;
+    char err[256];
+    if (access(t_model_path(), R_OK)) T_SKIP("model %s not present", t_model_path());
+    T_ASSERTF(model_load(t_model_path(), &m, err, sizeof err) == 0, "%s", err);
+    return m;
+}
+
+static struct sched *mk(const struct model *m, void (*tweak)(struct sched_opts *)) {
+    struct sched_opts o;
+    sched_opts_default(&o);
+    o.n_threads = 2;
+    o.n_ctx = 512;
+    o.max_seqs = 8;
+    o.max_batch_tokens = 64;
+    o.kv_tokens = 8192;
+    o.deterministic = 1;
+    o.device = FWD_DEVICE_CPU;
+    if (tweak) tweak(&o);
+    struct sched *s = NULL;
+    char err[256];
+    T_ASSERTF(sched_create(m, &o, &s, err, sizeof err) == SCHED_OK, "%s", err);
+    return s;
+}
+
+static int encode(const struct model *m, const char *text, int32_t *ids, int cap) {
+    int n = tok_encode(m->vocab, text, strlen(text), 1, 1, ids, cap);
+    T_ASSERT(n > 0 && n <= cap);
+    return n;
+}
+
+static struct sched_sampling greedy(void) {
+    struct sched_sampling sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    return sp;
+}
+
+static struct sched_sampling seeded(uint64_t seed) {
+    struct sched_sampling sp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f,
+                                .repetition_penalty = 1, .seed = seed, .has_seed = 1};
+    return sp;
+}
+
+static void submit(struct sched *s, const int32_t *p, int n, struct sched_sampling sp,
+                   int max_tokens, struct result *r, uint64_t *id) {
+    struct sched_req q = {0};
+    q.prompt = p;
+    q.n_prompt = n;
+    q.sp = sp;
+    q.max_tokens = max_tokens;
+    q.ignore_eos = 1;
+    q.top_logprobs = -1;
+    q.on_event = on_event;
+    q.user = r;
+    res_init(r);
+    uint64_t dummy;
+    T_ASSERT(sched_submit(s, &q, id ? id : &dummy) == SCHED_OK);
+}
+
+static void run_one(struct sched *s, const int32_t *p, int n, struct sched_sampling sp,
+                    int max_tokens, struct result *r) {
+    submit(s, p, n, sp, max_tokens, r, NULL);
+    res_wait(r);
+    T_ASSERTF(r->last_kind == SCHED_EV_DONE, "request failed");
+}
+
+static void same(const struct result *a, const struct result *b, const char *what) {
+    T_ASSERTF(a->n_tok == b->n_tok, "%s: %d vs %d tokens", what, a->n_tok, b->n_tok);
+    for (int i = 0; i < a->n_tok; i++)
+        T_ASSERTF(a->tok[i] == b->tok[i], "%s: token %d differs (%d vs %d)", what, i, a->tok[i],
+                  b->tok[i]);
+    T_ASSERTF(!strcmp(a->text, b->text), "%s: text differs", what);
+}
+
+static const char *prompts[] = {
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):",
+    "List three colours:",
+    "The quick brown fox",
+    "In 1969, astronauts",
+    "Water boils at",
+    "My favourite recipe is",
+};
+
+static void wait_kv_baseline(struct sched *s) {
+    struct sched_counts c;
+    for (int i = 0; i < 400; i++) {
+        sched_get_counts(s, &c);
+        if (c.running == 0 && c.waiting == 0 && c.kv_blocks_used == 0) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    T_FAIL("KV not back to baseline: running %d waiting %d used %d", c.running, c.waiting,
+           c.kv_blocks_used);
+}
+
+/* Greedy outputs of concurrent requests equal their solo runs. */
+static void test_concurrent_greedy_equals_solo(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, NULL);
+    int n = quick() ? 4 : 8, gen = quick() ? 6 : 10;
+    static struct result solo[8], conc[8];
+    int32_t ids[8][64];
+    int len[8];
+    for (int i = 0; i < n; i++) {
+        len[i] = encode(m, prompts[i], ids[i], 64);
+        run_one(s, ids[i], len[i], greedy(), gen, &solo[i]);
+        T_ASSERT(solo[i].n_tok == gen && solo[i].finish == SCHED_FINISH_LENGTH);
+    }
+    for (int i = 0; i < n; i++) submit(s, ids[i], len[i], greedy(), gen, &conc[i], NULL);
+    for (int i = 0; i < n; i++) {
+        res_wait(&conc[i]);
+        same(&solo[i], &conc[i], prompts[i]);
+    }
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void tiny_kv(struct sched_opts *o) {
+    o->n_ctx = 64;
+    o->kv_tokens = 112; /* 7 blocks: two sequences fit at admission, not as they grow */
+    o->max_seqs = 4;
+    o->max_batch_tokens = 32;
+    o->prefix_cache = 0;
+}
+
+static void small_batch(struct sched_opts *o) { o->max_batch_tokens = 16; }
+
+/* The reference for the seeded tests: one request alone on a fresh scheduler. */
+static int seeded_prompt(const struct model *m, int32_t *p) {
+    int n = encode(m,
+                   "Write a short poem about the ocean and the wind that moves it. Use simple "
+                   "words, four lines, and end with a question about the night:",
+                   p, 128);
+    T_ASSERTF(n > 24 && n < 44, "prompt has %d tokens", n); /* sized for tiny_kv below */
+    return n;
+}
+/* Long enough for every sequence to need one more block while it generates. */
+static int seeded_gen(void) { return 20; }
+
+/* A seeded request gives the same tokens alone, with a prefix-cache hit, and among other
+ * requests sharing its steps. */
+static void test_seeded_cache_hit_and_among_others(void) {
+    struct model *m = load();
+    int gen = seeded_gen();
+    int32_t p[128];
+    int n = seeded_prompt(m, p);
+    struct result alone, among, again;
+    struct sched *s = mk(m, NULL);
+    run_one(s, p, n, seeded(77), gen, &alone);
+    T_ASSERT(alone.n_tok == gen && alone.cached_tokens == 0);
+    /* A second run hits the prefix cache (the prompt's complete blocks). */
+    run_one(s, p, n, seeded(77), gen, &again);
+    T_ASSERTF(again.cached_tokens > 0 && again.cached_tokens % 16 == 0, "cached %d",
+              again.cached_tokens);
+    same(&alone, &again, "prefix-cache hit");
+    /* Among others, with other seeds and prompts, sharing steps. */
+    static struct result others[6];
+    int32_t ids[6][64];
+    int n_others = quick() ? 3 : 6;
+    for (int i = 0; i < n_others; i++) {
+        int k = encode(m, prompts[i], ids[i], 64);
+        submit(s, ids[i], k, seeded(1000 + (uint64_t)i), gen, &others[i], NULL);
+        if (i == 1) submit(s, p, n, seeded(77), gen, &among, NULL);
+    }
+    res_wait(&among);
+    for (int i = 0; i < n_others; i++) res_wait(&others[i]);
+    same(&alone, &among, "among others");
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+/* The same seeded request cut into smaller prefill chunks, and under KV exhaustion where the
+ * youngest sequences are preempted and recomputed, still gives the same tokens. */
+static void test_seeded_chunking_and_preemption(void) {
+    struct model *m = load();
+    int gen = seeded_gen();
+    int32_t p[128];
+    int n = seeded_prompt(m, p);
+    struct result alone, chunked;
+    struct sched *s = mk(m, NULL);
+    run_one(s, p, n, seeded(77), gen, &alone);
+    sched_destroy(s);
+    s = mk(m, small_batch);
+    run_one(s, p, n, seeded(77), gen, &chunked);
+    same(&alone, &chunked, "smaller prefill chunks");
+    sched_destroy(s);
+
+    /* Tiny KV: four sequences cannot all fit; the youngest are preempted and recomputed. */
+    s = mk(m, tiny_kv);
+    static struct result tiny[4];
+    for (int i = 0; i < 4; i++) submit(s, p, n, seeded(77), gen, &tiny[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        res_wait(&tiny[i]);
+        same(&alone, &tiny[i], "under preemption");
+    }
+    char buf[16384];
+    sched_metrics_text(s, buf, sizeof buf);
+    const char *pre = strstr(buf, "\ngemmad_sched_preemptions_total ");
+    T_ASSERT(pre && atoi(pre + strlen("\ngemmad_sched_preemptions_total ")) > 0);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void long_ctx(struct sched_opts *o) {
+    o->n_ctx = 2048;
+    o->max_batch_tokens = 256;
+}
+
+/* A long shared prefix (more than the sliding window) reused from the cache gives the same
+ * greedy output as computing it. */
+static void test_prefix_hit_long_prompt(void) {
+    if (quick()) T_SKIP("long prompt (quick mode)");
+    struct model *m = load();
+    static char text[16384];
+    size_t n = 0;
+    for (int i = 0; n < 2600; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "Item %d is %s. ", i,
+                              prompts[i % 8]);
+    static int32_t p[2048];
+    int len = tok_encode(m->vocab, text, n, 1, 0, p, 2048);
+    T_ASSERTF(len > 560 && len < 1500, "len %d", len);
+    struct sched *s = mk(m, long_ctx);
+    struct result a, b;
+    run_one(s, p, len, greedy(), 4, &a);
+    run_one(s, p, len, greedy(), 4, &b);
+    T_ASSERTF(b.cached_tokens >= len - 16, "cached %d of %d", b.cached_tokens, len);
+    same(&a, &b, "long prefix hit");
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void with_sessions(struct sched_opts *o) { o->prefix_cache = 0; }
+
+/* A session resumes at the previous turn's end without the prefix cache. */
+static void test_session_turns(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, with_sessions);
+    int32_t p[256];
+    int n = encode(m, "User: tell me about the moon. Assistant:", p, 256);
+    struct sched_req q = {0};
+    struct result t1, t2, ref;
+    res_init(&t1);
+    q.prompt = p;
+    q.n_prompt = n;
+    q.sp = greedy();
+    q.max_tokens = 10;
+    q.ignore_eos = 1;
+    q.top_logprobs = -1;
+    q.on_event = on_event;
+    q.user = &t1;
+    q.session_id = "conv-42";
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&t1);
+    /* Turn 2: previous prompt + answer + a follow-up. */
+    memcpy(p + n, t1.tok, (size_t)t1.n_tok * sizeof(int32_t));
+    int n2 = n + t1.n_tok;
+    int32_t more[32];
+    int k = tok_encode(m->vocab, " User: and the sun? Assistant:", 30, 0, 1, more, 32);
+    memcpy(p + n2, more, (size_t)k * sizeof(int32_t));
+    n2 += k;
+    res_init(&t2);
+    q.n_prompt = n2;
+    q.user = &t2;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&t2);
+    T_ASSERTF(t2.cached_tokens >= 16 && t2.cached_tokens <= n + t1.n_tok, "cached %d",
+              t2.cached_tokens);
+    run_one(s, p, n2, greedy(), 10, &ref);
+    T_ASSERT(ref.cached_tokens == 0);
+    same(&ref, &t2, "session resume");
+    sched_destroy(s);
+    model_free(m);
+}
+
+/* Stop strings end the output before the stop text, even when it spans tokens; logprobs
+ * are reported; EOG and max_tokens finish. */
+static void test_stop_and_finish(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, NULL);
+    int32_t p[64];
+    int n = encode(m, prompts[1], p, 64);
+    struct result full, cut;
+    run_one(s, p, n, greedy(), 16, &full);
+    T_ASSERT(full.n_text > 12);
+    /* A stop string from the middle of the output, spanning at least two tokens. */
+    size_t at = full.n_text / 2;
+    char stop[8];
+    memcpy(stop, full.text + at, 5);
+    stop[5] = 0;
+    const char *stops[1] = {stop};
+    struct sched_req q = {0};
+    q.prompt = p;
+    q.n_prompt = n;
+    q.sp = greedy();
+    q.max_tokens = 16;
+    q.ignore_eos = 1;
+    q.top_logprobs = 3;
+    q.stop = stops;
+    q.n_stop = 1;
+    q.on_event = on_event;
+    q.user = &cut;
+    res_init(&cut);
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&cut);
+    T_ASSERT(cut.finish == SCHED_FINISH_STOP);
+    char *first = strstr(full.text, stop);
+    T_ASSERT(first);
+    size_t want = (size_t)(first - full.text);
+    T_ASSERTF(cut.n_text == want && !memcmp(cut.text, full.text, want), "got '%s' want %zu",
+              cut.text, want);
+    for (int i = 0; i < cut.n_tok; i++) T_ASSERT(cut.lp[i] <= 0 && cut.lp[i] > -100);
+    /* An end-of-generation token finishes with STOP and is not reported as a token; under
+     * ignore_eos it is never sampled. A +100 bias makes the model pick it at once. */
+    int32_t eos = tok_eos(m->vocab);
+    T_ASSERT(eos >= 0 && tok_is_eog(m->vocab, eos));
+    struct sched_bias bias = {eos, 100};
+    struct result eog, ign;
+    res_init(&eog);
+    q.stop = NULL;
+    q.n_stop = 0;
+    q.ignore_eos = 0;
+    q.max_tokens = 5;
+    q.top_logprobs = -1;
+    q.sp.logit_bias = &bias;
+    q.sp.n_logit_bias = 1;
+    q.user = &eog;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&eog);
+    T_ASSERTF(eog.finish == SCHED_FINISH_STOP && eog.completion_tokens == 1 && eog.n_tok == 0 &&
+                  eog.n_text == 0,
+              "finish %d n %d", eog.finish, eog.completion_tokens);
+    res_init(&ign);
+    q.ignore_eos = 1;
+    q.user = &ign;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&ign);
+    T_ASSERT(ign.finish == SCHED_FINISH_LENGTH && ign.n_tok == 5);
+    for (int i = 0; i < 5; i++) T_ASSERT(!tok_is_eog(m->vocab, ign.tok[i]));
+    sched_destroy(s);
+    model_free(m);
+}
+
+/* Cancelled requests (running and queued) free their blocks; deadlines end requests. */
+static void test_cancel_frees_blocks(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, NULL);
+    int32_t p[64];
+    int n = encode(m, prompts[2], p, 64);
+    static struct result r[12];
+    uint64_t id[12];
+    for (int i = 0; i < 12; i++) submit(s, p, n, seeded((uint64_t)i), 200, &r[i], &id[i]);
+    /* Let some start, then cancel everything (8 running, 4 queued). */
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&r[0].mu);
+        int k = r[0].n_tok;
+        pthread_mutex_unlock(&r[0].mu);
+        if (k >= 3) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < 12; i++) sched_cancel(s, id[i]);
+    sched_cancel(s, id[3]); /* idempotent */
+    sched_cancel(s, 999999); /* unknown */
+    for (int i = 0; i < 12; i++) {
+        res_wait(&r[i]);
+        T_ASSERTF(r[i].finish == SCHED_FINISH_CANCELLED, "request %d finish %d", i,
+                  r[i].finish);
+        if (i >= 8) T_ASSERT(r[i].n_tok == 0); /* queued ones never ran */
+    }
+    wait_kv_baseline(s);
+    /* Deadline already passed: DEADLINE without output. */
+    struct sched_req q = {0};
+    struct result d;
+    res_init(&d);
+    q.prompt = p;
+    q.n_prompt = n;
+    q.sp = greedy();
+    q.max_tokens = 50;
+    q.top_logprobs = -1;
+    q.on_event = on_event;
+    q.user = &d;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    q.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - 1;
+    uint64_t did;
+    T_ASSERT(sched_submit(s, &q, &did) == SCHED_OK);
+    res_wait(&d);
+    T_ASSERT(d.finish == SCHED_FINISH_DEADLINE);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void one_seq_tiny_queue(struct sched_opts *o) {
+    o->max_seqs = 1;
+    o->max_queue = 1;
+}
+
+static void test_queue_overflow_and_validation(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, one_seq_tiny_queue);
+    int32_t p[64];
+    int n = encode(m, prompts[0], p, 64);
+    static struct result r[4];
+    struct sched_req q = {0};
+    q.prompt = p;
+    q.n_prompt = n;
+    q.sp = greedy();
+    q.max_tokens = 6;
+    q.top_logprobs = -1;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    int ok = 0, full = 0, okidx[4];
+    uint64_t id;
+    for (int i = 0; i < 4; i++) {
+        res_init(&r[i]);
+        q.user = &r[i];
+        int rc = sched_submit(s, &q, &id);
+        T_ASSERT(rc == SCHED_OK || rc == SCHED_EFULL);
+        if (rc == SCHED_OK) okidx[ok++] = i;
+        else full++;
+    }
+    T_ASSERTF(full >= 2 && ok >= 1, "ok %d full %d", ok, full);
+    char buf[16384];
+    sched_metrics_text(s, buf, sizeof buf);
+    T_ASSERT(strstr(buf, "gemmad_sched_queue_rejections_total"));
+    T_ASSERT(strstr(buf, "gemmad_kv_usage_ratio{class=\"full\"}"));
+    T_ASSERT(strstr(buf, "gemmad_sched_step_seconds_bucket{le=\"+Inf\"}"));
+    /* Invalid requests. */
+    q.max_tokens = 1000; /* n_ctx 512 */
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_ECTX);
+    q.max_tokens = 0;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_EINVAL);
+    q.max_tokens = 4;
+    int32_t bad = 1 << 30;
+    q.prompt = &bad;
+    q.n_prompt = 1;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_EINVAL);
+    for (int i = 0; i < ok; i++) res_wait(&r[okidx[i]]);
+    sched_drain(s);
+    q.prompt = p;
+    q.n_prompt = n;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_EDRAIN);
+    sched_destroy(s);
+    model_free(m);
+}
+
+/* Destroying with work in flight delivers CANCELLED to everyone. */
+static void test_destroy_cancels(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, NULL);
+    int32_t p[64];
+    int n = encode(m, prompts[3], p, 64);
+    static struct result r[10];
+    for (int i = 0; i < 10; i++) submit(s, p, n, greedy(), 300, &r[i], NULL);
+    sched_destroy(s);
+    for (int i = 0; i < 10; i++) {
+        T_ASSERT(r[i].done);
+        T_ASSERT(r[i].finish == SCHED_FINISH_CANCELLED || r[i].finish == SCHED_FINISH_LENGTH);
+    }
+    model_free(m);
+}
+
+int main(int argc, char **argv) {
+    static const struct t_case cases[] = {
+        T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
+        T_CASE(test_seeded_chunking_and_preemption),
+        T_CASE(test_prefix_hit_long_prompt), T_CASE(test_session_turns),
+        T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
+        T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels), {0}};
+    return t_main(argc, argv, cases);
+}
