@@ -123,10 +123,13 @@ KX_AI void kx_quant_q8_K(const float *x, void *dst, int64_t n) {
             memset(&y[i], 0, sizeof(y[i]));
             continue;
         }
-        float max = amax;
-        for (int j = 0; j < QK_K; j++) { /* first element of that magnitude gives the sign */
-            if (fabsf(x[j]) == amax) {
-                max = x[j];
+        float max = amax; /* the first element of that magnitude gives the sign */
+        const __m256 vmax = _mm256_set1_ps(amax);
+        for (int k = 0; k < QK_K / 8; k++) {
+            __m256 ax = _mm256_and_ps(_mm256_loadu_ps(x + 8 * k), absm);
+            int mk = _mm256_movemask_ps(_mm256_cmp_ps(ax, vmax, _CMP_EQ_OQ));
+            if (mk) {
+                max = x[8 * k + __builtin_ctz((unsigned)mk)];
                 break;
             }
         }
@@ -216,10 +219,12 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
         for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ib++) {
         __m256i wv[KX_MAXR], wa[KX_MAXR];
-        float dw[KX_MAXR];
+        __m256 dw[KX_MAXR];
         KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
-            wv[r] = kx_q8f_load(k, w + (size_t)r * ws + (size_t)ib * bs, &dw[r]);
+            float d;
+            wv[r] = kx_q8f_load(k, w + (size_t)r * ws + (size_t)ib * bs, &d);
+            dw[r] = _mm256_set1_ps(d);
             wa[r] = _mm256_sign_epi8(wv[r], wv[r]);
         }
         KX_UNROLL(8)
@@ -227,10 +232,10 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
             const struct block_q8_0 *ab =
                 (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_0));
             const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
-            const float da = kx_h2f(ab->d);
+            const __m256 da = _mm256_set1_ps(kx_h2f(ab->d));
             KX_UNROLL(8)
-            for (int r = 0; r < NR; r++)
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da),
+            for (int r = 0; r < NR; r++) /* the vector product is the scalar dw * da */
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da),
                                             kx_dot_i8(wa[r], wv[r], av), acc[r][c]);
         }
     }
@@ -283,30 +288,28 @@ KX_AI __m128i kx_k4_scales(const uint8_t *s12) {
     return _mm_loadu_si128((const __m128i *)o);
 }
 
-KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
+/* Chunk j of an unpacked super-block: stored (unpack for reuse by several activation rows)
+ * or, when fused, multiplied at once into *s with activation chunk j (one row: no store). */
+KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused,
+                      const struct block_q8_K *ab, __m256i *s) {
+    if (!fused) {
+        o->q[j] = q;
+        return;
+    }
+    __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
+    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), o->sc[j]));
+}
+
+/* Unpacks the super-block at p into o; with `fused` it also returns, in *s, the integer
+ * part of its product with ab (kx_kq_sumi without the Q6_K offset term), the same lanes. */
+KX_AI void kx_kq_unpack_x(enum kx_kq k, const uint8_t *p, struct kx_kblk *o, int fused,
+                          const struct block_q8_K *ab, __m256i *s) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (k == KX_Q6_K) {
         const struct block_q6_K *b = (const void *)p;
         const __m256i m3 = _mm256_set1_epi8(3);
         o->d = kx_h2f(b->d);
         o->dmin = 0.0f;
-        KX_UNROLL(8)
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            o->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                              _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
-            o->q[4 * h + 1] = _mm256_or_si256(
-                _mm256_and_si256(l1, m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
-            o->q[4 * h + 2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
-            o->q[4 * h + 3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
-        }
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         o->sc16 = s16;
         /* q[j] covers sub-blocks 2j (low 128-bit lane) and 2j+1 (high lane). */
@@ -317,6 +320,28 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
             o->sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi,
                                            _mm256_load_si256((const __m256i *)kx_q6_shuf[j]));
         o->mins = _mm_setzero_si128();
+        KX_UNROLL(8)
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            kx_kq_emit(o, 4 * h + 0,
+                       _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)),
+                       fused, ab, s);
+            kx_kq_emit(o, 4 * h + 1,
+                       _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4)),
+                       fused, ab, s);
+            kx_kq_emit(o, 4 * h + 2,
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4)),
+                       fused, ab, s);
+            kx_kq_emit(o, 4 * h + 3,
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4)),
+                       fused, ab, s);
+        }
         return;
     }
     const uint8_t *qs, *sc12;
@@ -335,6 +360,14 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
         sc12 = b->scales;
         hb = _mm256_loadu_si256((const __m256i *)b->qh);
     }
+    const __m128i sm = kx_k4_scales(sc12);
+    const __m256i sm16 = _mm256_cvtepu8_epi16(sm); /* scales 0..7 | mins 0..7 */
+    const __m256i s2 = _mm256_permute4x64_epi64(sm16, 0x44);
+    KX_UNROLL(8)
+    for (int j = 0; j < 8; j++)
+        o->sc[j] = _mm256_shuffle_epi8(s2, _mm256_load_si256((const __m256i *)kx_k4_shuf[j]));
+    o->sc16 = _mm256_setzero_si256();
+    o->mins = _mm256_extracti128_si256(sm16, 1);
     const __m256i one = _mm256_set1_epi8(1);
     KX_UNROLL(8)
     for (int c = 0; c < 4; c++) {
@@ -347,17 +380,27 @@ KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(bl, 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(bh, 4));
         }
-        o->q[2 * c] = lo;
-        o->q[2 * c + 1] = hi;
+        kx_kq_emit(o, 2 * c, lo, fused, ab, s);
+        kx_kq_emit(o, 2 * c + 1, hi, fused, ab, s);
     }
-    const __m128i sm = kx_k4_scales(sc12);
-    const __m256i sm16 = _mm256_cvtepu8_epi16(sm); /* scales 0..7 | mins 0..7 */
-    const __m256i s2 = _mm256_permute4x64_epi64(sm16, 0x44);
-    KX_UNROLL(8)
-    for (int j = 0; j < 8; j++)
-        o->sc[j] = _mm256_shuffle_epi8(s2, _mm256_load_si256((const __m256i *)kx_k4_shuf[j]));
-    o->sc16 = _mm256_setzero_si256();
-    o->mins = _mm256_extracti128_si256(sm16, 1);
+}
+
+KX_AI void kx_kq_unpack(enum kx_kq k, const uint8_t *p, struct kx_kblk *o) {
+    kx_kq_unpack_x(k, p, o, 0, NULL, NULL);
+}
+
+/* Q6_K's offset term: the unsigned values carry +32, so take 32 * sum_j sc_j * bsum_j. */
+KX_AI __m256i kx_q6_offset(__m256i s, const struct kx_kblk *wb, const struct block_q8_K *ab) {
+    __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+    return _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 5));
+}
+
+/* One row (NC == 1): unpack and multiply in one pass; same lanes as unpack + kx_kq_sumi. */
+KX_AI __m256i kx_kq_fused(enum kx_kq k, const uint8_t *p, struct kx_kblk *o,
+                          const struct block_q8_K *ab) {
+    __m256i s = _mm256_setzero_si256();
+    kx_kq_unpack_x(k, p, o, 1, ab, &s);
+    return k == KX_Q6_K ? kx_q6_offset(s, o, ab) : s;
 }
 
 /* Integer part of one (super-block, activation block) pair: 8 int32 lanes of
@@ -370,11 +413,7 @@ KX_AI __m256i kx_kq_sumi(enum kx_kq k, const struct kx_kblk *wb, const struct bl
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wb->q[j], a), wb->sc[j]);
         s = _mm256_add_epi32(s, p);
     }
-    if (k == KX_Q6_K) {
-        __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
-        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 5));
-    }
-    return s;
+    return k == KX_Q6_K ? kx_q6_offset(s, wb, ab) : s;
 }
 
 /* Q4_K/Q5_K: 4 int32 lanes of sum_j min_j * (sum of a over sub-block j). */
@@ -386,6 +425,8 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
 
 /* Defines the K-quant tile `fname` over an unpacked-block type BLK (UNPACK fills it, SUMI
  * gives the 8 int32 lanes of one pair, BASE(b) is its struct kx_kblk with d, dmin, mins).
+ * With one activation row there is nothing to reuse, so the block is unpacked and multiplied
+ * in one pass (kx_kq_fused); integer sums are exact, so the lanes are the same either way.
  * A macro so that the AVX-512 file can reuse the float steps with its own integer part. */
 #define KX_DEFINE_TILE_KQ(fname, BLK, UNPACK, SUMI, BASE)                                      \
     KX_AI void fname(enum kx_kq k, const int NR, const int NC, int64_t n, const uint8_t *w,   \
@@ -402,16 +443,20 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
             }                                                                                  \
         BLK wb[KX_MAXR];                                                                       \
         for (int64_t ib = 0; ib < n / QK_K; ib++) {                                            \
-            KX_UNROLL(8)                                                                       \
-            for (int r = 0; r < NR; r++)                                                       \
-                UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                       \
+            if (NC > 1) {                                                                      \
+                KX_UNROLL(8)                                                                   \
+                for (int r = 0; r < NR; r++)                                                   \
+                    UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                   \
+            }                                                                                  \
             KX_UNROLL(8)                                                                       \
             for (int c = 0; c < NC; c++) {                                                     \
                 const struct block_q8_K *ab = (const void *)(a + (size_t)c * as +              \
                                                              (size_t)ib * sizeof(*ab));        \
                 KX_UNROLL(8)                                                                   \
                 for (int r = 0; r < NR; r++) {                                                 \
-                    __m256i si = SUMI(k, &wb[r], ab);                                          \
+                    __m256i si = NC > 1 ? SUMI(k, &wb[r], ab)                                  \
+                                        : kx_kq_fused(k, w + (size_t)r * ws + (size_t)ib * bs, \
+                                                      &BASE(wb[r]), ab);                       \
                     acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(BASE(wb[r]).d * ab->d),         \
                                                 _mm256_cvtepi32_ps(si), acc[r][c]);            \
                     if (k != KX_Q6_K)                                                          \
@@ -488,27 +533,26 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
 
 /* ---- instantiation ------------------------------------------------------------------------ */
 
-/* The gemm sweep below calls TILE for the shape (nr, nc), 1 <= nr <= 4, 1 <= nc <= 2. */
+/* The gemm sweep below calls TILE for the shape (nr, nc), 1 <= nr, nc <= 4. */
 #define KX_ARGS n, w0, ws, a0, as, y0, (size_t)ldy
+#define KX_CASES(TILE, kind, R)                                                                \
+    case R * 8 + 1: TILE(kind, R, 1, KX_ARGS); break;                                          \
+    case R * 8 + 2: TILE(kind, R, 2, KX_ARGS); break;                                          \
+    case R * 8 + 3: TILE(kind, R, 3, KX_ARGS); break;                                          \
+    case R * 8 + 4: TILE(kind, R, 4, KX_ARGS); break;
 #define KX_SWITCH(nr, nc, TILE, kind)                                                          \
     switch ((nr) * 8 + (nc)) {                                                                 \
-    case 9: TILE(kind, 1, 1, KX_ARGS); break;                                                  \
-    case 10: TILE(kind, 1, 2, KX_ARGS); break;                                                 \
-    case 17: TILE(kind, 2, 1, KX_ARGS); break;                                                 \
-    case 18: TILE(kind, 2, 2, KX_ARGS); break;                                                 \
-    case 25: TILE(kind, 3, 1, KX_ARGS); break;                                                 \
-    case 26: TILE(kind, 3, 2, KX_ARGS); break;                                                 \
-    case 33: TILE(kind, 4, 1, KX_ARGS); break;                                                 \
-    default: TILE(kind, 4, 2, KX_ARGS); break;                                                 \
+        KX_CASES(TILE, kind, 1)                                                                \
+        KX_CASES(TILE, kind, 2)                                                                \
+        KX_CASES(TILE, kind, 3)                                                                \
+        KX_CASES(TILE, kind, 4)                                                                \
+    default: break;                                                                            \
     }
 
-/* Tile shape inside a gemm call: weight rows x activation rows (TR * TC accumulators). */
-#define KX_TR 4
-#define KX_TC 2
-
-/* Defines <pfx>_dot_<name> (vec_dot: the 1x1 tile) and <pfx>_gemm_<name> (a sweep of tiles,
- * edge tiles in every smaller shape) from TILE(kind, R, C, ...). */
-#define KX_DEFINE(pfx, name, TILE, kind)                                                       \
+/* Defines <pfx>_dot_<name> (vec_dot: the 1x1 tile) and <pfx>_gemm_<name>: a sweep of tiles
+ * of TR x TC (weight rows x activation rows; TR1 x 1 when there is one activation row), edge
+ * tiles in every smaller shape. Shapes are picked per kernel by measurement. */
+#define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                          \
     static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                   \
         float y;                                                                               \
         TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);              \
@@ -517,15 +561,18 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
     static void pfx##_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,  \
                                   size_t as, int na, float *y, int ldy) {                      \
         const uint8_t *wp = w, *ap = a;                                                        \
-        for (int r = 0; r < nw; r += KX_TR) {                                                  \
-            const int nr = nw - r < KX_TR ? nw - r : KX_TR;                                    \
-            for (int c = 0; c < na; c += KX_TC) {                                              \
-                const int nc = na - c < KX_TC ? na - c : KX_TC;                                \
+        const int tr = na == 1 ? (TR1) : (TR), tc = (TC);                                      \
+        for (int r = 0; r < nw; r += tr) {                                                     \
+            const int nr = nw - r < tr ? nw - r : tr;                                          \
+            for (int c = 0; c < na; c += tc) {                                                 \
+                const int nc = na - c < tc ? na - c : tc;                                      \
                 const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;            \
                 float *y0 = y + (size_t)c * (size_t)ldy + r;                                   \
                 KX_SWITCH(nr, nc, TILE, kind)                                                  \
             }                                                                                  \
         }                                                                                      \
     }
+/* Same, with the shape given as one macro that expands to "TR1, TR, TC". */
+#define KX_DEFINE_S(...) KX_DEFINE(__VA_ARGS__)
 
 #endif
