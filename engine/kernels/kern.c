@@ -10,8 +10,11 @@
 #include "engine/kernels/kern.h"
 
 #include <assert.h>
+#include <cblas.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/kernels/kern_impl.h"
 
@@ -216,6 +219,90 @@ static int64_t mm_chunk(int64_t rows, int n_threads) {
     return c < KERN_GEMM_MAX_ROWS ? KERN_GEMM_MAX_ROWS : c;
 }
 
+
+/* ---- OpenBLAS prefill path ------------------------------------------------------------------ */
+
+/* f32 weight tile per thread: small enough for L2, large enough for sgemm to be efficient. */
+#define KERN_BLAS_TILE_BYTES (512u * 1024u)
+
+static int g_blas_on;          /* kern_set_blas(1) and the scratch exists */
+static float *g_blas_scratch;  /* [g_blas_slots][KERN_BLAS_TILE_BYTES / 4] */
+static int g_blas_slots;       /* threads the scratch is sized for */
+static int g_blas_min_m = KERN_BLAS_MIN_M; /* smallest M that takes the BLAS path */
+
+void kern_set_blas_min_m(int min_m) { g_blas_min_m = min_m > 1 ? min_m : 1; }
+
+void kern_set_blas(int on) {
+    if (on && !g_blas_scratch) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        int slots = online > 0 ? (online < 512 ? (int)online : 512) : 1;
+        g_blas_scratch = aligned_alloc(64, (size_t)slots * KERN_BLAS_TILE_BYTES);
+        if (!g_blas_scratch) return; /* stays off: the quantized path still works */
+        g_blas_slots = slots;
+        /* Our pool splits the rows; OpenBLAS itself must not start threads of its own. */
+        openblas_set_num_threads(1);
+    }
+    g_blas_on = on && g_blas_scratch;
+    if (!on) {
+        free(g_blas_scratch);
+        g_blas_scratch = NULL;
+        g_blas_slots = 0;
+    }
+}
+
+int kern_blas_enabled(void) { return g_blas_on; }
+
+/* Whether sgemm on dequantized tiles beats the quantized kernels for this call: measured with
+ * tests/bench/bench_kern.c on the Gemma 3 270M shapes (see the report in its header). */
+static int blas_wins(const struct kern_weight *w, int M, int64_t rows) {
+    if (!g_blas_on || M < KERN_BLAS_MIN_M || rows < KERN_GEMM_MAX_ROWS) return 0;
+    if ((size_t)w->n_in * sizeof(float) * KERN_GEMM_MAX_ROWS > KERN_BLAS_TILE_BYTES) return 0;
+    return 1;
+}
+
+struct blas_job {
+    const struct kern_weight *w;
+    const float *X;  /* [M][n_in] */
+    int M;
+    float *Y;        /* Y[m * ldy + o] */
+    int ldy;
+    int64_t o0, o1;  /* output rows */
+    int64_t per;     /* rows per task (a multiple of the tile height) */
+    int64_t tile;    /* weight rows dequantized at once */
+};
+
+/* Task t owns scratch slot t and rows [o0 + t * per, ...): dequantize a tile of rows to f32,
+ * then Y[:, tile] = X . tile^T. */
+static void blas_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    const struct blas_job *j = arg;
+    const struct kern_weight *w = j->w;
+    float *tile = g_blas_scratch + (size_t)task * (KERN_BLAS_TILE_BYTES / sizeof(float));
+    int64_t r0 = j->o0 + (int64_t)task * j->per;
+    int64_t r1 = r0 + j->per < j->o1 ? r0 + j->per : j->o1;
+    for (int64_t r = r0; r < r1; r += j->tile) {
+        int64_t nr = r1 - r < j->tile ? r1 - r : j->tile;
+        for (int64_t i = 0; i < nr; i++)
+            quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes,
+                                  tile + i * w->n_in, w->n_in);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, (int)nr, (int)w->n_in, 1.0f,
+                    j->X, (int)w->n_in, tile, (int)w->n_in, 0.0f, j->Y + r, j->ldy);
+    }
+}
+
+static void blas_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
+                        float *Y, int ldy, int64_t o0, int64_t o1) {
+    int nt = pool_size(pool);
+    struct blas_job j = {.w = w, .X = X, .M = M, .Y = Y, .ldy = ldy, .o0 = o0, .o1 = o1};
+    j.tile = (int64_t)(KERN_BLAS_TILE_BYTES / sizeof(float)) / w->n_in;
+    j.tile -= j.tile % KERN_GEMM_MAX_ROWS;
+    int64_t rows = o1 - o0;
+    j.per = (rows + nt - 1) / nt;
+    j.per = (j.per + KERN_GEMM_MAX_ROWS - 1) / KERN_GEMM_MAX_ROWS * KERN_GEMM_MAX_ROWS;
+    int n_tasks = (int)((rows + j.per - 1) / j.per);
+    pool_run(pool, blas_task, &j, n_tasks);
+}
+
 void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
                       float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1) {
     if (M <= 0 || o1 <= o0) return;
@@ -223,6 +310,10 @@ void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const floa
     assert(ops && ops->vec_dot && ops->quant_act);
     assert(w->row_bytes == quant_row_size(w->type, w->n_in));
     assert(o0 >= 0 && o1 <= w->n_out);
+    if (blas_wins(w, M, o1 - o0) && pool_size(pool) <= g_blas_slots) {
+        blas_matmul(pool, w, X, M, Y, ldy, o0, o1);
+        return;
+    }
     struct mm_job j = {
         .ops = ops, .w = w, .X = X, .act = act_scratch, .a_stride = act_stride(w), .M = M,
         .Y = Y, .ldy = ldy, .o0 = o0, .o1 = o1,

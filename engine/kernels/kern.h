@@ -8,6 +8,7 @@
  *
  * Deterministic by construction: the result for one activation row never depends on how
  * many rows are in the batch or on the number of threads (fixed per-row reduction order).
+ * The one exception is the opt-in OpenBLAS prefill path (kern_set_blas below).
  *
  * Threads: kern_init once from the main thread before anything else; the rest is pure and
  * may run on any thread; kern_matmul itself fans out over the given pool.
@@ -49,6 +50,17 @@ void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X,
 /* Same, for a sub-range of output rows [o0, o1) (used to split the LM head). */
 void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
                       float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1);
+
+/* Prefill through OpenBLAS (added by the kern owner): with kern_set_blas(1), kern_matmul
+ * calls with M >= KERN_BLAS_MIN_M (where measured faster) dequantize weight tiles to f32 in
+ * per-thread scratch allocated here, once, and run cblas_sgemm on them (single-threaded
+ * OpenBLAS inside our pool). Those results are NOT bit-identical to the quantized path and
+ * may depend on M, so deterministic mode must leave it off. Off by default. Call from the
+ * owning thread while no matmul runs; if the scratch cannot be allocated it stays off. */
+#define KERN_BLAS_MIN_M 64
+void kern_set_blas(int on);
+int kern_blas_enabled(void);          /* 1 when kern_set_blas(1) took effect */
+void kern_set_blas_min_m(int min_m); /* benchmarks only: move the M threshold */
 
 /* Dequantize row r of w into dst[n_in] (embedding lookup). */
 void kern_get_row(const struct kern_weight *w, int64_t r, float *dst);

@@ -280,6 +280,67 @@ static void test_kern_matmul_deterministic(void) {
     pool_destroy(p2);
 }
 
+/* The OpenBLAS prefill path: used from KERN_BLAS_MIN_M rows on when enabled, accurate to
+ * float rounding against a double dot of the dequantized weights with the f32 input
+ * (normalised error < 1e-5), and never below the threshold (bits as the quantized path). */
+static void test_kern_blas_path(void) {
+    struct pool *p2 = NULL;
+    T_ASSERT(pool_create(2, &p2) == 0);
+    kern_init(KERN_ISA_AUTO);
+    kern_set_blas(1);
+    T_ASSERT(kern_blas_enabled());
+    static const int ks[] = {0, 5, 7, 10, 12}; /* F32, Q5_0, Q8_0, Q4_K, Q6_K */
+    for (size_t t = 0; t < sizeof(ks) / sizeof(ks[0]); t++) {
+        int k = ks[t];
+        const int64_t n = 512, n_out = 200;
+        const int M = KERN_BLAS_MIN_M + 3;
+        struct kern_weight w = {.type = wtypes[k].type, .n_in = n, .n_out = n_out,
+                                .row_bytes = quant_row_size(wtypes[k].type, n)};
+        uint8_t *wd = random_weights(k, n_out, n);
+        w.data = wd;
+        float *X = random_acts(M * n), *Y = calloc((size_t)M * n_out, 4);
+        float *Yq = calloc((size_t)M * n_out, 4), *wf = malloc(sizeof(float) * n);
+        void *scratch = aligned_alloc(64, kern_act_bytes(&w, M));
+        T_ASSERT(Y && Yq && wf && scratch);
+        kern_matmul(p2, &w, X, M, Y, (int)n_out, scratch);
+        for (int64_t o = 0; o < n_out; o++) {
+            quant_dequant_row_ref(w.type, wd + (size_t)o * w.row_bytes, wf, n);
+            for (int m = 0; m < M; m++) {
+                double e = 0, S = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    e += (double)wf[i] * X[m * n + i];
+                    S += fabs((double)wf[i] * X[m * n + i]);
+                }
+                T_ASSERTF(fabs(Y[m * n_out + o] - e) / S < 1e-5, "%s row %d col %d: %g vs %g",
+                          quant_info(w.type)->name, m, (int)o, Y[m * n_out + o], e);
+            }
+        }
+        /* It really was the other path: the quantized one rounds the activations. */
+        if (w.type != QT_F32) {
+            kern_set_blas(0);
+            kern_matmul(p2, &w, X, M, Yq, (int)n_out, scratch);
+            T_ASSERT(memcmp(Y, Yq, sizeof(float) * (size_t)M * n_out) != 0);
+            kern_set_blas(1);
+        }
+        /* Below the threshold: the quantized path, bit for bit. */
+        const int Ms = KERN_BLAS_MIN_M - 1;
+        kern_matmul(p2, &w, X, Ms, Y, (int)n_out, scratch);
+        kern_set_blas(0);
+        T_ASSERT(!kern_blas_enabled());
+        kern_matmul(p2, &w, X, Ms, Yq, (int)n_out, scratch);
+        T_ASSERT(memcmp(Y, Yq, sizeof(float) * (size_t)Ms * n_out) == 0);
+        kern_set_blas(1);
+        free(wd);
+        free(X);
+        free(Y);
+        free(Yq);
+        free(wf);
+        free(scratch);
+    }
+    kern_set_blas(0);
+    pool_destroy(p2);
+}
+
 static void test_kern_get_row(void) {
     kern_init(KERN_ISA_AUTO);
     for (int k = 0; k < N_WTYPES; k++) {
@@ -384,6 +445,7 @@ int main(int argc, char **argv) {
         T_CASE(test_vec_dot_ref_vs_dequant),
         T_CASE(test_kern_vec_dot_vs_ref),
         T_CASE(test_kern_matmul_deterministic),
+        T_CASE(test_kern_blas_path),
         T_CASE(test_kern_get_row),
         {0},
     };
