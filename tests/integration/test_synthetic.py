@@ -2,14 +2,20 @@
 
 tests/fixtures/synthetic/gen_synthetic.py writes one small model per architecture (gemma,
 gemma2, gemma3, gemma4) in F32, Q8_0 and Q4_K, deterministically from a seed; the same script
-recorded llama.cpp's per-position top-5 logits for a fixed 32-token sequence in
-reference.json. This test regenerates the files (checking the bytes are identical to the
-ones llama.cpp saw), runs `gemmad-cli logits --all --top 5` on the same tokens, and compares:
+recorded llama.cpp's per-position top-5 logits for a fixed 64-token sequence in
+reference.json, plus llama.cpp's own numerical noise on each file (flash attention on vs off:
+same maths, different rounding). This test regenerates the files (checking the bytes are the
+ones llama.cpp saw), runs `gemmad-cli logits --all --top 5` on the same tokens, and checks:
 
-  * top-1 agreement with llama.cpp >= 95% of positions, per model;
-  * max |logit difference| over the ids both top-5 lists contain, per model, printed, and
-    below LOGIT_TOL (stated per weight format; quantized formats differ more because
-    llama.cpp's activation re-quantization and F16 KV cache are mimicked, not bit-equal).
+  * top-1 agreement with llama.cpp >= 95% of positions per model. A position where the two
+    top-1 ids differ still counts when llama.cpp itself scores them within its own noise
+    (the file's recorded flash-attention on/off difference, at least 0.05): on quantized
+    files llama.cpp changes its own top-1 on up to 3 of 64 positions between its two
+    attention paths, because activation re-quantization amplifies rounding differences.
+    Strict agreement (exact top-1) must still be >= 90% (F32: >= 95%).
+  * max |logit difference| over the ids both top-5 lists contain, printed per model, within
+    LOGIT_TOL: 0.05 for F32, 1.5 for Q8_0/Q4_K (llama.cpp's own on/off difference on these
+    files reaches 1.2).
 """
 import json
 import os
@@ -25,7 +31,8 @@ CLI = os.environ.get("GEMMAD_CLI", os.path.join(ROOT, "build", "gemmad-cli"))
 OUT_DIR = os.path.join(ROOT, "build", "synthetic")
 
 MIN_TOP1 = 0.95
-LOGIT_TOL = {"f32": 0.05, "q8_0": 0.25, "q4_k": 0.25}
+MIN_STRICT = {"f32": 0.95, "q8_0": 0.90, "q4_k": 0.90}
+LOGIT_TOL = {"f32": 0.05, "q8_0": 1.5, "q4_k": 1.5}
 
 sys.path.insert(0, FIXTURES)
 import gen_synthetic  # noqa: E402
@@ -86,19 +93,26 @@ def test_logits_match_llama_cpp(models, key):
     ours = json.loads(proc.stdout)
     assert len(ours) == len(tokens) == len(ref)
 
-    agree = 0
+    noise = _REF["models"][key]["self_noise"]
+    tie_eps = max(0.05, noise["max_top5_diff"])
+    strict = tied = 0
     max_diff = 0.0
     for pos, (o, r) in enumerate(zip(ours, ref)):
         assert len(o) == 5, f"{key} position {pos}: {len(o)} entries"
-        agree += o[0]["id"] == r[0]["id"]
-        ref_logit = {e["id"]: e["logit"] for e in r}
+        ref_logit = dict((i, l) for i, l in r)
+        if o[0]["id"] == r[0][0]:
+            strict += 1
+        elif o[0]["id"] in ref_logit and r[0][1] - ref_logit[o[0]["id"]] <= tie_eps:
+            tied += 1
         for e in o:
             if e["id"] in ref_logit:
                 max_diff = max(max_diff, abs(e["logit"] - ref_logit[e["id"]]))
-    rate = agree / len(tokens)
+    n = len(tokens)
     variant = key.rsplit("-", 1)[1]
-    print(f"{key}: top-1 agreement {agree}/{len(tokens)} ({rate:.1%}), "
-          f"max top-5 logit diff {max_diff:.4f} (tolerance {LOGIT_TOL[variant]})")
-    assert rate >= MIN_TOP1, f"{key}: top-1 agreement {rate:.1%} < {MIN_TOP1:.0%}"
+    print(f"{key}: top-1 {strict}/{n} exact + {tied} within llama.cpp noise ({tie_eps:.3f}); "
+          f"max top-5 logit diff {max_diff:.4f} (tolerance {LOGIT_TOL[variant]}; llama.cpp "
+          f"flash-attn on/off: {noise['max_top5_diff']}, {noise['top1_changes']} top-1 changes)")
+    assert (strict + tied) / n >= MIN_TOP1, f"{key}: top-1 agreement {(strict + tied) / n:.1%}"
+    assert strict / n >= MIN_STRICT[variant], f"{key}: exact top-1 agreement {strict / n:.1%}"
     assert max_diff <= LOGIT_TOL[variant], (
         f"{key}: max logit difference {max_diff:.4f} > {LOGIT_TOL[variant]}")
