@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Engine benchmark: gemmad vs llama.cpp on the same GGUF file, machine and thread count.
+
+What it measures (see docs/BENCHMARKS.md for how to read the output):
+  * gemmad: `gemmad-cli bench -m MODEL --prompt-tokens P --gen G --threads T`, which prints
+    one JSON object (prefill_tok_s, decode_tok_s, rss_mib, load_s, ...).
+  * llama.cpp through llama-cpp-python: a P-token prompt evaluated in one call (prefill),
+    then G greedy decode steps, each timed as a whole; same threads for both phases.
+  * read bandwidth: a STREAM-like read probe (tests/bench/bench_kern.c --bandwidth, built
+    here against build/libgemmad.a; numpy fallback), and the bytes the model reads per
+    decoded token (every weight tensor once, the tied embedding once more as the LM head,
+    minus the embedding table itself, of which a token reads one row), giving a roofline.
+  * optionally (--kernels) the kern_matmul micro-benchmark on the model's shapes, with
+    ggml's own vec_dot on the same data as a kernel-level baseline.
+The machine is shared and noisy: gemmad and llama.cpp runs are interleaved, each figure is
+the median of --runs runs, and the ratios are ratios of medians. Results go to stdout (a
+table) and to build/bench/engine.json.
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The same natural text gemmad-cli bench repeats to build its prompt.
+BENCH_TEXT = ("The history of the printing press begins in the fifteenth century, when movable "
+              "type changed how books were made, sold and read across Europe and beyond. ")
+LDLIBS = ["-lmicrohttpd", "-ljansson", "-luv", "-lopenblas", "-lm", "-lpthread", "-ldl"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---- gemmad ---------------------------------------------------------------------------------
+
+def run_gemmad(cli, model, prompt, gen, threads, extra):
+    cmd = [cli, "bench", "-m", model, "--prompt-tokens", str(prompt), "--gen", str(gen),
+           "--threads", str(threads)] + extra
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr[-2000:]}")
+    for line in reversed(out.stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON line in gemmad-cli bench output: {out.stdout[-2000:]}")
+
+
+# ---- llama.cpp --------------------------------------------------------------------------------
+
+class LlamaBench:
+    """One llama.cpp context, reused across runs (the KV cache is cleared per run)."""
+
+    def __init__(self, model, prompt, gen, threads):
+        import llama_cpp  # noqa: deferred so that --skip-llama works without it
+        import numpy as np
+        self.np = np
+        self.llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads,
+                                   n_ctx=prompt + gen + 16, n_batch=prompt, n_ubatch=prompt,
+                                   verbose=False)
+        self.version = llama_cpp.__version__
+        body = self.llm.tokenize(BENCH_TEXT.encode(), add_bos=False, special=False)
+        bos = self.llm.token_bos()
+        self.prompt = [bos] + [body[i % len(body)] for i in range(prompt - 1)]
+        self.gen = gen
+        self.n_vocab = self.llm.n_vocab()
+
+    def _logits(self):
+        return self.np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.n_vocab,))
+
+    def run(self):
+        llm = self.llm
+        llm.reset()  # n_tokens = 0; eval() then drops the whole KV cache
+        t0 = time.perf_counter()
+        llm.eval(self.prompt)
+        t1 = time.perf_counter()
+        tok = int(self._logits().argmax())
+        for _ in range(self.gen):
+            llm.eval([tok])
+            tok = int(self._logits().argmax())
+        t2 = time.perf_counter()
+        # The argmax over the vocabulary is part of a greedy step, as in gemmad-cli bench.
+        return {"prefill_tok_s": len(self.prompt) / (t1 - t0), "decode_tok_s": self.gen / (t2 - t1)}
+
+
+# ---- bandwidth and bytes per token --------------------------------------------------------------
+
+def build_bench_kern(build):
+    lib = os.path.join(ROOT, build, "libgemmad.a")
+    if not os.path.exists(lib):
+        return None
+    out = os.path.join(ROOT, build, "bench", "bench_kern")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    src = os.path.join(ROOT, "tests", "bench", "bench_kern.c")
+    if not os.path.exists(out) or os.path.getmtime(out) < max(os.path.getmtime(src),
+                                                                os.path.getmtime(lib)):
+        cmd = ["gcc", "-std=gnu11", "-O2", "-march=native", "-pthread", f"-I{ROOT}",
+               "-I/usr/include/x86_64-linux-gnu", src, lib, "-o", out] + LDLIBS
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            log("bench_engine: cannot build bench_kern:", r.stderr[-1500:])
+            return None
+    return out
+
+
+def bandwidth_numpy(threads):
+    import numpy as np
+    a = np.ones(32 << 20, dtype=np.float64)  # 256 MiB
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum()
+        ts.append(time.perf_counter() - t0)
+    return a.nbytes / statistics.median(ts) / 1e9  # one thread only: a lower bound
+
+
+def read_bandwidth(bench_kern, threads):
+    if bench_kern:
+        r = subprocess.run([bench_kern, "--bandwidth", "--json", "--threads", str(threads)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode == 0:
+            return json.loads(r.stdout)["read_gb_s"], "bench_kern --bandwidth (AVX2 loads)"
+    return bandwidth_numpy(threads), "numpy sum (1 thread, lower bound)"
+
+
+def model_bytes_per_token(model):
+    """Bytes of weights one decode step reads: every tensor once, except that a token reads
+    one row of the embedding table; a tied LM head (no output.weight) reads it whole."""
+    import gguf
+    r = gguf.GGUFReader(model)
+    total, embd, has_output, n_embd_row = 0, 0, False, 0
+    for t in r.tensors:
+        n = int(t.n_bytes)
+        total += n
+        if t.name == "token_embd.weight":
+            embd = n
+            n_embd_row = n // int(t.shape[-1])
+        if t.name == "output.weight":
+            has_output = True
+    per_token = total - embd + n_embd_row + (0 if has_output else embd)
+    return per_token, total
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+def fmt_ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="models/gemma-3-270m-q4_k_m.gguf")
+    ap.add_argument("--build", default="build", help="build folder with gemmad-cli, libgemmad.a")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3, help="runs per side (median; >= 3)")
+    ap.add_argument("--skip-llama", action="store_true", help="gemmad only")
+    ap.add_argument("--kernels", action="store_true", help="also the kern_matmul micro-benchmark")
+    ap.add_argument("--gemmad-arg", action="append", default=[],
+                    help="extra argument for gemmad-cli bench (repeatable)")
+    ap.add_argument("--out", default=None, help="JSON output (default BUILD/bench/engine.json)")
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    runs = max(3, args.runs)
+    cli = os.path.join(args.build, "gemmad-cli")
+    if not os.path.exists(cli):
+        sys.exit(f"bench_engine: {cli} not found (run make first)")
+    if not os.path.exists(args.model):
+        sys.exit(f"bench_engine: {args.model} not found (make model)")
+
+    bench_kern = build_bench_kern(args.build)
+    bw, bw_how = read_bandwidth(bench_kern, args.threads)
+    per_tok, file_bytes = model_bytes_per_token(args.model)
+    roofline = bw * 1e9 / per_tok
+    log(f"bench_engine: read bandwidth {bw:.2f} GB/s ({bw_how}); {per_tok / 1e6:.1f} MB read "
+        f"per token -> roofline {roofline:.1f} tok/s")
+
+    llama = None
+    if not args.skip_llama:
+        llama = LlamaBench(args.model, args.prompt_tokens, args.gen, args.threads)
+        llama.run()  # warm-up: page the file in, let llama.cpp allocate its graphs
+    g_runs, l_runs = [], []
+    for i in range(runs):
+        g = run_gemmad(cli, args.model, args.prompt_tokens, args.gen, args.threads, args.gemmad_arg)
+        g_runs.append(g)
+        log(f"  run {i + 1}/{runs} gemmad    prefill {g['prefill_tok_s']:8.1f} tok/s  "
+            f"decode {g['decode_tok_s']:7.1f} tok/s")
+        if llama:
+            l = llama.run()
+            l_runs.append(l)
+            log(f"  run {i + 1}/{runs} llama.cpp prefill {l['prefill_tok_s']:8.1f} tok/s  "
+                f"decode {l['decode_tok_s']:7.1f} tok/s")
+
+    def med(rs, k):
+        return statistics.median(r[k] for r in rs) if rs else None
+
+    res = {
+        "model": args.model, "file_bytes": file_bytes, "threads": args.threads,
+        "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen, "runs": runs,
+        "machine": {"cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
+                    "load_avg": os.getloadavg()},
+        "read_bandwidth_gb_s": bw, "bandwidth_probe": bw_how,
+        "bytes_per_token": per_tok, "roofline_decode_tok_s": roofline,
+        "gemmad": {"prefill_tok_s": med(g_runs, "prefill_tok_s"),
+                   "decode_tok_s": med(g_runs, "decode_tok_s"),
+                   "rss_mib": med(g_runs, "rss_mib"), "load_s": med(g_runs, "load_s"),
+                   "isa": g_runs[0].get("isa"), "runs": g_runs},
+    }
+    if llama:
+        res["llama_cpp"] = {"version": llama.version,
+                            "prefill_tok_s": med(l_runs, "prefill_tok_s"),
+                            "decode_tok_s": med(l_runs, "decode_tok_s"), "runs": l_runs}
+        res["ratio"] = {k: res["gemmad"][k] / res["llama_cpp"][k]
+                        for k in ("prefill_tok_s", "decode_tok_s")}
+    res["decode_roofline_frac"] = res["gemmad"]["decode_tok_s"] / roofline
+
+    if args.kernels and bench_kern:
+        cmd = [bench_kern, "--json", "--threads", str(args.threads), "--time", "0.3"]
+        lib = glob.glob(os.path.join(os.path.dirname(__import__("llama_cpp").__file__), "lib",
+                                     "libggml-cpu.so")) if llama else []
+        if lib:
+            cmd += ["--ggml", lib[0]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if r.returncode == 0:
+            res["kernels"] = json.loads(r.stdout)
+        else:
+            log("bench_engine: bench_kern failed:", r.stderr[-1000:])
+
+    out = args.out or os.path.join(args.build, "bench", "engine.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+
+    g, l = res["gemmad"], res.get("llama_cpp", {})
+    print(f"\nEngine benchmark: {args.model}, {args.threads} threads, prompt {args.prompt_tokens}, "
+          f"gen {args.gen}, median of {runs} (load avg {res['machine']['load_avg'][0]:.1f})")
+    print(f"{'':22}{'gemmad':>12}{'llama.cpp':>12}{'ratio':>9}{'target':>9}")
+    for k, name in (("prefill_tok_s", "prefill tok/s"), ("decode_tok_s", "decode tok/s")):
+        lv = l.get(k)
+        print(f"{name:22}{g[k]:12.1f}{(lv or 0):12.1f}{fmt_ratio(g[k], lv):>9}{'1.25x':>9}")
+    print(f"{'decode roofline tok/s':22}{roofline:12.1f}{'':12}"
+          f"{100 * res['decode_roofline_frac']:8.0f}%{'85%':>9}")
+    print(f"read bandwidth {bw:.2f} GB/s; {per_tok / 1e6:.1f} MB per token; "
+          f"gemmad RSS {g['rss_mib']:.0f} MiB, load {g['load_s']:.3f} s (file {file_bytes / 2**20:.0f} MiB)")
+    if "kernels" in res:
+        print("\nkern_matmul (gemmad, %d threads; ms = median per call, weights from DRAM)" % args.threads)
+        print(f"{'matmul':12} {'type':5} {'n_in':>6} {'n_out':>7} {'M':>3} {'ms':>9} {'GB/s':>7} "
+              f"{'GMAC/s':>7} {'%bw':>5} {'vs ggml 1T':>10}")
+        for c in res["kernels"]["cases"]:
+            vs = f"{c['vs_ggml']:.2f}x" if "vs_ggml" in c else ""
+            print(f"{c['name']:12} {c['type']:5} {c['n_in']:6d} {c['n_out']:7d} {c['M']:3d} "
+                  f"{c['ms']:9.3f} {c['gb_s']:7.2f} {c['gmac_s']:7.2f} {100 * c['bw_frac']:4.0f}% {vs:>10}")
+    print(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()
