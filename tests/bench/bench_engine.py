@@ -10,8 +10,8 @@ What it measures (see docs/BENCHMARKS.md for how to read the output):
     here against build/libgemmad.a; numpy fallback), and the bytes the model reads per
     decoded token (every weight tensor once, the tied embedding once more as the LM head,
     minus the embedding table itself, of which a token reads one row), giving a roofline.
-  * optionally (--kernels) the kern_matmul micro-benchmark on the model's shapes, with
-    ggml's own vec_dot on the same data as a kernel-level baseline.
+  * the kern_matmul micro-benchmark on the model's shapes (tests/bench/bench_kern.c; skip
+    with --no-kernels), with ggml's own vec_dot on the same data as a kernel-level baseline.
 The machine is shared and noisy: gemmad and llama.cpp runs are interleaved, each figure is
 the median of --runs runs, and the ratios are ratios of medians. Results go to stdout (a
 table) and to build/bench/engine.json.
@@ -163,7 +163,8 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3, help="runs per side (median; >= 3)")
     ap.add_argument("--skip-llama", action="store_true", help="gemmad only")
-    ap.add_argument("--kernels", action="store_true", help="also the kern_matmul micro-benchmark")
+    ap.add_argument("--no-kernels", dest="kernels", action="store_false",
+                    help="skip the kern_matmul micro-benchmark (about a minute)")
     ap.add_argument("--gemmad-arg", action="append", default=[],
                     help="extra argument for gemmad-cli bench (repeatable)")
     ap.add_argument("--out", default=None, help="JSON output (default BUILD/bench/engine.json)")
