@@ -168,6 +168,11 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
             snprintf(name, sizeof name, "blk.%d.%s", l, wn[i]);
             if (cf_check_weight(ws[i], name, err, errlen)) return -1;
         }
+        if (lc->n_head < 1 || lc->n_head_kv < 1 || lc->n_head > 65535) {
+            cf_err(err, errlen, "layer %d: %d query heads, %d KV heads", l, lc->n_head,
+                   lc->n_head_kv);
+            return -1;
+        }
         if (lc->head_dim % 32 || lc->head_dim > CF_ATT_MAX_HD || lc->head_dim_v % 32 ||
             lc->head_dim_v > CF_ATT_MAX_HD || lc->n_rot % 2 || lc->n_rot > lc->head_dim ||
             lc->n_rot <= 0) {

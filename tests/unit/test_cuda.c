@@ -37,7 +37,6 @@ CUDA_TESTS(CF_SKIP_CASE)
 
 #else /* GEMMAD_CUDA */
 
-#include <dirent.h>
 #include <stdint.h>
 
 #include "engine/cuda/cuda_act.h"
@@ -54,6 +53,7 @@ CUDA_TESTS(CF_SKIP_CASE)
 #include "engine/kvstore.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "tests/unit/cuda_test_util.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -161,19 +161,11 @@ static float *ref_dequant(uint32_t type, const void *rows, int n_in, int n_out) 
 
 /* ---- no device: the fallback ------------------------------------------------------------ */
 
-static struct model *load_model(const char *path) {
-    if (access(path, R_OK) != 0) T_SKIP("model %s not present", path);
-    kern_init(KERN_ISA_AUTO);
-    struct model *m = NULL;
-    char err[512];
-    T_ASSERTF(model_load(path, &m, err, sizeof err) == 0, "model_load %s: %s", path, err);
-    return m;
-}
 
 /* Runs everywhere in a CUDA build: AUTO picks CUDA exactly when a device is usable, and an
  * explicit CUDA request without a device fails with the reason. */
 static void test_fallback_without_device(void) {
-    struct model *m = load_model(t_model_path());
+    struct model *m = cu_load_model(t_model_path());
     struct kvs_pool *kv = NULL;
     char err[512] = "", why[256] = "";
     T_ASSERT(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
@@ -367,16 +359,6 @@ static void ref_rms(float *y, const float *x, const float *w, const float *res, 
     }
 }
 
-static float ref_gelu(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float xh = quant_f16_to_f32(quant_f32_to_f16(x));
-    const float g = 0.5f * xh *
-                    (1.0f + tanhf(0.79788456080286535587989211986876f * xh *
-                                  (1.0f + 0.044715f * xh * xh)));
-    return quant_f16_to_f32(quant_f32_to_f16(g));
-}
-
 static void test_norm_rope_act(void) {
     need_device();
     const int rows = 5, n = 640, nh = 3, hd = 128, n_rot = 96;
@@ -441,7 +423,7 @@ static void test_norm_rope_act(void) {
     memcpy(r, x, N * 4);
     for (int row = 0; row < rows; row++)
         for (int i = 0; i < nf; i++)
-            r[(size_t)row * n + i] = ref_gelu(x[(size_t)row * n + i]) * res[(size_t)row * n + i];
+            r[(size_t)row * n + i] = cu_ref_gelu(x[(size_t)row * n + i]) * res[(size_t)row * n + i];
     T_ASSERTF(norm_err(y, r, N) <= 1e-3, "geglu: %g", norm_err(y, r, N));
 
     T_ASSERT(cudaMemcpy(dy, x, N * 4, cudaMemcpyHostToDevice) == 0);
@@ -636,12 +618,7 @@ static void e2e_free(struct e2e *e) {
     kvs_destroy(e->kv);
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
+
 
 /* A deterministic prompt: ids spread over the vocabulary, BOS first. */
 static void make_ids(const struct model *m, int32_t *ids, int n, uint32_t salt) {
@@ -676,7 +653,7 @@ static void e2e_compare(struct model *m, int n_prompt, int chunk, int n_dec, dou
         T_ASSERTF(rc == 0, "cudafwd_run: %s", fwd_strerror(rc));
         const double err = norm_err(lg, lc, (size_t)V);
         if (err > worst) worst = err;
-        const int ac = argmax(lc, V), ag = argmax(lg, V);
+        const int ac = cu_argmax(lc, V), ag = cu_argmax(lg, V);
         rows++;
         if (ac == ag) {
             agree++;
@@ -706,42 +683,23 @@ static void e2e_compare(struct model *m, int n_prompt, int chunk, int n_dec, dou
 
 static void test_e2e_bundled_vs_cpu(void) {
     need_device();
-    struct model *m = load_model(t_model_path());
-    /* The CPU quantizes activations to Q8_0/Q8_K before each matmul, the GPU keeps them in
-     * f32: expect agreement to a few parts in 100 of the logit range, not bit equality. */
-    e2e_compare(m, 70, 32, 12, 5e-2);
+    struct model *m = cu_load_model(t_model_path());
+    e2e_compare(m, 70, 32, 12, cu_parity_bound(m, 1));
     model_free(m);
 }
 
+static void synthetic_one(struct model *m) { e2e_compare(m, 32, 7, 8, cu_parity_bound(m, 0)); }
+
 static void test_e2e_synthetic_vs_cpu(void) {
     need_device();
-    const char *dir = getenv("GEMMAD_TEST_SYNTH_DIR");
-    if (!dir) dir = "build/synthetic";
-    DIR *d = opendir(dir);
-    if (!d) T_SKIP("no synthetic models in %s (tests/fixtures/synthetic/gen_synthetic.py --out %s)",
-                   dir, dir);
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const size_t len = strlen(de->d_name);
-        if (len < 5 || strcmp(de->d_name + len - 5, ".gguf")) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        struct model *m = load_model(path);
-        printf("    %s\n", de->d_name);
-        e2e_compare(m, 32, 7, 8, 5e-2);
-        model_free(m);
-        n++;
-    }
-    closedir(d);
-    if (!n) T_SKIP("no .gguf files in %s", dir);
+    cu_each_synthetic(synthetic_one);
 }
 
 /* Deterministic CUDA: a sequence's logits are bit-identical alone, in a batch with others
  * at other positions, and with its prompt cut into chunks. */
 static void test_e2e_batched_equals_solo(void) {
     need_device();
-    struct model *m = load_model(t_model_path());
+    struct model *m = cu_load_model(t_model_path());
     const int V = m->cfg.n_vocab, NP = 40;
     int32_t a[64], b[64];
     make_ids(m, a, 64, 2);
@@ -797,7 +755,7 @@ static void test_e2e_batched_equals_solo(void) {
 
 static void test_e2e_step_validation(void) {
     need_device();
-    struct model *m = load_model(t_model_path());
+    struct model *m = cu_load_model(t_model_path());
     struct e2e e;
     e2e_init(&e, m, 8, 1, 1);
     struct e2e_seq s;
