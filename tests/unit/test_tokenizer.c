@@ -3,6 +3,7 @@
  * by tests/fixtures/tokenizer/gen_tokenizer_fixture.py), round trips, the stream decoder,
  * vocab validation, and small synthetic SPM / Gemma 4 BPE vocabs written as GGUF in memory.
  */
+#define _GNU_SOURCE
 #include <jansson.h>
 #include <stdint.h>
 
@@ -585,12 +586,71 @@ static void test_long_text(void) {
     fx_close(&x);
 }
 
+/* Seeded random byte strings (valid or not): encoding never fails, the stream only ever emits
+ * valid UTF-8, and decoding with special gives valid-UTF-8 inputs back. (Invalid input may not
+ * come back: a lead byte can swallow an escaped space's first byte into a byte-fallback
+ * symbol, so the space returns as U+2581's bytes, exactly as in llama.cpp; and a literal
+ * U+2581 always decodes to ' '.) */
+static void test_random_bytes(void) {
+    struct fx x;
+    fx_open(&x);
+    static const char alphabet[] = "ab <>/\n\t_s\xe2\x96\x81\xc3\xa9\xf0\x9f\x98\x80\x80\xff";
+    static const char *const words[] = {"<start_of_turn>", "</s>", "<bos>", "  ", "\n\n", "<td>"};
+    static const char *const units[] = {"a", "b", " ", "<", ">", "\n", "\t", "\xc3\xa9",
+                                        "\xf0\x9f\x98\x80", "\xe4\xb8\xad", "</s>", "<td>"};
+    int n_exact = 0;
+    uint64_t seed = 0x1234567;
+    char s[160], back[640], out[TOK_STREAM_MAX];
+    int32_t ids[400];
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t len = 0;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        size_t target = (size_t)(seed >> 33) % 96;
+        while (len < target) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned r = (unsigned)(seed >> 33);
+            if (iter % 2) { /* odd iterations: whole characters only, so valid UTF-8 */
+                const char *u = units[r % 12];
+                memcpy(s + len, u, strlen(u));
+                len += strlen(u);
+            } else if (r % 8 == 0) {
+                const char *w = words[(r >> 3) % 6];
+                memcpy(s + len, w, strlen(w));
+                len += strlen(w);
+            } else if (r % 8 == 1) {
+                s[len++] = (char)(r >> 8);
+            } else {
+                s[len++] = alphabet[(r >> 8) % (sizeof(alphabet) - 1)];
+            }
+        }
+        int exact = utf8_valid(s, (int)len) && !memmem(s, len, "\xe2\x96\x81", 3);
+        n_exact += exact;
+        for (int special = 0; special < 2; special++) {
+            int n = tok_encode(x.v, s, len, 0, special, ids, 400);
+            T_ASSERTF(n >= 0 && n <= 400, "iteration %d: encode returned %d", iter, n);
+            int m = tok_decode(x.v, ids, n, 1, back, sizeof(back));
+            T_ASSERTF(!exact || (m == (int)len && !memcmp(back, s, len)),
+                      "iteration %d special=%d: bytes do not round-trip", iter, special);
+            struct tok_stream st;
+            tok_stream_init(&st);
+            for (int k = 0; k < n; k++) {
+                int w = tok_stream_push(&st, x.v, ids[k], out, sizeof(out));
+                T_ASSERT(w >= 0 && utf8_valid(out, w));
+            }
+            int w = tok_stream_flush(&st, out, sizeof(out));
+            T_ASSERT(w >= 0 && utf8_valid(out, w));
+        }
+    }
+    T_ASSERTF(n_exact >= 1500, "only %d inputs were checked for the round trip", n_exact);
+    fx_close(&x);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_synthetic_spm),  T_CASE(test_create_validation), T_CASE(test_synthetic_gemma4),
         T_CASE(test_parity_normal),  T_CASE(test_parity_special),    T_CASE(test_decode),
         T_CASE(test_stream),         T_CASE(test_eog_and_specials),  T_CASE(test_long_text),
-        T_CASE(test_parity_gemma4),
+        T_CASE(test_parity_gemma4),  T_CASE(test_random_bytes),
         {0}};
     return t_main(argc, argv, cases);
 }
