@@ -43,6 +43,8 @@ int32_t tok_bos(const struct tok_vocab *v);
 int32_t tok_eos(const struct tok_vocab *v);
 int tok_add_bos(const struct tok_vocab *v);       /* 1 when BOS is prepended by default */
 int tok_is_eog(const struct tok_vocab *v, int32_t id); /* <eos>, <end_of_turn>, … */
+/* Effective type after llama.cpp's load-time adjustments: end-of-generation and FIM texts are
+ * forced to CONTROL (in Gemma 3, "</s>" id 212 is USER_DEFINED in the file but CONTROL here). */
 int tok_type(const struct tok_vocab *v, int32_t id);
 /* Piece text as stored (SentencePiece form, U+2581 for space); not NUL-terminated. */
 const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len);
@@ -60,7 +62,9 @@ int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_
  * full length, or < 0 for an id out of range. */
 int tok_token_to_bytes(const struct tok_vocab *v, int32_t id, int special, char *buf, int cap);
 
-/* Decode a whole id array (same rules); returns the full length like tok_encode. */
+/* Decode a whole id array (same rules); returns the full length like tok_encode. Like
+ * llama.cpp's detokenize, a vocab with add_space_prefix drops one leading space of the first
+ * piece (never the case for Gemma). */
 int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special, char *buf,
                int cap);
 
@@ -71,8 +75,10 @@ struct tok_stream {
     int n_pending;          /* how many */
 };
 void tok_stream_init(struct tok_stream *s);
-/* Appends the text that is now complete to out (cap bytes); returns bytes written, or < 0
- * when out is too small (needs at most 64 + max piece length bytes; TOK_STREAM_MAX is safe). */
+/* Appends the text that is now complete to out (cap bytes), decoding like
+ * tok_token_to_bytes(special = 0); invalid UTF-8 becomes U+FFFD, so the output is always valid
+ * UTF-8. Returns bytes written, or < 0 when out is too small (needs at most 64 + max piece
+ * length bytes; TOK_STREAM_MAX is safe for Gemma vocabs, whose longest piece is 48 bytes). */
 int tok_stream_push(struct tok_stream *s, const struct tok_vocab *v, int32_t id, char *out,
                     int cap);
 /* Emits whatever is pending (invalid leftovers become U+FFFD). */
