@@ -1,7 +1,7 @@
 /*
- * tokenizer — llama.cpp-compatible SentencePiece ("llama"/SPM) tokenizer over the GGUF vocab,
- * plus decoding and the UTF-8-safe stream decoder. The Gemma 4 BPE fragment encoder lives in
- * tokenizer_bpe.c. Behaviour follows llama.cpp's src/llama-vocab.cpp (see
+ * tokenizer — llama.cpp-compatible SentencePiece ("llama"/SPM) tokenizer over the GGUF vocab:
+ * loading and validation, the special-token partition and the SPM merge. The Gemma 4 BPE
+ * fragment encoder lives in tokenizer_bpe.c, decoding and streaming in tokenizer_decode.c. Behaviour follows llama.cpp's src/llama-vocab.cpp (see
  * shared/docs/gemma-gguf-facts.md §6.2); comments say where a rule comes from.
  */
 #include "engine/tokenizer.h"
@@ -19,13 +19,20 @@
 
 const char *tok_strerror(int status) {
     switch (status) {
-    case TOK_OK: return "ok";
-    case TOK_EFORMAT: return "malformed tokenizer metadata";
-    case TOK_ENOMEM: return "out of memory";
-    case TOK_ERANGE: return "value out of range";
-    case TOK_ENOBYTE: return "no byte-fallback token for a byte";
-    case TOK_ESPACE: return "output buffer too small";
-    default: return "unknown tokenizer error";
+    case TOK_OK:
+        return "ok";
+    case TOK_EFORMAT:
+        return "malformed tokenizer metadata";
+    case TOK_ENOMEM:
+        return "out of memory";
+    case TOK_ERANGE:
+        return "value out of range";
+    case TOK_ENOBYTE:
+        return "no byte-fallback token for a byte";
+    case TOK_ESPACE:
+        return "output buffer too small";
+    default:
+        return "unknown tokenizer error";
     }
 }
 
@@ -63,7 +70,8 @@ uint64_t tok_hash_bytes(const void *p, size_t n) {
 
 static int hash_init(struct tok_hash *t, size_t n_keys) {
     size_t cap = 16;
-    while (cap < n_keys * 2) cap <<= 1;
+    while (cap < n_keys * 2)
+        cap <<= 1;
     t->mask = (uint32_t)(cap - 1);
     t->slot = malloc(cap * sizeof(*t->slot));
     t->hv = malloc(cap * sizeof(*t->hv));
@@ -97,7 +105,8 @@ static int32_t piece_insert(struct tok_vocab *v, int32_t id) {
     for (;; i = (i + 1) & v->pieces.mask) {
         int32_t o = v->pieces.slot[i];
         if (o < 0) break;
-        if (v->pieces.hv[i] == h && v->tok[o].len == e->len && !memcmp(v->tok[o].text, e->text, e->len))
+        if (v->pieces.hv[i] == h && v->tok[o].len == e->len &&
+            !memcmp(v->tok[o].text, e->text, e->len))
             return o;
     }
     v->pieces.slot[i] = id;
@@ -171,31 +180,82 @@ static struct tok_pair heap_pop(struct tok_pair *h, size_t *n) {
 /* Texts llama.cpp recognises (src/llama-vocab.cpp, `load`); the first vocab token found in
  * each detection list becomes that special id and is forced to CONTROL. llama.cpp walks an
  * unordered map, so with several candidates its pick is arbitrary; we take the lowest id. */
-static const char *const eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<end_of_utterance>", NULL};
+static const char *const eot_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                        "<end_of_utterance>",
+                                        NULL};
 static const char *const eom_texts[] = {"<|eom_id|>", NULL};
-static const char *const fim_pre_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const fim_suf_texts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const fim_mid_texts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                            "[PAD]", NULL};
+static const char *const fim_pre_texts[] = {"<|fim_prefix|>",
+                                            "<fim-prefix>",
+                                            "<fim_prefix>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81"
+                                            "begin\xef\xbd\x9c>",
+                                            "<PRE>",
+                                            "\xe2\x96\x81<PRE>",
+                                            "<|code_prefix|>",
+                                            "<|prefix|>",
+                                            NULL};
+static const char *const fim_suf_texts[] = {"<|fim_suffix|>",
+                                            "<fim-suffix>",
+                                            "<fim_suffix>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+                                            "<SUF>",
+                                            "\xe2\x96\x81<SUF>",
+                                            "<|code_suffix|>",
+                                            "<|suffix|>",
+                                            NULL};
+static const char *const fim_mid_texts[] = {"<|fim_middle|>",
+                                            "<fim-middle>",
+                                            "<fim_middle>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81"
+                                            "end\xef\xbd\x9c>",
+                                            "<MID>",
+                                            "\xe2\x96\x81<MID>",
+                                            "<|code_middle|>",
+                                            "<|middle|>",
+                                            NULL};
+static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                            "<PAD>",       "[PAD]",     NULL};
 static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                            "<REPO>", "<reponame>", NULL};
+                                            "<REPO>",       "<reponame>",    NULL};
 static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
 /* Every token with one of these texts ends generation (and becomes CONTROL). */
-static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+static const char *const eog_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<|flush|>",
+                                        "<|calls|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "</s>",
+                                        "<|eom_id|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "[EOS]",
+                                        "<|end_of_text|>",
+                                        "<end_of_utterance>",
+                                        "<eos>",
+                                        "<turn|>",
+                                        "<|tool_response>",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                        "[e~[",
+                                        NULL};
 /* gpt-oss markers llama.cpp always renders (forced USER_DEFINED). */
 static const char *const always_render_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
                                                   "<|constrain|>", NULL};
@@ -242,7 +302,8 @@ static int eog_text_is(const struct tok_vocab *v, int32_t id, const char *s) {
  * its two clean-up rules for <|end|> and </s>). */
 static int build_eog(struct tok_vocab *v, int32_t fim_pad, int32_t fim_rep, int32_t fim_sep) {
     int cap = 8;
-    for (int i = 0; eog_texts[i]; i++) cap++;
+    for (int i = 0; eog_texts[i]; i++)
+        cap++;
     v->eog = malloc((size_t)cap * sizeof(*v->eog));
     if (!v->eog) return TOK_ENOMEM;
     eog_add(v, fim_pad);
@@ -266,10 +327,14 @@ static int build_eog(struct tok_vocab *v, int32_t fim_pad, int32_t fim_rep, int3
     int32_t end_id = -1, s_id = -1;
     for (int i = 0; i < v->n_eog; i++) {
         int32_t id = v->eog[i];
-        if (eog_text_is(v, id, "<|return|>")) has_return = 1;
-        else if (eog_text_is(v, id, "<|call|>") || eog_text_is(v, id, "<|calls|>")) has_call = 1;
-        else if (eog_text_is(v, id, "<|flush|>")) has_flush = 1;
-        else if (eog_text_is(v, id, "<|end|>")) end_id = id;
+        if (eog_text_is(v, id, "<|return|>"))
+            has_return = 1;
+        else if (eog_text_is(v, id, "<|call|>") || eog_text_is(v, id, "<|calls|>"))
+            has_call = 1;
+        else if (eog_text_is(v, id, "<|flush|>"))
+            has_flush = 1;
+        else if (eog_text_is(v, id, "<|end|>"))
+            end_id = id;
         if (eog_text_is(v, id, "<|tool_response>") || eog_text_is(v, id, "<|plamo:eos|>"))
             has_marker = 1;
         else if (eog_text_is(v, id, "</s>"))
@@ -289,7 +354,8 @@ static int build_eog(struct tok_vocab *v, int32_t fim_pad, int32_t fim_rep, int3
 
 static void slen_add(struct tok_slen *s, int *n, const struct tok_entry *e) {
     int i = 0;
-    while (i < *n && s[i].len != e->len) i++;
+    while (i < *n && s[i].len != e->len)
+        i++;
     if (i == *n) {
         memset(&s[i], 0, sizeof(s[i]));
         s[i].len = e->len;
@@ -328,19 +394,26 @@ static int build_special(struct tok_vocab *v) {
 
 static int attr_of_type(int64_t t) {
     switch (t) {
-    case TOK_TYPE_UNKNOWN: return TOK_ATTR_UNKNOWN;
-    case TOK_TYPE_UNUSED: return TOK_ATTR_UNUSED;
-    case TOK_TYPE_NORMAL: return TOK_ATTR_NORMAL;
-    case TOK_TYPE_CONTROL: return TOK_ATTR_CONTROL;
-    case TOK_TYPE_USER_DEFINED: return TOK_ATTR_USER_DEFINED;
-    case TOK_TYPE_BYTE: return TOK_ATTR_BYTE;
-    default: return 0;
+    case TOK_TYPE_UNKNOWN:
+        return TOK_ATTR_UNKNOWN;
+    case TOK_TYPE_UNUSED:
+        return TOK_ATTR_UNUSED;
+    case TOK_TYPE_NORMAL:
+        return TOK_ATTR_NORMAL;
+    case TOK_TYPE_CONTROL:
+        return TOK_ATTR_CONTROL;
+    case TOK_TYPE_USER_DEFINED:
+        return TOK_ATTR_USER_DEFINED;
+    case TOK_TYPE_BYTE:
+        return TOK_ATTR_BYTE;
+    default:
+        return 0;
     }
 }
 
 /* Reads an optional special-token id; absent keeps *id. Out of range is an error. */
-static int read_special(const struct gguf_file *f, const char *key, int n, int32_t *id,
-                        char *err, size_t errlen) {
+static int read_special(const struct gguf_file *f, const char *key, int n, int32_t *id, char *err,
+                        size_t errlen) {
     uint32_t u;
     int rc = gguf_get_u32(f, key, &u);
     if (rc == GGUF_ENOTFOUND) return 0;
@@ -378,21 +451,25 @@ static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err
     }
     v->n = (int)toks->arr_n;
     int rc = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
-    if (rc == GGUF_ENOTFOUND) scores = NULL;
+    if (rc == GGUF_ENOTFOUND)
+        scores = NULL;
     else if (rc || (scores->arr_type != GGUF_VT_FLOAT32 && scores->arr_type != GGUF_VT_INT32) ||
              scores->arr_n != toks->arr_n) {
         set_err(err, errlen, "tokenizer.ggml.scores: %s (tokens has %d entries)",
-                rc ? gguf_strerror(rc) : scores->arr_n != toks->arr_n ? "length differs"
-                                                                      : "not f32/i32",
+                rc                             ? gguf_strerror(rc)
+                : scores->arr_n != toks->arr_n ? "length differs"
+                                               : "not f32/i32",
                 v->n);
         return TOK_EFORMAT;
     }
     rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
-    if (rc == GGUF_ENOTFOUND) types = NULL;
+    if (rc == GGUF_ENOTFOUND)
+        types = NULL;
     else if (rc || types->arr_type != GGUF_VT_INT32 || types->arr_n != toks->arr_n) {
         set_err(err, errlen, "tokenizer.ggml.token_type: %s (tokens has %d entries)",
-                rc ? gguf_strerror(rc) : types->arr_n != toks->arr_n ? "length differs"
-                                                                     : "not an i32 array",
+                rc                            ? gguf_strerror(rc)
+                : types->arr_n != toks->arr_n ? "length differs"
+                                              : "not an i32 array",
                 v->n);
         return TOK_EFORMAT;
     }
@@ -563,10 +640,18 @@ void tok_destroy(struct tok_vocab *v) {
 
 /* ---- accessors -------------------------------------------------------------------------- */
 
-int tok_n_vocab(const struct tok_vocab *v) { return v->n; }
-int32_t tok_bos(const struct tok_vocab *v) { return v->bos; }
-int32_t tok_eos(const struct tok_vocab *v) { return v->eos; }
-int tok_add_bos(const struct tok_vocab *v) { return v->add_bos; }
+int tok_n_vocab(const struct tok_vocab *v) {
+    return v->n;
+}
+int32_t tok_bos(const struct tok_vocab *v) {
+    return v->bos;
+}
+int32_t tok_eos(const struct tok_vocab *v) {
+    return v->eos;
+}
+int tok_add_bos(const struct tok_vocab *v) {
+    return v->add_bos;
+}
 
 int tok_is_eog(const struct tok_vocab *v, int32_t id) {
     return id >= 0 && bsearch(&id, v->eog, (size_t)v->n_eog, sizeof(*v->eog), cmp_i32) != NULL;
@@ -626,8 +711,8 @@ void tok_merge(const struct tok_vocab *v, struct tok_scratch *s, const char *t, 
     }
 }
 
-int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t,
-             struct tok_out *o, int strict) {
+int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t, struct tok_out *o,
+             int strict) {
     for (int i = 0; i != -1; i = sym[i].next) {
         int32_t id = tok_find(v, t + sym[i].off, sym[i].n);
         if (id >= 0) {
@@ -636,8 +721,10 @@ int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t
         }
         for (uint32_t j = 0; j < sym[i].n; j++) {
             int32_t b = v->byte_tok[(uint8_t)t[sym[i].off + j]];
-            if (b >= 0) tok_out_push(o, b);
-            else if (strict) return TOK_ENOBYTE;
+            if (b >= 0)
+                tok_out_push(o, b);
+            else if (strict)
+                return TOK_ENOBYTE;
         }
     }
     return 0;
@@ -658,8 +745,8 @@ static int spm_key(const struct tok_vocab *v, const char *a, uint32_t alen, uint
  * ever holds texts that are pieces, and it is only consulted for texts that are not, so the
  * lookup never succeeds: a final symbol is either a piece or falls back to bytes (and a
  * missing byte piece is an error there, as here). */
-static int spm_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t,
-                        uint32_t m, struct tok_out *o) {
+static int spm_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t, uint32_t m,
+                        struct tok_out *o) {
     int ns = tok_split_syms(t, 0, m, s->sym, 0);
     tok_merge(v, s, t, ns, spm_key);
     return tok_emit(v, s->sym, t, o, 1);
@@ -687,8 +774,8 @@ static int encode_fragment(const struct tok_vocab *v, struct tok_scratch *s, con
 }
 
 struct tok_match {
-    int32_t id;     /* special token */
-    uint32_t pos;   /* byte offset of the occurrence */
+    int32_t id;   /* special token */
+    uint32_t pos; /* byte offset of the occurrence */
 };
 
 static int cmp_match(const void *a, const void *b) {
@@ -702,8 +789,8 @@ static int cmp_match(const void *a, const void *b) {
  * here: per length (descending), collect the occurrences of that length's special tokens and
  * accept them in (token, position) order when none of their bytes is taken yet.
  * mark[i] = 0 free, id + 1 at the start of an accepted token, -1 inside one. */
-static void partition(const struct tok_vocab *v, const char *text, uint32_t len,
-                      int parse_special, int32_t *mark, struct tok_match *mt) {
+static void partition(const struct tok_vocab *v, const char *text, uint32_t len, int parse_special,
+                      int32_t *mark, struct tok_match *mt) {
     const struct tok_slen *sl = parse_special ? v->slen_all : v->slen_ud;
     int nsl = parse_special ? v->n_slen_all : v->n_slen_ud;
     memset(mark, 0, (size_t)len * sizeof(*mark));
@@ -726,10 +813,12 @@ static void partition(const struct tok_vocab *v, const char *text, uint32_t len,
         for (size_t i = 0; i < nm; i++) {
             uint32_t p = mt[i].pos;
             uint32_t q = p;
-            while (q < p + L && !mark[q]) q++;
+            while (q < p + L && !mark[q])
+                q++;
             if (q < p + L) continue;
             mark[p] = mt[i].id + 1;
-            for (q = p + 1; q < p + L; q++) mark[q] = -1;
+            for (q = p + 1; q < p + L; q++)
+                mark[q] = -1;
         }
     }
 }
@@ -769,7 +858,8 @@ int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_
                 continue;
             }
             uint32_t q = p;
-            while (q < len && mark[q] == 0) q++;
+            while (q < len && mark[q] == 0)
+                q++;
             rc = encode_fragment(v, &s, text + p, q - p, v->add_space_prefix && prev_special, &o);
             prev_special = 0;
             p = q;
@@ -779,155 +869,4 @@ int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_
     if (rc) return rc;
     if (add_bos && v->add_eos) tok_out_push(&o, v->eos);
     return o.n;
-}
-
-/* ---- decoding --------------------------------------------------------------------------- */
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Copies piece bytes, dropping `lstrip` leading spaces (llama.cpp token_to_piece). */
-static int emit_piece(const char *p, int n, int lstrip, char *buf, int cap) {
-    while (lstrip-- > 0 && n > 0 && *p == ' ') {
-        p++;
-        n--;
-    }
-    if (cap > 0) memcpy(buf, p, (size_t)(n < cap ? n : cap));
-    return n;
-}
-
-static int token_bytes(const struct tok_vocab *v, int32_t id, int special, int lstrip,
-                       char *buf, int cap) {
-    if (id < 0 || id >= v->n) return TOK_ERANGE;
-    if (cap < 0) cap = 0;
-    const struct tok_entry *e = &v->tok[id];
-    int a = e->attr;
-    if (!special && (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL))) return 0;
-    if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED))
-        return emit_piece(e->text, (int)e->len, lstrip, buf, cap);
-    if (a & TOK_ATTR_NORMAL) {
-        /* U+2581 -> ' ' (both SPM and the Gemma 4 BPE escape spaces this way). */
-        int n = 0, skip = lstrip;
-        for (uint32_t i = 0; i < e->len;) {
-            char c;
-            if (i + 3 <= e->len && !memcmp(e->text + i, "\xe2\x96\x81", 3)) {
-                c = ' ';
-                i += 3;
-            } else {
-                c = e->text[i++];
-            }
-            if (skip > 0 && n == 0 && c == ' ') {
-                skip--;
-                continue;
-            }
-            skip = 0;
-            if (n < cap) buf[n] = c;
-            n++;
-        }
-        return n;
-    }
-    if (a & TOK_ATTR_BYTE) {
-        /* "<0xXX>": llama.cpp parses characters 3-4 as hex. */
-        int val = 0;
-        for (uint32_t i = 3; i < 5 && i < e->len && hexval(e->text[i]) >= 0; i++)
-            val = val * 16 + hexval(e->text[i]);
-        if (cap > 0) buf[0] = (char)val;
-        return 1;
-    }
-    return 0;
-}
-
-int tok_token_to_bytes(const struct tok_vocab *v, int32_t id, int special, char *buf, int cap) {
-    return token_bytes(v, id, special, 0, buf, cap);
-}
-
-int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special, char *buf,
-               int cap) {
-    /* llama.cpp detokenize: with add_space_prefix the first piece loses one leading space. */
-    int total = 0;
-    for (int i = 0; i < n; i++) {
-        int room = cap - total;
-        if (room < 0) room = 0;
-        int k = token_bytes(v, ids[i], special, i == 0 && v->add_space_prefix,
-                            room ? buf + total : NULL, room);
-        if (k < 0) return k;
-        if (k > INT_MAX - total) return TOK_ERANGE;
-        total += k;
-    }
-    return total;
-}
-
-/* ---- streaming -------------------------------------------------------------------------- */
-
-/* Length of the UTF-8 sequence starting at s[0] (n bytes available):
- * > 0: a complete valid sequence of that many bytes;
- * 0: a valid but unfinished prefix (all n bytes belong to it);
- * < 0: invalid; -k means the first k bytes form the maximal invalid subpart. */
-static int utf8_seq(const uint8_t *s, int n) {
-    uint8_t c = s[0];
-    int need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) need = 2, lo = 0xA0;
-    else if (c == 0xED) need = 2, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) need = 2;
-    else if (c == 0xF0) need = 3, lo = 0x90;
-    else if (c == 0xF4) need = 3, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else return -1;
-    for (int k = 1; k <= need; k++) {
-        if (k >= n) return 0;
-        uint8_t x = s[k];
-        if (x < lo || x > hi) return -k;
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    return need + 1;
-}
-
-void tok_stream_init(struct tok_stream *s) { memset(s, 0, sizeof(*s)); }
-
-int tok_stream_push(struct tok_stream *s, const struct tok_vocab *v, int32_t id, char *out,
-                    int cap) {
-    uint8_t in[TOK_STREAM_MAX];
-    int np = s->n_pending;
-    if (np < 0 || np > 4) np = 0;
-    memcpy(in, s->pending, (size_t)np);
-    int k = token_bytes(v, id, 0, 0, (char *)in + np, (int)sizeof(in) - np);
-    if (k < 0) return k;
-    if (k > (int)sizeof(in) - np) return TOK_ESPACE;
-    int n = np + k, w = 0, i = 0;
-    while (i < n) {
-        int r = utf8_seq(in + i, n - i);
-        if (r == 0) break; /* unfinished tail: keep it */
-        const uint8_t *src = in + i;
-        int len = r;
-        if (r < 0) {
-            src = (const uint8_t *)"\xef\xbf\xbd";
-            len = 3;
-        }
-        if (w + len > cap) return TOK_ESPACE;
-        memcpy(out + w, src, (size_t)len);
-        w += len;
-        i += r > 0 ? r : -r;
-    }
-    s->n_pending = n - i;
-    memcpy(s->pending, in + i, (size_t)(n - i));
-    return w;
-}
-
-int tok_stream_flush(struct tok_stream *s, char *out, int cap) {
-    if (s->n_pending <= 0) {
-        s->n_pending = 0;
-        return 0;
-    }
-    if (cap < 3) return TOK_ESPACE;
-    memcpy(out, "\xef\xbf\xbd", 3);
-    s->n_pending = 0;
-    return 3;
 }

@@ -22,17 +22,22 @@ struct tok_vocab;
 /* Status codes (0 ok, negative on failure). */
 enum tok_status {
     TOK_OK = 0,
-    TOK_EFORMAT = -1,  /* vocab metadata missing or inconsistent (message names the key) */
+    TOK_EFORMAT = -1, /* vocab metadata missing or inconsistent (message names the key) */
     TOK_ENOMEM = -2,
-    TOK_ERANGE = -3,   /* id out of range, or input too long */
-    TOK_ENOBYTE = -4,  /* byte fallback needed but the vocab has no token for that byte */
-    TOK_ESPACE = -5,   /* output buffer too small (tok_stream_*) */
+    TOK_ERANGE = -3,  /* id out of range, or input too long */
+    TOK_ENOBYTE = -4, /* byte fallback needed but the vocab has no token for that byte */
+    TOK_ESPACE = -5,  /* output buffer too small (tok_stream_*) */
 };
 const char *tok_strerror(int status);
 
 enum tok_type {
-    TOK_TYPE_UNDEFINED = 0, TOK_TYPE_NORMAL = 1, TOK_TYPE_UNKNOWN = 2, TOK_TYPE_CONTROL = 3,
-    TOK_TYPE_USER_DEFINED = 4, TOK_TYPE_UNUSED = 5, TOK_TYPE_BYTE = 6
+    TOK_TYPE_UNDEFINED = 0,
+    TOK_TYPE_NORMAL = 1,
+    TOK_TYPE_UNKNOWN = 2,
+    TOK_TYPE_CONTROL = 3,
+    TOK_TYPE_USER_DEFINED = 4,
+    TOK_TYPE_UNUSED = 5,
+    TOK_TYPE_BYTE = 6
 };
 
 int tok_create(const struct gguf_file *f, struct tok_vocab **out, char *err, size_t errlen);
@@ -41,7 +46,7 @@ void tok_destroy(struct tok_vocab *v);
 int tok_n_vocab(const struct tok_vocab *v);
 int32_t tok_bos(const struct tok_vocab *v);
 int32_t tok_eos(const struct tok_vocab *v);
-int tok_add_bos(const struct tok_vocab *v);       /* 1 when BOS is prepended by default */
+int tok_add_bos(const struct tok_vocab *v);            /* 1 when BOS is prepended by default */
 int tok_is_eog(const struct tok_vocab *v, int32_t id); /* <eos>, <end_of_turn>, … */
 /* Effective type after llama.cpp's load-time adjustments: end-of-generation and FIM texts are
  * forced to CONTROL (in Gemma 3, "</s>" id 212 is USER_DEFINED in the file but CONTROL here). */
@@ -71,8 +76,8 @@ int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special
 /* Incremental UTF-8-safe decoder. Holds back the bytes of an incomplete code point until
  * the token that completes it arrives (or tok_stream_flush). */
 struct tok_stream {
-    uint8_t pending[8];     /* bytes of an unfinished UTF-8 sequence */
-    int n_pending;          /* how many */
+    uint8_t pending[8]; /* bytes of an unfinished UTF-8 sequence */
+    int n_pending;      /* how many */
 };
 void tok_stream_init(struct tok_stream *s);
 /* Appends the text that is now complete to out (cap bytes), decoding like

@@ -51,7 +51,8 @@ int tok_bpe_load(struct tok_vocab *v, const struct gguf_file *f, char *err, size
     v->merges = calloc(v->n_merges ? (size_t)v->n_merges : 1, sizeof(*v->merges));
     if (!v->merges) return TOK_ENOMEM;
     size_t cap = 16;
-    while (cap < (size_t)v->n_merges * 2) cap <<= 1;
+    while (cap < (size_t)v->n_merges * 2)
+        cap <<= 1;
     v->merge_hash.mask = (uint32_t)(cap - 1);
     v->merge_hash.slot = malloc(cap * sizeof(int32_t));
     v->merge_hash.hv = malloc(cap * sizeof(uint32_t));
@@ -111,7 +112,8 @@ static void bpe_word(const struct tok_vocab *v, struct tok_scratch *s, const cha
     struct tok_sym *sym = s->sym;
     int ns;
     int all_nl = 1;
-    for (uint32_t i = 0; i < m && all_nl; i++) all_nl = t[i] == '\n';
+    for (uint32_t i = 0; i < m && all_nl; i++)
+        all_nl = t[i] == '\n';
     if (all_nl && tok_find(v, t, m) >= 0) {
         /* llama.cpp (Gemma 4 fix): a newline run that is a piece stays whole. */
         sym[0] = (struct tok_sym){0, m, -1, -1};
@@ -124,14 +126,15 @@ static void bpe_word(const struct tok_vocab *v, struct tok_scratch *s, const cha
     tok_emit(v, sym, t, o, 0);
 }
 
-int tok_bpe_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t,
-                     uint32_t m, struct tok_out *o) {
+int tok_bpe_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t, uint32_t m,
+                     struct tok_out *o) {
     /* Pre-tokenizer "[^\n]+|[\n]+": alternate runs of newlines and of everything else. */
     uint32_t p = 0;
     while (p < m) {
         int nl = t[p] == '\n';
         uint32_t q = p + 1;
-        while (q < m && (t[q] == '\n') == nl) q++;
+        while (q < m && (t[q] == '\n') == nl)
+            q++;
         bpe_word(v, s, t + p, q - p, o);
         p = q;
     }

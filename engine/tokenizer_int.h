@@ -27,66 +27,66 @@ enum {
 enum tok_model { TOK_MODEL_SPM = 0, TOK_MODEL_GEMMA4 = 1 };
 
 struct tok_entry {
-    const char *text;   /* piece bytes, in the GGUF mapping (or the vocab's arena) */
-    uint32_t len;       /* bytes */
-    float score;        /* SentencePiece score (SPM merge priority) */
-    uint8_t attr;       /* TOK_ATTR_* bits */
+    const char *text; /* piece bytes, in the GGUF mapping (or the vocab's arena) */
+    uint32_t len;     /* bytes */
+    float score;      /* SentencePiece score (SPM merge priority) */
+    uint8_t attr;     /* TOK_ATTR_* bits */
 };
 
 /* Open-addressing hash table of ids; keys live elsewhere (pieces or merges). */
 struct tok_hash {
-    uint32_t mask;      /* capacity - 1, capacity a power of two */
-    int32_t *slot;      /* [capacity] id or -1 */
-    uint32_t *hv;       /* [capacity] hash of the key in that slot (fast reject) */
+    uint32_t mask; /* capacity - 1, capacity a power of two */
+    int32_t *slot; /* [capacity] id or -1 */
+    uint32_t *hv;  /* [capacity] hash of the key in that slot (fast reject) */
 };
 
 /* One BPE merge "a b" (Gemma 4); both halves point into the GGUF mapping. */
 struct tok_merge {
-    const char *a, *b;  /* left and right parts */
+    const char *a, *b;   /* left and right parts */
     uint32_t alen, blen; /* bytes */
 };
 
 /* The distinct lengths of special tokens that may be split out, longest first, each with
  * the set of first bytes such tokens start with (a cheap filter before hashing). */
 struct tok_slen {
-    uint32_t len;         /* bytes */
-    uint8_t first[32];    /* bitset over the first byte */
+    uint32_t len;      /* bytes */
+    uint8_t first[32]; /* bitset over the first byte */
 };
 
 struct tok_vocab {
-    int n;                       /* vocab size */
-    struct tok_entry *tok;       /* [n] */
-    struct tok_hash pieces;      /* piece text -> id */
-    int model;                   /* enum tok_model */
+    int n;                           /* vocab size */
+    struct tok_entry *tok;           /* [n] */
+    struct tok_hash pieces;          /* piece text -> id */
+    int model;                       /* enum tok_model */
     int32_t bos, eos, unk, eot, eom; /* special ids, -1 when absent */
-    int add_bos, add_eos;        /* tokenizer.ggml.add_bos_token / add_eos_token */
-    int add_space_prefix;        /* prepend ' ' to text after BOS/special (not for Gemma) */
-    uint32_t max_len;            /* longest piece, bytes */
-    int32_t byte_tok[256];       /* byte fallback id per byte value, -1 when none */
-    struct tok_slen *slen_all;   /* lengths over all special tokens (parse_special) */
+    int add_bos, add_eos;            /* tokenizer.ggml.add_bos_token / add_eos_token */
+    int add_space_prefix;            /* prepend ' ' to text after BOS/special (not for Gemma) */
+    uint32_t max_len;                /* longest piece, bytes */
+    int32_t byte_tok[256];           /* byte fallback id per byte value, -1 when none */
+    struct tok_slen *slen_all;       /* lengths over all special tokens (parse_special) */
     int n_slen_all;
-    struct tok_slen *slen_ud;    /* lengths over tokens split out without parse_special */
+    struct tok_slen *slen_ud; /* lengths over tokens split out without parse_special */
     int n_slen_ud;
-    int32_t *eog;                /* sorted end-of-generation ids */
+    int32_t *eog; /* sorted end-of-generation ids */
     int n_eog;
-    struct tok_merge *merges;    /* [n_merges] Gemma 4 BPE merges, rank = index */
+    struct tok_merge *merges; /* [n_merges] Gemma 4 BPE merges, rank = index */
     int n_merges;
-    struct tok_hash merge_hash;  /* (a, b) -> rank */
-    char *arena;                 /* replacement text for empty pieces ("[EMPTY_i]") */
+    struct tok_hash merge_hash; /* (a, b) -> rank */
+    char *arena;                /* replacement text for empty pieces ("[EMPTY_i]") */
 };
 
 /* Output id writer: keeps counting past cap so the caller learns the full length. */
 struct tok_out {
-    int32_t *ids;        /* caller buffer */
-    int cap;             /* its capacity */
-    int n;               /* ids produced so far */
+    int32_t *ids; /* caller buffer */
+    int cap;      /* its capacity */
+    int n;        /* ids produced so far */
 };
 
 /* Symbol of the merge loops: a run of bytes of the fragment, linked to its neighbours. */
 struct tok_sym {
-    uint32_t off;        /* byte offset into the fragment */
-    uint32_t n;          /* bytes; 0 once merged into the left neighbour */
-    int32_t prev, next;  /* neighbour indices or -1 */
+    uint32_t off;       /* byte offset into the fragment */
+    uint32_t n;         /* bytes; 0 once merged into the left neighbour */
+    int32_t prev, next; /* neighbour indices or -1 */
 };
 
 /* Candidate pair in the merge heap. SPM ranks by score (high first), BPE by rank (low first);
@@ -120,12 +120,12 @@ void tok_merge(const struct tok_vocab *v, struct tok_scratch *s, const char *t, 
                tok_key_fn keyfn);
 /* Appends the ids of the final symbols: the piece, else per-byte fallback; a byte without a
  * fallback piece is TOK_ENOBYTE when strict, else dropped. */
-int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t,
-             struct tok_out *o, int strict);
+int tok_emit(const struct tok_vocab *v, const struct tok_sym *sym, const char *t, struct tok_out *o,
+             int strict);
 
 /* Gemma 4 BPE (tokenizer_bpe.c). */
 int tok_bpe_load(struct tok_vocab *v, const struct gguf_file *f, char *err, size_t errlen);
-int tok_bpe_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t,
-                     uint32_t m, struct tok_out *o);
+int tok_bpe_fragment(const struct tok_vocab *v, struct tok_scratch *s, const char *t, uint32_t m,
+                     struct tok_out *o);
 
 #endif

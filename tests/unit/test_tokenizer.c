@@ -32,8 +32,12 @@ static void gb_put(struct gbuf *b, const void *src, size_t n) {
     memcpy(b->p + b->n, src, n);
     b->n += n;
 }
-static void gb_u32(struct gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
-static void gb_u64(struct gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
+static void gb_u32(struct gbuf *b, uint32_t v) {
+    gb_put(b, &v, 4);
+}
+static void gb_u64(struct gbuf *b, uint64_t v) {
+    gb_put(b, &v, 8);
+}
 static void gb_str(struct gbuf *b, const char *s, size_t n) {
     gb_u64(b, n);
     gb_put(b, s, n);
@@ -60,7 +64,8 @@ static void kv_strs(struct gbuf *b, const char *k, const char *const *s, int n) 
     gb_key(b, k, GGUF_VT_ARRAY);
     gb_u32(b, GGUF_VT_STRING);
     gb_u64(b, (uint64_t)n);
-    for (int i = 0; i < n; i++) gb_str(b, s[i], strlen(s[i]));
+    for (int i = 0; i < n; i++)
+        gb_str(b, s[i], strlen(s[i]));
 }
 static void kv_f32s(struct gbuf *b, const char *k, const float *v, int n) {
     gb_key(b, k, GGUF_VT_ARRAY);
@@ -101,11 +106,36 @@ static int open_vocab(struct gbuf *kvs, struct gguf_file **gf, struct tok_vocab 
 }
 
 /* A small SPM vocab: control and byte tokens, a user-defined tag, and scored pieces. */
-static const char *const spm_tokens[] = {
-    "<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "<tag>",
-    "\xe2\x96\x81", "a", "b", "c", "ab", "bc", "abc", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab",
-    "h", "i", "hi", "\n", "<0x00>", "<0x0A>", "<0xC3>", "<0xA9>", "<0xE2>", "<0x82>", "<0xAC>",
-    "\xc3\xa9"};
+static const char *const spm_tokens[] = {"<pad>",
+                                         "<eos>",
+                                         "<bos>",
+                                         "<unk>",
+                                         "<start_of_turn>",
+                                         "<end_of_turn>",
+                                         "<tag>",
+                                         "\xe2\x96\x81",
+                                         "a",
+                                         "b",
+                                         "c",
+                                         "ab",
+                                         "bc",
+                                         "abc",
+                                         "\xe2\x96\x81"
+                                         "a",
+                                         "\xe2\x96\x81"
+                                         "ab",
+                                         "h",
+                                         "i",
+                                         "hi",
+                                         "\n",
+                                         "<0x00>",
+                                         "<0x0A>",
+                                         "<0xC3>",
+                                         "<0xA9>",
+                                         "<0xE2>",
+                                         "<0x82>",
+                                         "<0xAC>",
+                                         "\xc3\xa9"};
 #define SPM_N ((int)(sizeof(spm_tokens) / sizeof(spm_tokens[0])))
 
 static void spm_kvs(struct gbuf *b, int n_scores, int n_types, uint32_t bos) {
@@ -140,10 +170,12 @@ static void expect_ids(const struct tok_vocab *v, const char *s, int special, co
     int32_t ids[64];
     int n = enc(v, s, special, ids, 64);
     int same = n == n_want;
-    for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+    for (int i = 0; same && i < n; i++)
+        same = ids[i] == want[i];
     if (!same) {
         fprintf(stderr, "    \"%s\" special=%d: got", s, special);
-        for (int i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", ids[i]);
+        for (int i = 0; i < n && i < 64; i++)
+            fprintf(stderr, " %d", ids[i]);
         fprintf(stderr, "\n");
     }
     T_ASSERTF(same, "encoding mismatch for \"%s\"", s);
@@ -236,10 +268,29 @@ static void test_create_validation(void) {
 
 /* Gemma 4 style: BPE merges over raw UTF-8 with U+2581 for spaces, newline runs apart. */
 static void test_synthetic_gemma4(void) {
-    static const char *const toks[] = {
-        "<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "a", "b", "c",
-        "\xe2\x96\x81", "ab", "abc", "\xe2\x96\x81" "a", "\n", "\n\n", "<0xF0>", "<0x9F>",
-        "<0x98>", "<0x80>", "bc", "</s>", "<|tool_response>"};
+    static const char *const toks[] = {"<pad>",
+                                       "<eos>",
+                                       "<bos>",
+                                       "<unk>",
+                                       "<|turn>",
+                                       "<turn|>",
+                                       "a",
+                                       "b",
+                                       "c",
+                                       "\xe2\x96\x81",
+                                       "ab",
+                                       "abc",
+                                       "\xe2\x96\x81"
+                                       "a",
+                                       "\n",
+                                       "\n\n",
+                                       "<0xF0>",
+                                       "<0x9F>",
+                                       "<0x98>",
+                                       "<0x80>",
+                                       "bc",
+                                       "</s>",
+                                       "<|tool_response>"};
     int n = (int)(sizeof(toks) / sizeof(toks[0]));
     int32_t ty[32];
     float sc[32];
@@ -304,7 +355,9 @@ static void fx_open_at(struct fx *x, const char *model, const char *fixture) {
     T_ASSERTF(tok_create(x->gf, &x->v, err, sizeof(err)) == 0, "%s", err);
 }
 
-static void fx_open(struct fx *x) { fx_open_at(x, t_model_path(), FIXTURE); }
+static void fx_open(struct fx *x) {
+    fx_open_at(x, t_model_path(), FIXTURE);
+}
 
 static void fx_close(struct fx *x) {
     tok_destroy(x->v);
@@ -343,13 +396,15 @@ static char *case_text(json_t *c, size_t *len, int *valid) {
 static int32_t *json_ids(json_t *a, int *n) {
     *n = (int)json_array_size(a);
     int32_t *ids = malloc(((size_t)*n + 1) * sizeof(*ids));
-    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    for (int i = 0; i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     return ids;
 }
 
 static void print_ids(const char *what, const int32_t *ids, int n) {
     fprintf(stderr, "      %s:", what);
-    for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    for (int i = 0; i < n && i < 40; i++)
+        fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
@@ -366,8 +421,10 @@ static void parity(struct fx *x, int special) {
         int32_t *got = malloc((len + 8) * 3 * sizeof(*got));
         int n = tok_encode(x->v, s, len, 1, special, got, (int)(len + 8) * 3);
         int ok = n == nw;
-        for (int k = 0; ok && k < n; k++) ok = got[k] == want[k];
-        if (ok) same++;
+        for (int k = 0; ok && k < n; k++)
+            ok = got[k] == want[k];
+        if (ok)
+            same++;
         else {
             fprintf(stderr, "    case %zu differs (%.60s)\n", i, valid ? s : "<bytes>");
             print_ids("want", want, nw);
@@ -414,14 +471,14 @@ static void test_parity_gemma4(void) {
 
 /* One corpus case in one mode, as the per-case checks see it. */
 struct fx_case {
-    size_t index;       /* case number */
-    const char *text;   /* input bytes */
+    size_t index;     /* case number */
+    const char *text; /* input bytes */
     size_t len;
     int valid;          /* 1 for UTF-8 text cases, 0 for the invalid-byte cases */
     int special;        /* which mode the ids come from */
     const int32_t *ids; /* llama.cpp's ids (BOS first) */
     int n;
-    json_t *c;          /* the fixture row */
+    json_t *c; /* the fixture row */
 };
 
 /* Calls fn for every case in both modes. */
@@ -444,7 +501,8 @@ static void fx_each(struct fx *x, void (*fn)(struct fx *, const struct fx_case *
 
 /* tok_decode matches llama.cpp's pieces, and decode(encode(s)) == s for UTF-8 text. */
 static void check_decode(struct fx *x, const struct fx_case *k) {
-    const char *h = json_string_value(json_object_get(k->c, k->special ? "detok_special" : "detok"));
+    const char *h =
+        json_string_value(json_object_get(k->c, k->special ? "detok_special" : "detok"));
     char *want = malloc(strlen(h) / 2 + 1);
     int nw = unhex(h, want);
     int cap = (int)k->len * 4 + 64;
@@ -514,14 +572,18 @@ static void test_stream(void) {
     T_ASSERT(e2 >= 0 && x82 >= 0 && xac >= 0);
     T_ASSERT(tok_stream_push(&st, x.v, e2, out, sizeof(out)) == 0);
     T_ASSERT(tok_stream_push(&st, x.v, x82, out, sizeof(out)) == 0);
-    T_ASSERT(tok_stream_push(&st, x.v, xac, out, sizeof(out)) == 3 && !memcmp(out, "\xe2\x82\xac", 3));
+    T_ASSERT(tok_stream_push(&st, x.v, xac, out, sizeof(out)) == 3 &&
+             !memcmp(out, "\xe2\x82\xac", 3));
     T_ASSERT(tok_stream_push(&st, x.v, e2, out, sizeof(out)) == 0);
     T_ASSERT(tok_stream_flush(&st, out, sizeof(out)) == 3 && !memcmp(out, "\xef\xbf\xbd", 3));
     T_ASSERT(tok_stream_flush(&st, out, sizeof(out)) == 0);
     /* An interrupted sequence becomes U+FFFD followed by the next character. */
     int32_t a = tok_lookup(x.v, "a", 1);
     T_ASSERT(tok_stream_push(&st, x.v, e2, out, sizeof(out)) == 0);
-    T_ASSERT(tok_stream_push(&st, x.v, a, out, sizeof(out)) == 4 && !memcmp(out, "\xef\xbf\xbd" "a", 4));
+    T_ASSERT(tok_stream_push(&st, x.v, a, out, sizeof(out)) == 4 && !memcmp(out,
+                                                                            "\xef\xbf\xbd"
+                                                                            "a",
+                                                                            4));
     fx_close(&x);
 }
 
@@ -552,8 +614,9 @@ static void test_eog_and_specials(void) {
 static void test_long_text(void) {
     struct fx x;
     fx_open(&x);
-    static const char *const parts[] = {"The quick brown fox ", "中文文本", " \n", "😀👍🏽 ",
-                                        "<start_of_turn>", "    ", "verylongword", "١٢٣ "};
+    static const char *const parts[] = {
+        "The quick brown fox ", "中文文本", " \n",          "😀👍🏽 ",
+        "<start_of_turn>",      "    ",     "verylongword", "١٢٣ "};
     size_t cap = 20100, len = 0;
     char *s = malloc(cap);
     unsigned seed = 7;
@@ -596,8 +659,9 @@ static void test_random_bytes(void) {
     fx_open(&x);
     static const char alphabet[] = "ab <>/\n\t_s\xe2\x96\x81\xc3\xa9\xf0\x9f\x98\x80\x80\xff";
     static const char *const words[] = {"<start_of_turn>", "</s>", "<bos>", "  ", "\n\n", "<td>"};
-    static const char *const units[] = {"a", "b", " ", "<", ">", "\n", "\t", "\xc3\xa9",
-                                        "\xf0\x9f\x98\x80", "\xe4\xb8\xad", "</s>", "<td>"};
+    static const char *const units[] = {
+        "a",    "b",   " ", "<", ">", "\n", "\t", "\xc3\xa9", "\xf0\x9f\x98\x80", "\xe4\xb8\xad",
+        "</s>", "<td>"};
     int n_exact = 0;
     uint64_t seed = 0x1234567;
     char s[160], back[640], out[TOK_STREAM_MAX];
@@ -647,10 +711,9 @@ static void test_random_bytes(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_synthetic_spm),  T_CASE(test_create_validation), T_CASE(test_synthetic_gemma4),
-        T_CASE(test_parity_normal),  T_CASE(test_parity_special),    T_CASE(test_decode),
-        T_CASE(test_stream),         T_CASE(test_eog_and_specials),  T_CASE(test_long_text),
-        T_CASE(test_parity_gemma4),  T_CASE(test_random_bytes),
-        {0}};
+        T_CASE(test_synthetic_spm), T_CASE(test_create_validation), T_CASE(test_synthetic_gemma4),
+        T_CASE(test_parity_normal), T_CASE(test_parity_special),    T_CASE(test_decode),
+        T_CASE(test_stream),        T_CASE(test_eog_and_specials),  T_CASE(test_long_text),
+        T_CASE(test_parity_gemma4), T_CASE(test_random_bytes),      {0}};
     return t_main(argc, argv, cases);
 }
