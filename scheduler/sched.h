@@ -87,7 +87,13 @@ struct sched_top { int32_t token; float logprob; };
 /* One event. TOKEN: one sampled token; `text` is the output text that became final with it
  * (may be empty while a stop string or a UTF-8 sequence is pending; never contains any part
  * of a matched stop string). DONE: the last event of a request, with finish reason and
- * usage (and any held-back text). ERROR: the request failed; no more events follow. */
+ * usage (and any held-back text). ERROR: the request failed; no more events follow.
+ * Details of this implementation (scheduler/sched.c): an end-of-generation token that ends a
+ * request gets no TOKEN event but counts in completion_tokens (like vLLM); the token that
+ * completes a stop string gets its TOKEN event (text before the stop only), then DONE(STOP).
+ * logprob/top are log-softmax values of the raw model logits (before logit_bias, penalties
+ * and temperature), as OpenAI and vLLM report them. A cancelled or expired request gets
+ * DONE with CANCELLED/DEADLINE whether it was queued or running. */
 struct sched_event {
     enum sched_ev_kind kind;
     uint64_t id;              /* the request id sched_submit returned */

@@ -107,8 +107,9 @@ static struct sched_sampling seeded(uint64_t seed) {
     return sp;
 }
 
-static void submit(struct sched *s, const int32_t *p, int n, struct sched_sampling sp,
-                   int max_tokens, struct result *r, uint64_t *id) {
+/* A request without stop strings or logprobs, ignoring EOG; r is reset. */
+static struct sched_req req(const int32_t *p, int n, struct sched_sampling sp, int max_tokens,
+                            struct result *r) {
     struct sched_req q = {0};
     q.prompt = p;
     q.n_prompt = n;
@@ -119,6 +120,12 @@ static void submit(struct sched *s, const int32_t *p, int n, struct sched_sampli
     q.on_event = on_event;
     q.user = r;
     res_init(r);
+    return q;
+}
+
+static void submit(struct sched *s, const int32_t *p, int n, struct sched_sampling sp,
+                   int max_tokens, struct result *r, uint64_t *id) {
+    struct sched_req q = req(p, n, sp, max_tokens, r);
     uint64_t dummy;
     T_ASSERT(sched_submit(s, &q, id ? id : &dummy) == SCHED_OK);
 }
@@ -308,17 +315,8 @@ static void test_session_turns(void) {
     struct sched *s = mk(m, with_sessions);
     int32_t p[256];
     int n = encode(m, "User: tell me about the moon. Assistant:", p, 256);
-    struct sched_req q = {0};
     struct result t1, t2, ref;
-    res_init(&t1);
-    q.prompt = p;
-    q.n_prompt = n;
-    q.sp = greedy();
-    q.max_tokens = 10;
-    q.ignore_eos = 1;
-    q.top_logprobs = -1;
-    q.on_event = on_event;
-    q.user = &t1;
+    struct sched_req q = req(p, n, greedy(), 10, &t1);
     q.session_id = "conv-42";
     uint64_t id;
     T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
@@ -360,18 +358,10 @@ static void test_stop_and_finish(void) {
     memcpy(stop, full.text + at, 5);
     stop[5] = 0;
     const char *stops[1] = {stop};
-    struct sched_req q = {0};
-    q.prompt = p;
-    q.n_prompt = n;
-    q.sp = greedy();
-    q.max_tokens = 16;
-    q.ignore_eos = 1;
+    struct sched_req q = req(p, n, greedy(), 16, &cut);
     q.top_logprobs = 3;
     q.stop = stops;
     q.n_stop = 1;
-    q.on_event = on_event;
-    q.user = &cut;
-    res_init(&cut);
     uint64_t id;
     T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
     res_wait(&cut);
@@ -442,16 +432,9 @@ static void test_cancel_frees_blocks(void) {
     }
     wait_kv_baseline(s);
     /* Deadline already passed: DEADLINE without output. */
-    struct sched_req q = {0};
     struct result d;
-    res_init(&d);
-    q.prompt = p;
-    q.n_prompt = n;
-    q.sp = greedy();
-    q.max_tokens = 50;
-    q.top_logprobs = -1;
-    q.on_event = on_event;
-    q.user = &d;
+    struct sched_req q = req(p, n, greedy(), 50, &d);
+    q.ignore_eos = 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     q.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - 1;
@@ -475,14 +458,7 @@ static void test_queue_overflow_and_validation(void) {
     int32_t p[64];
     int n = encode(m, prompts[0], p, 64);
     static struct result r[4];
-    struct sched_req q = {0};
-    q.prompt = p;
-    q.n_prompt = n;
-    q.sp = greedy();
-    q.max_tokens = 6;
-    q.top_logprobs = -1;
-    q.ignore_eos = 1;
-    q.on_event = on_event;
+    struct sched_req q = req(p, n, greedy(), 6, &r[0]);
     int ok = 0, full = 0, okidx[4];
     uint64_t id;
     for (int i = 0; i < 4; i++) {
