@@ -492,6 +492,10 @@ static void http_on_loaded(uv_async_t *a) {
     LOG_I(HTTP_MOD, 0, "model '%s' ready (%s, %d layers, vocab %d), ctx %d", s->model_id,
           model_arch_name(s->model->cfg.arch), s->model->cfg.n_layer, s->model->cfg.n_vocab,
           s->cfg->ctx_size);
+    LOG_I(HTTP_MOD, 0,
+          "try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' "
+          "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
+          s->cfg->host, s->port);
 }
 
 /* ---- start-up ---------------------------------------------------------------------------- */
