@@ -3,7 +3,8 @@
 # gemmad with CUDA=1 for the GPU's architecture, runs the CUDA tests (kernels against the CPU
 # references, CUDA vs CPU logits, batched == solo), and benchmarks prefill and decode
 # (1 and 64 concurrent sequences) on the CUDA backend against the CPU path. Everything it
-# measures goes to $OUT (default build/gpu-check): summary.txt, build.txt, test_cuda.txt,
+# measures goes to $OUT (default build/gpu-check): summary.txt, build.txt, test_cuda.txt
+# (test_cuda, then test_cuda_host),
 # bench.jsonl, nvidia-smi.txt — at most 8 files, as the device tool returns.
 #
 #   bash deploy/gpu-check.sh --prepare     on a machine WITH network, before the GPU call:
@@ -106,6 +107,10 @@ GEMMAD_TEST_MODEL=$MODEL GEMMAD_TEST_SYNTH_DIR=$SYNTH_DIR T_TIMEOUT=300 \
     timeout 900 $B/tests/test_cuda >"$OUT/test_cuda.txt" 2>&1
 say "test_cuda: exit $? — $(tail -1 "$OUT/test_cuda.txt")"
 grep -E "^(FAIL|SKIP)|^    " "$OUT/test_cuda.txt" | head -40 | tee -a "$OUT/summary.txt"
+# the host code against the CPU forward with emulated kernels (runs anywhere; appended)
+GEMMAD_TEST_MODEL=$MODEL GEMMAD_TEST_SYNTH_DIR=$SYNTH_DIR T_TIMEOUT=300 \
+    timeout 600 $B/tests/test_cuda_host >>"$OUT/test_cuda.txt" 2>&1
+say "test_cuda_host: exit $? — $(tail -1 "$OUT/test_cuda.txt")"
 
 # ---- benchmarks -----------------------------------------------------------------------------
 if [ -n "$BENCH_MODEL" ] && [ -r "$BENCH_MODEL" ]; then
@@ -116,13 +121,15 @@ if [ -n "$BENCH_MODEL" ] && [ -r "$BENCH_MODEL" ]; then
         else say "bench $* FAILED"
         fi
     }
-    bench --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128
-    bench --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --nondeterministic
-    bench --device cpu --prompt 512 --gen 32 --seqs 64 --seq-prompt 128
+    # GPU_CHECK_QUICK=1: small sizes, for a dry run of this script
+    if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then P=64 G=8 S=4 SP=16; else P=512 G=64 S=64 SP=128; fi
+    bench --device cuda --prompt $P --gen $G --seqs $S --seq-prompt $SP
+    bench --device cuda --prompt $P --gen $G --seqs $S --seq-prompt $SP --nondeterministic
+    bench --device cpu --prompt $P --gen $(( G / 2 )) --seqs $S --seq-prompt $SP
     # the single-sequence path through gemmad-cli (the engine API the server uses)
     for dev in cuda cpu; do
-        r=$(timeout 300 $B/gemmad-cli bench -m "$BENCH_MODEL" --device $dev --prompt-tokens 512 \
-            --gen 64 2>>"$OUT/summary.txt") && echo "{\"cli\": \"$dev\", \"result\": $r}" >>"$OUT/bench.jsonl"
+        r=$(timeout 300 $B/gemmad-cli bench -m "$BENCH_MODEL" --device $dev --prompt-tokens $P \
+            --gen $G 2>>"$OUT/summary.txt") && echo "{\"cli\": \"$dev\", \"result\": $r}" >>"$OUT/bench.jsonl"
         say "gemmad-cli bench --device $dev: ${r:-FAILED}"
     done
 fi
