@@ -56,7 +56,8 @@ __global__ void cf_gather_rows_kernel(const float *__restrict__ x, int ld_x,
     const int j = blockIdx.x;
     const float *src = x + (size_t)idx[j] * ld_x;
     float *dst = out + (size_t)j * ld_out;
-    for (int i = threadIdx.x; i < n_cols; i += blockDim.x) dst[i] = src[i];
+    for (int i = threadIdx.x; i < n_cols; i += blockDim.x)
+        dst[i] = src[i];
 }
 
 extern "C" int cf_geglu(cudaStream_t stream, float *g, int ld_g, const float *u, int ld_u, int n,

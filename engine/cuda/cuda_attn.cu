@@ -24,8 +24,10 @@ __global__ void cf_kv_store_kernel(struct cf_rows R, struct cf_kv kv, const floa
     const int nk = kv.n_kv * kv.hd, nv = kv.n_kv * kv.hd_v;
     __half *kd = static_cast<__half *>(kv.k) + slot * nk;
     __half *vd = static_cast<__half *>(kv.v) + slot * nv;
-    for (int i = threadIdx.x; i < nk; i += blockDim.x) kd[i] = __float2half_rn(k[(size_t)r * ld_k + i]);
-    for (int i = threadIdx.x; i < nv; i += blockDim.x) vd[i] = __float2half_rn(v[(size_t)r * ld_v + i]);
+    for (int i = threadIdx.x; i < nk; i += blockDim.x)
+        kd[i] = __float2half_rn(k[(size_t)r * ld_k + i]);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x)
+        vd[i] = __float2half_rn(v[(size_t)r * ld_v + i]);
 }
 
 /*
@@ -56,7 +58,8 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
     float m = -INFINITY, l = 0.0f;
     float acc[CF_ATT_PER_LANE];
 #pragma unroll
-    for (int i = 0; i < CF_ATT_PER_LANE; i++) acc[i] = 0.0f;
+    for (int i = 0; i < CF_ATT_PER_LANE; i++)
+        acc[i] = 0.0f;
 
     const __half *kbase = static_cast<const __half *>(kv.k);
     const __half *vbase = static_cast<const __half *>(kv.v);
@@ -68,7 +71,8 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
         for (int i = 0; i < CF_ATT_PER_LANE; i++)
             if (i < nd) s += qs[lane + 32 * i] * __half2float(kr[lane + 32 * i]);
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        for (int off = 16; off > 0; off >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, off);
         if (A.softcap > 0.0f) s = A.softcap * tanhf(s * (1.0f / A.softcap));
         const float mn = fmaxf(m, s);
         const float corr = expf(m - mn); /* 0 for the first key (m = -inf) */
@@ -93,15 +97,18 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
      * key have m = -inf and weigh exp(-inf) = 0. */
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < CF_ATT_WARPS; w++) M = fmaxf(M, wm[w]);
+    for (int w = 0; w < CF_ATT_WARPS; w++)
+        M = fmaxf(M, wm[w]);
     float L = 0.0f;
 #pragma unroll
-    for (int w = 0; w < CF_ATT_WARPS; w++) L += wl[w] * expf(wm[w] - M);
+    for (int w = 0; w < CF_ATT_WARPS; w++)
+        L += wl[w] * expf(wm[w] - M);
     float *orow = out + (size_t)r * ld_out + (size_t)h * kv.hd_v;
     for (int d = threadIdx.x; d < kv.hd_v; d += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < CF_ATT_WARPS; w++) o += wacc[w][d] * expf(wm[w] - M);
+        for (int w = 0; w < CF_ATT_WARPS; w++)
+            o += wacc[w][d] * expf(wm[w] - M);
         orow[d] = o / L;
     }
 }
@@ -109,8 +116,8 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
 static int cf_kv_check(const struct cf_kv *kv) {
     if (kv->n_kv <= 0 || kv->hd <= 0 || kv->hd % 32 || kv->hd > CF_ATT_MAX_HD || kv->hd_v <= 0 ||
         kv->hd_v % 32 || kv->hd_v > CF_ATT_MAX_HD || kv->block_size <= 0)
-        return cf_fail("cuda attention: unsupported KV shape n_kv=%d hd=%d hd_v=%d bs=%d",
-                       kv->n_kv, kv->hd, kv->hd_v, kv->block_size);
+        return cf_fail("cuda attention: unsupported KV shape n_kv=%d hd=%d hd_v=%d bs=%d", kv->n_kv,
+                       kv->hd, kv->hd_v, kv->block_size);
     return 0;
 }
 
@@ -122,9 +129,9 @@ extern "C" int cf_kv_store(cudaStream_t stream, const struct cf_rows *rows, cons
     return CUDA_CHECK_LAUNCH();
 }
 
-extern "C" int cf_attention(cudaStream_t stream, const struct cf_rows *rows,
-                            const struct cf_kv *kv, const struct cf_attn *a, const float *q,
-                            int ld_q, float *out, int ld_out) {
+extern "C" int cf_attention(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
+                            const struct cf_attn *a, const float *q, int ld_q, float *out,
+                            int ld_out) {
     if (rows->n_rows <= 0) return 0;
     if (cf_kv_check(kv)) return -1;
     if (a->n_head <= 0 || a->n_head > 65535 || a->n_head % kv->n_kv)

@@ -32,10 +32,10 @@ struct cb {
     struct model *m;
     struct kvs_pool *kv;
     struct fwd_ctx *f;
-    int32_t *full, *swa;     /* [n_seqs][n_full], [n_seqs][ring] */
-    struct kvs_seq *seq;     /* [n_seqs] */
-    int32_t *ids;            /* [n_seqs][ctx] token ids */
-    float *logits;           /* [n_seqs][n_vocab] */
+    int32_t *full, *swa; /* [n_seqs][n_full], [n_seqs][ring] */
+    struct kvs_seq *seq; /* [n_seqs] */
+    int32_t *ids;        /* [n_seqs][ctx] token ids */
+    float *logits;       /* [n_seqs][n_vocab] */
     int n_full, ring, ctx;
 };
 
@@ -110,18 +110,24 @@ int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char
         goto fail;
     }
     for (int s = 0; s < S; s++) {
-        for (int i = 0; i < b.n_full; i++) b.full[s * b.n_full + i] = s * b.n_full + i;
-        for (int i = 0; i < b.ring; i++) b.swa[s * b.ring + i] = s * b.ring + i;
+        for (int i = 0; i < b.n_full; i++)
+            b.full[s * b.n_full + i] = s * b.n_full + i;
+        for (int i = 0; i < b.ring; i++)
+            b.swa[s * b.ring + i] = s * b.ring + i;
         b.seq[s] = (struct kvs_seq){b.full + (size_t)s * b.n_full, b.n_full,
                                     b.ring ? b.swa + (size_t)s * b.ring : NULL, b.ring};
         int32_t *row = b.ids + (size_t)s * b.ctx;
         row[0] = tok_bos(b.m->vocab);
         for (int i = 1; i < b.ctx; i++)
             row[i] = (int32_t)(((uint32_t)i * 7919u + (uint32_t)s * 104729u + 1000u) %
-                               (uint32_t)(V - 10)) + 5;
+                               (uint32_t)(V - 10)) +
+                     5;
     }
-    const struct fwd_opts fo = {.max_tokens = max_tokens, .max_seqs = S, .max_logit_rows = S,
-                                .n_threads = o->threads, .device = o->device,
+    const struct fwd_opts fo = {.max_tokens = max_tokens,
+                                .max_seqs = S,
+                                .max_logit_rows = S,
+                                .n_threads = o->threads,
+                                .device = o->device,
                                 .deterministic = o->deterministic};
     rc = fwd_create(b.m, b.kv, &fo, &b.f, err, errlen);
     if (rc != 0) goto fail;
@@ -156,9 +162,9 @@ int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char
              "\"decode_1seq_tok_s\": %.1f, \"n_seqs\": %d, \"seq_prompt_tokens\": %d, "
              "\"decode_nseq_tok_s\": %.1f, \"decode_nseq_step_ms\": %.3f, \"threads\": %d, "
              "\"isa\": \"%s\"}",
-             b.m->name, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, P,
-             P / t_prefill, G, G / t_dec1, S, SP, (double)S * G / t_decS, 1e3 * t_decS / G,
-             o->threads, kern_isa_name(kern_active_isa()));
+             b.m->name, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, P, P / t_prefill,
+             G, G / t_dec1, S, SP, (double)S * G / t_decS, 1e3 * t_decS / G, o->threads,
+             kern_isa_name(kern_active_isa()));
     free(qs);
     free(pos0);
     cb_free(&b);

@@ -15,14 +15,14 @@
 #include "engine/forward.h"
 
 struct cf_bench_opts {
-    const char *model;       /* GGUF path */
-    enum fwd_device device;  /* CPU, CUDA or AUTO */
-    int prompt_tokens;       /* prefill length of the single-sequence run */
-    int gen_tokens;          /* decode steps of each decode run */
-    int n_seqs;              /* sequences of the batched decode run */
-    int seq_prompt_tokens;   /* prompt of each batched sequence (prefilled, not timed) */
-    int threads;             /* CPU threads (0 = physical cores) */
-    int deterministic;       /* fwd_opts.deterministic */
+    const char *model;      /* GGUF path */
+    enum fwd_device device; /* CPU, CUDA or AUTO */
+    int prompt_tokens;      /* prefill length of the single-sequence run */
+    int gen_tokens;         /* decode steps of each decode run */
+    int n_seqs;             /* sequences of the batched decode run */
+    int seq_prompt_tokens;  /* prompt of each batched sequence (prefilled, not timed) */
+    int threads;            /* CPU threads (0 = physical cores) */
+    int deterministic;      /* fwd_opts.deterministic */
 };
 
 /* Runs the three measurements and writes one JSON object into json. 0, or -1 with err. */

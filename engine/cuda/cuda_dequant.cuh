@@ -57,7 +57,8 @@ CF_HD void cf_scale_min_k4(int j, const uint8_t *q, int *sc, int *mn) {
     }
 }
 
-#define CF_KVALUES_IQ4NL {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+#define CF_KVALUES_IQ4NL                                                                           \
+    { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 }
 __constant__ static const int8_t cf_kvalues_iq4nl_dev[16] = CF_KVALUES_IQ4NL;
 static const int8_t cf_kvalues_iq4nl_host[16] = CF_KVALUES_IQ4NL;
 
@@ -71,25 +72,27 @@ CF_HD int cf_kvalue_iq4nl(int i) {
 
 /* y[0..31] = elements [32c, 32c + 32) of the packed row `row` of type T. */
 template <int T>
-CF_HD void cf_dq_chunk(const uint8_t *__restrict__ row, int c,
-                                            float *__restrict__ y) {
+CF_HD void cf_dq_chunk(const uint8_t *__restrict__ row, int c, float *__restrict__ y) {
     if constexpr (T == QT_F32) {
         const float *p = reinterpret_cast<const float *>(row) + (size_t)c * 32;
-CF_UNROLL
-        for (int k = 0; k < 32; k++) y[k] = p[k];
+        CF_UNROLL
+        for (int k = 0; k < 32; k++)
+            y[k] = p[k];
     } else if constexpr (T == QT_F16) {
         const uint8_t *p = row + (size_t)c * 64;
-CF_UNROLL
-        for (int k = 0; k < 32; k++) y[k] = cf_ld_f16(p + 2 * k);
+        CF_UNROLL
+        for (int k = 0; k < 32; k++)
+            y[k] = cf_ld_f16(p + 2 * k);
     } else if constexpr (T == QT_BF16) {
         const unsigned short *p = reinterpret_cast<const unsigned short *>(row) + (size_t)c * 32;
-CF_UNROLL
-        for (int k = 0; k < 32; k++) y[k] = cf_bf16_to_f32(p[k]);
+        CF_UNROLL
+        for (int k = 0; k < 32; k++)
+            y[k] = cf_bf16_to_f32(p[k]);
     } else if constexpr (T == QT_Q4_0) {
         const uint8_t *b = row + (size_t)c * 18;
         const float d = cf_ld_f16(b);
         const uint8_t *qs = b + 2;
-CF_UNROLL
+        CF_UNROLL
         for (int j = 0; j < 16; j++) {
             y[j] = (float)((qs[j] & 0xF) - 8) * d;
             y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
@@ -98,7 +101,7 @@ CF_UNROLL
         const uint8_t *b = row + (size_t)c * 20;
         const float d = cf_ld_f16(b), m = cf_ld_f16(b + 2);
         const uint8_t *qs = b + 4;
-CF_UNROLL
+        CF_UNROLL
         for (int j = 0; j < 16; j++) {
             y[j] = (float)(qs[j] & 0xF) * d + m;
             y[j + 16] = (float)(qs[j] >> 4) * d + m;
@@ -109,7 +112,7 @@ CF_UNROLL
         const uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) |
                             ((uint32_t)b[5] << 24);
         const uint8_t *qs = b + 6;
-CF_UNROLL
+        CF_UNROLL
         for (int j = 0; j < 16; j++) {
             const int x0 = (int)((qs[j] & 0xF) | (((qh >> j) & 1u) << 4)) - 16;
             const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
@@ -122,7 +125,7 @@ CF_UNROLL
         const uint32_t qh = (uint32_t)b[4] | ((uint32_t)b[5] << 8) | ((uint32_t)b[6] << 16) |
                             ((uint32_t)b[7] << 24);
         const uint8_t *qs = b + 8;
-CF_UNROLL
+        CF_UNROLL
         for (int j = 0; j < 16; j++) {
             const int x0 = (int)((qs[j] & 0xF) | (((qh >> j) & 1u) << 4));
             const int x1 = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
@@ -133,13 +136,14 @@ CF_UNROLL
         const uint8_t *b = row + (size_t)c * 34;
         const float d = cf_ld_f16(b);
         const int8_t *qs = reinterpret_cast<const int8_t *>(b + 2);
-CF_UNROLL
-        for (int j = 0; j < 32; j++) y[j] = (float)qs[j] * d;
+        CF_UNROLL
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)qs[j] * d;
     } else if constexpr (T == QT_IQ4_NL) {
         const uint8_t *b = row + (size_t)c * 18;
         const float d = cf_ld_f16(b);
         const uint8_t *qs = b + 2;
-CF_UNROLL
+        CF_UNROLL
         for (int j = 0; j < 16; j++) {
             y[j] = d * (float)cf_kvalue_iq4nl(qs[j] & 0xF);
             y[j + 16] = d * (float)cf_kvalue_iq4nl(qs[j] >> 4);
@@ -154,8 +158,9 @@ CF_UNROLL
         const float d1 = d * (float)sc, m1 = dmin * (float)mn;
         const uint8_t *q = b + 16 + 32 * (j >> 1);
         const int shift = (j & 1) * 4;
-CF_UNROLL
-        for (int l = 0; l < 32; l++) y[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+        CF_UNROLL
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
     } else if constexpr (T == QT_Q5_K) {
         /* As Q4_K, plus 16 where bit j of qh[l] is set. */
         const uint8_t *b = row + (size_t)(c >> 3) * 176;
@@ -167,7 +172,7 @@ CF_UNROLL
         const uint8_t *qh = b + 16;
         const uint8_t *q = b + 48 + 32 * (j >> 1);
         const int shift = (j & 1) * 4;
-CF_UNROLL
+        CF_UNROLL
         for (int l = 0; l < 32; l++) {
             const int v = ((q[l] >> shift) & 0xF) + (((qh[l] >> j) & 1) ? 16 : 0);
             y[l] = d1 * (float)v - m1;
@@ -181,7 +186,7 @@ CF_UNROLL
         const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192) + 8 * h + 2 * t;
         const float d = cf_ld_f16(b + 208);
         const int nshift = (t >> 1) * 4, hshift = 2 * t;
-CF_UNROLL
+        CF_UNROLL
         for (int l = 0; l < 32; l++) {
             const int q = (int)(((ql[l] >> nshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
             y[l] = d * (float)sc[l / 16] * (float)q;
@@ -192,18 +197,18 @@ CF_UNROLL
 }
 
 /* Expands X(T) once per supported type; use inside a switch over the runtime type. */
-#define CF_FOR_EACH_TYPE(X)                                                                    \
-    X(QT_F32)                                                                                  \
-    X(QT_F16)                                                                                  \
-    X(QT_BF16)                                                                                 \
-    X(QT_Q4_0)                                                                                 \
-    X(QT_Q4_1)                                                                                 \
-    X(QT_Q5_0)                                                                                 \
-    X(QT_Q5_1)                                                                                 \
-    X(QT_Q8_0)                                                                                 \
-    X(QT_IQ4_NL)                                                                               \
-    X(QT_Q4_K)                                                                                 \
-    X(QT_Q5_K)                                                                                 \
+#define CF_FOR_EACH_TYPE(X)                                                                        \
+    X(QT_F32)                                                                                      \
+    X(QT_F16)                                                                                      \
+    X(QT_BF16)                                                                                     \
+    X(QT_Q4_0)                                                                                     \
+    X(QT_Q4_1)                                                                                     \
+    X(QT_Q5_0)                                                                                     \
+    X(QT_Q5_1)                                                                                     \
+    X(QT_Q8_0)                                                                                     \
+    X(QT_IQ4_NL)                                                                                   \
+    X(QT_Q4_K)                                                                                     \
+    X(QT_Q5_K)                                                                                     \
     X(QT_Q6_K)
 
 #endif

@@ -38,14 +38,14 @@
 
 /* Device copies of one layer's weights. NULL / .data == NULL where the layer has none. */
 struct cf_layer {
-    const float *attn_norm, *q_norm, *k_norm;  /* [n_embd], [hd], [hd] */
-    const float *post_attn_norm, *ffn_norm;    /* [n_embd] */
-    const float *post_ffw_norm, *post_norm;    /* [n_embd] */
-    const float *rope_freqs;                   /* [n_rot/2] divisors */
-    struct cf_weight wq, wk, wv, wo;           /* attention projections */
-    struct cf_weight gate, up, down;           /* FFN */
-    struct cf_weight inp_gate, proj;           /* Gemma 4 per-layer embedding */
-    struct cf_kv kv;                           /* the cache this layer reads (kv_layer's) */
+    const float *attn_norm, *q_norm, *k_norm; /* [n_embd], [hd], [hd] */
+    const float *post_attn_norm, *ffn_norm;   /* [n_embd] */
+    const float *post_ffw_norm, *post_norm;   /* [n_embd] */
+    const float *rope_freqs;                  /* [n_rot/2] divisors */
+    struct cf_weight wq, wk, wv, wo;          /* attention projections */
+    struct cf_weight gate, up, down;          /* FFN */
+    struct cf_weight inp_gate, proj;          /* Gemma 4 per-layer embedding */
+    struct cf_kv kv;                          /* the cache this layer reads (kv_layer's) */
 };
 
 /* One host pointer already uploaded (tied embeddings and shared rope_freqs upload once). */
@@ -58,32 +58,32 @@ struct cf_upload {
 struct cudafwd {
     const struct model *m;
     const struct kvs_pool *kvp;
-    struct fwd_opts o;          /* as given (max_logit_rows >= 1) */
-    cudaStream_t stream;        /* every kernel of a step runs here */
-    cublasHandle_t blas;        /* NULL when deterministic */
-    enum cf_mm_mode mm_mode;    /* KERNEL when deterministic, else AUTO */
+    struct fwd_opts o;       /* as given (max_logit_rows >= 1) */
+    cudaStream_t stream;     /* every kernel of a step runs here */
+    cublasHandle_t blas;     /* NULL when deterministic */
+    enum cf_mm_mode mm_mode; /* KERNEL when deterministic, else AUTO */
 
-    uint8_t *wmem;              /* device: all weights, packed as in the GGUF */
+    uint8_t *wmem; /* device: all weights, packed as in the GGUF */
     size_t wmem_bytes, wmem_used;
-    struct cf_upload *ups;      /* [n_ups] dedup table, create-time only */
+    struct cf_upload *ups; /* [n_ups] dedup table, create-time only */
     int n_ups, cap_ups;
-    struct cf_weight tok_embd;  /* {n_embd, n_vocab} */
-    struct cf_weight output;    /* LM head (== tok_embd when tied) */
-    struct cf_weight pl_tok_embd, pl_proj;      /* Gemma 4 PLE tables */
+    struct cf_weight tok_embd;             /* {n_embd, n_vocab} */
+    struct cf_weight output;               /* LM head (== tok_embd when tied) */
+    struct cf_weight pl_tok_embd, pl_proj; /* Gemma 4 PLE tables */
     const float *output_norm, *pl_proj_norm;
-    struct cf_layer *L;         /* [n_layer] */
+    struct cf_layer *L; /* [n_layer] */
 
-    uint8_t *kvmem;             /* device: every owning layer's K and V blocks (F16) */
+    uint8_t *kvmem; /* device: every owning layer's K and V blocks (F16) */
     size_t kv_bytes;
 
-    uint8_t *amem;              /* device: activations, carved below */
-    float *x, *h, *t;           /* [T][n_embd] residual, normed input, sublayer output */
-    float *q, *k, *v, *att;     /* [T][n_head*hd], [T][nkv*hd], [T][nkv*hd_v], [T][n_head*hd_v] */
-    float *g, *u;               /* [T][max(n_ff, n_pl)] gate / up */
-    float *ple, *ple_tmp;       /* [T][n_layer*n_pl] Gemma 4 per-layer inputs */
-    float *xsel;                /* [max_logit_rows][n_embd] */
-    float *logits;              /* [max_logit_rows][n_vocab] */
-    void *mm_scratch;           /* cuBLAS path scratch (NULL when deterministic) */
+    uint8_t *amem;          /* device: activations, carved below */
+    float *x, *h, *t;       /* [T][n_embd] residual, normed input, sublayer output */
+    float *q, *k, *v, *att; /* [T][n_head*hd], [T][nkv*hd], [T][nkv*hd_v], [T][n_head*hd_v] */
+    float *g, *u;           /* [T][max(n_ff, n_pl)] gate / up */
+    float *ple, *ple_tmp;   /* [T][n_layer*n_pl] Gemma 4 per-layer inputs */
+    float *xsel;            /* [max_logit_rows][n_embd] */
+    float *logits;          /* [max_logit_rows][n_vocab] */
+    void *mm_scratch;       /* cuBLAS path scratch (NULL when deterministic) */
     size_t mm_scratch_bytes;
 
     /* Step metadata, one int32 block, host (pinned) and device copies of the same layout:
@@ -91,12 +91,14 @@ struct cudafwd {
     int32_t *meta_h, *meta_d;
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
-    fwd_tap_fn tap;             /* debugging hook (cudafwd_set_tap) */
+    fwd_tap_fn tap; /* debugging hook (cudafwd_set_tap) */
     void *tap_user;
-    float *tap_buf;             /* host [max(T, Lx)][n_embd], allocated by cudafwd_set_tap */
+    float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cudafwd_set_tap */
 };
 
-static size_t cf_al(size_t n) { return (n + CF_ALIGN - 1) & ~(size_t)(CF_ALIGN - 1); }
+static size_t cf_al(size_t n) {
+    return (n + CF_ALIGN - 1) & ~(size_t)(CF_ALIGN - 1);
+}
 
 static void cf_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -160,9 +162,9 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
     for (int l = 0; l < cfg->n_layer; l++) {
         const struct model_layer_cfg *lc = &cfg->layer[l];
         const struct model_layer_w *w = &m->layer[l];
-        const struct kern_weight *ws[] = {&w->wq,   &w->wk, &w->wv,       &w->wo,  &w->gate,
-                                          &w->up,   &w->down, &w->inp_gate, &w->proj};
-        static const char *wn[] = {"attn_q", "attn_k", "attn_v",   "attn_output", "ffn_gate",
+        const struct kern_weight *ws[] = {&w->wq, &w->wk,   &w->wv,       &w->wo,  &w->gate,
+                                          &w->up, &w->down, &w->inp_gate, &w->proj};
+        static const char *wn[] = {"attn_q", "attn_k",   "attn_v",   "attn_output", "ffn_gate",
                                    "ffn_up", "ffn_down", "inp_gate", "proj"};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
             snprintf(name, sizeof name, "blk.%d.%s", l, wn[i]);
@@ -267,8 +269,8 @@ static int cf_put_all(struct cudafwd *c) {
         const struct model_layer_w *w = &m->layer[l];
         struct cf_layer *L = &c->L[l];
         const int E = cfg->n_embd, hd = lc->head_dim;
-        if (cf_put_v(c, w->attn_norm, E, &L->attn_norm) ||
-            cf_put_v(c, w->q_norm, hd, &L->q_norm) || cf_put_v(c, w->k_norm, hd, &L->k_norm) ||
+        if (cf_put_v(c, w->attn_norm, E, &L->attn_norm) || cf_put_v(c, w->q_norm, hd, &L->q_norm) ||
+            cf_put_v(c, w->k_norm, hd, &L->k_norm) ||
             cf_put_v(c, w->post_attn_norm, E, &L->post_attn_norm) ||
             cf_put_v(c, w->ffn_norm, E, &L->ffn_norm) ||
             cf_put_v(c, w->post_ffw_norm, E, &L->post_ffw_norm) ||
@@ -327,8 +329,8 @@ static size_t cf_act_layout(struct cudafwd *c) {
     for (int l = 0; l < cfg->n_layer; l++) {
         const struct model_layer_cfg *lc = &cfg->layer[l];
         size_t a = (size_t)lc->n_head * (size_t)lc->head_dim;
-        size_t b = (size_t)lc->n_head_kv * (size_t)(lc->head_dim > lc->head_dim_v
-                                                        ? lc->head_dim : lc->head_dim_v);
+        size_t b = (size_t)lc->n_head_kv *
+                   (size_t)(lc->head_dim > lc->head_dim_v ? lc->head_dim : lc->head_dim_v);
         size_t e = (size_t)lc->n_head * (size_t)lc->head_dim_v;
         if (a > wq) wq = a;
         if (b > wk) wk = b;
@@ -336,10 +338,21 @@ static size_t cf_act_layout(struct cudafwd *c) {
         if ((size_t)lc->n_ff > wff) wff = (size_t)lc->n_ff;
     }
     const size_t P = (size_t)cfg->n_embd_pl * (size_t)cfg->n_layer;
-    const size_t sizes[] = {T * E, T * E, T * E, T * wq, T * wk, T * wk, T * wo, T * wff,
-                            T * wff, T * P, T * P, Lx * E, Lx * (size_t)cfg->n_vocab};
-    float **ptrs[] = {&c->x, &c->h, &c->t, &c->q, &c->k, &c->v, &c->att, &c->g,
-                      &c->u, &c->ple, &c->ple_tmp, &c->xsel, &c->logits};
+    const size_t sizes[] = {T * E,
+                            T * E,
+                            T * E,
+                            T * wq,
+                            T * wk,
+                            T * wk,
+                            T * wo,
+                            T * wff,
+                            T * wff,
+                            T * P,
+                            T * P,
+                            Lx * E,
+                            Lx * (size_t)cfg->n_vocab};
+    float **ptrs[] = {&c->x, &c->h, &c->t,   &c->q,       &c->k,    &c->v,     &c->att,
+                      &c->g, &c->u, &c->ple, &c->ple_tmp, &c->xsel, &c->logits};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (c->amem) *ptrs[i] = sizes[i] ? (float *)(c->amem + off) : NULL;
@@ -356,8 +369,8 @@ static size_t cf_blas_scratch(const struct cudafwd *c) {
     if (c->pl_proj.data) mx = cf_matmul_scratch_bytes(&c->pl_proj, T);
     for (int l = 0; l < cfg->n_layer; l++) {
         const struct cf_layer *L = &c->L[l];
-        const struct cf_weight *ws[] = {&L->wq,   &L->wk,   &L->wv,       &L->wo,  &L->gate,
-                                        &L->up,   &L->down, &L->inp_gate, &L->proj};
+        const struct cf_weight *ws[] = {&L->wq, &L->wk,   &L->wv,       &L->wo,  &L->gate,
+                                        &L->up, &L->down, &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
             if (!ws[i]->data) continue;
             size_t b = cf_matmul_scratch_bytes(ws[i], T);
@@ -482,8 +495,8 @@ void cudafwd_destroy(struct cudafwd *c) {
 
 int cudafwd_set_tap(struct cudafwd *c, fwd_tap_fn fn, void *user) {
     if (fn && !c->tap_buf) {
-        const size_t rows = (size_t)(c->o.max_tokens > c->o.max_logit_rows ? c->o.max_tokens
-                                                                           : c->o.max_logit_rows);
+        const size_t rows =
+            (size_t)(c->o.max_tokens > c->o.max_logit_rows ? c->o.max_tokens : c->o.max_logit_rows);
         c->tap_buf = malloc(rows * (size_t)c->m->cfg.n_embd * sizeof(float));
         if (!c->tap_buf) return FWD_ENOMEM;
     }
@@ -518,8 +531,9 @@ static int cf_prepare(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs,
         if (q->logits != FWD_LOGITS_NONE && q->logits != FWD_LOGITS_LAST &&
             q->logits != FWD_LOGITS_ALL)
             return FWD_EINVAL;
-        const int n_lg = q->logits == FWD_LOGITS_ALL ? q->n_tokens
-                         : q->logits == FWD_LOGITS_LAST ? 1 : 0;
+        const int n_lg = q->logits == FWD_LOGITS_ALL    ? q->n_tokens
+                         : q->logits == FWD_LOGITS_LAST ? 1
+                                                        : 0;
         if (n_lg > c->o.max_logit_rows - sel) return FWD_EINVAL;
         for (int i = 0; i < q->n_tokens; i++) {
             if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.n_vocab) return FWD_EINVAL;
@@ -638,8 +652,8 @@ static int cf_layer(struct cudafwd *c, int l, const struct cf_rows *R) {
             return -1;
         if (cfg->v_norm && cf_rms_norm(s, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv, eps))
             return -1;
-        if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base,
-                         lc->rope_scale, L->rope_freqs) ||
+        if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base, lc->rope_scale,
+                         L->rope_freqs) ||
             cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv))
             return -1;
     }

@@ -16,7 +16,8 @@ __global__ void cf_get_rows_kernel(const uint8_t *__restrict__ W, size_t row_byt
         float v[32];
         cf_dq_chunk<T>(row, c, v);
 #pragma unroll
-        for (int k = 0; k < 32; k++) o[c * 32 + k] = v[k] * scale;
+        for (int k = 0; k < 32; k++)
+            o[c * 32 + k] = v[k] * scale;
     }
 }
 
@@ -28,14 +29,15 @@ extern "C" int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const
     const unsigned thr = 128;
     const uint8_t *W = static_cast<const uint8_t *>(w->data);
     switch (w->type) {
-#define CF_CASE(TT)                                                                            \
-    case TT:                                                                                   \
-        cf_get_rows_kernel<TT><<<(unsigned)n_rows, thr, 0, stream>>>(W, w->row_bytes, w->n_in, \
-                                                                     ids, scale, out, ld_out); \
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        cf_get_rows_kernel<TT><<<(unsigned)n_rows, thr, 0, stream>>>(W, w->row_bytes, w->n_in,     \
+                                                                     ids, scale, out, ld_out);     \
         break;
         CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
-    default: return cf_fail("cf_get_rows: unsupported weight type %u", (unsigned)w->type);
+    default:
+        return cf_fail("cf_get_rows: unsupported weight type %u", (unsigned)w->type);
     }
     return CUDA_CHECK_LAUNCH();
 }
@@ -43,10 +45,13 @@ extern "C" int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const
 extern "C" int cf_dequant_chunk_host(uint32_t type, const void *row, int c, float *y) {
     const uint8_t *r = static_cast<const uint8_t *>(row);
     switch (type) {
-#define CF_CASE(TT)                                                                            \
-    case TT: cf_dq_chunk<TT>(r, c, y); return 0;
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        cf_dq_chunk<TT>(r, c, y);                                                                  \
+        return 0;
         CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
-    default: return -1;
+    default:
+        return -1;
     }
 }

@@ -6,10 +6,10 @@
 
 #include "engine/cuda/cuda_dequant.cuh"
 
-#define CF_MM_WARPS 8            /* output rows per block (one warp each) */
-#define CF_MM_CHUNKS 32          /* 32-element chunks per k-tile: one per lane */
+#define CF_MM_WARPS 8   /* output rows per block (one warp each) */
+#define CF_MM_CHUNKS 32 /* 32-element chunks per k-tile: one per lane */
 #define CF_MM_KT (CF_MM_CHUNKS * 32)
-#define CF_MM_PITCH 33           /* padded chunk stride in shared memory (no bank conflicts) */
+#define CF_MM_PITCH 33 /* padded chunk stride in shared memory (no bank conflicts) */
 
 /*
  * Block (CF_MM_WARPS warps) = CF_MM_WARPS output rows × a tile of TM activation rows.
@@ -25,18 +25,22 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     __shared__ float xs[TM][CF_MM_CHUNKS * CF_MM_PITCH];
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int o = blockIdx.x * CF_MM_WARPS + warp;
-    const int m0 = blockIdx.y * TM;
+    /* 1-D grid, tile-fastest: the blocks that decode the same weight rows for different
+     * activation tiles run back to back, so the rows come from L2 after the first tile. */
+    const int n_tiles = (M + TM - 1) / TM;
+    const int o = (int)(blockIdx.x / n_tiles) * CF_MM_WARPS + warp;
+    const int m0 = (int)(blockIdx.x % n_tiles) * TM;
     const int tm = min(TM, M - m0);
     const uint8_t *row = W + (size_t)(o < n_out ? o : 0) * row_bytes;
 
     float acc[TM];
 #pragma unroll
-    for (int m = 0; m < TM; m++) acc[m] = 0.0f;
+    for (int m = 0; m < TM; m++)
+        acc[m] = 0.0f;
 
     for (int kt = 0; kt < n_in; kt += CF_MM_KT) {
         const int kn = min(CF_MM_KT, n_in - kt); /* a multiple of 32 */
-        __syncthreads(); /* the previous tile is consumed */
+        __syncthreads();                         /* the previous tile is consumed */
         for (int i = threadIdx.x; i < tm * CF_MM_KT; i += blockDim.x) {
             const int m = i / CF_MM_KT, k = i % CF_MM_KT;
             const float v = k < kn ? X[(size_t)(m0 + m) * n_in + kt + k] : 0.0f;
@@ -52,7 +56,8 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
                     const float *xp = &xs[m][lane * CF_MM_PITCH];
                     float s = 0.0f;
 #pragma unroll
-                    for (int k = 0; k < 32; k++) s += w[k] * xp[k];
+                    for (int k = 0; k < 32; k++)
+                        s += w[k] * xp[k];
                     acc[m] += s;
                 }
             }
@@ -61,7 +66,8 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
 #pragma unroll
     for (int m = 0; m < TM; m++) {
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+        for (int off = 16; off > 0; off >>= 1)
+            acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
     }
     if (o < n_out && lane == 0) {
 #pragma unroll
@@ -71,25 +77,30 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
 }
 
 template <int T>
-static void cf_mm_launch(cudaStream_t s, const struct cf_weight *w, const float *X, int M,
-                         float *Y, int ldy) {
+static int cf_mm_launch(cudaStream_t s, const struct cf_weight *w, const float *X, int M, float *Y,
+                        int ldy) {
     const dim3 block(CF_MM_WARPS * 32);
-    const unsigned gx = (unsigned)((w->n_out + CF_MM_WARPS - 1) / CF_MM_WARPS);
+    const long long groups = (w->n_out + CF_MM_WARPS - 1) / CF_MM_WARPS;
+    const int tm = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+    const long long blocks = groups * ((M + tm - 1) / tm);
+    if (blocks > 0x7fffffffLL) return cf_fail("cf_matmul: %lld blocks", blocks);
+    const dim3 grid((unsigned)blocks);
     const uint8_t *W = static_cast<const uint8_t *>(w->data);
-    if (M == 1) {
-        cf_mm_kernel<T, 1><<<dim3(gx, 1), block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X,
-                                                         M, Y, ldy);
-    } else if (M == 2) {
-        cf_mm_kernel<T, 2><<<dim3(gx, 1), block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X,
-                                                         M, Y, ldy);
-    } else if (M <= 4) {
-        cf_mm_kernel<T, 4><<<dim3(gx, 1), block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X,
-                                                         M, Y, ldy);
-    } else {
-        const unsigned gy = (unsigned)((M + 7) / 8);
-        cf_mm_kernel<T, 8><<<dim3(gx, gy), block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out,
-                                                          X, M, Y, ldy);
+    switch (tm) {
+    case 1:
+        cf_mm_kernel<T, 1><<<grid, block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X, M, Y, ldy);
+        break;
+    case 2:
+        cf_mm_kernel<T, 2><<<grid, block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X, M, Y, ldy);
+        break;
+    case 4:
+        cf_mm_kernel<T, 4><<<grid, block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X, M, Y, ldy);
+        break;
+    default:
+        cf_mm_kernel<T, 8><<<grid, block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X, M, Y, ldy);
+        break;
     }
+    return 0;
 }
 
 /* ---- cuBLAS path ------------------------------------------------------------------------- */
@@ -104,7 +115,8 @@ __global__ void cf_dq_half_kernel(const uint8_t *__restrict__ W, size_t row_byte
         cf_dq_chunk<T>(row, c, v);
         __half *o = out + (size_t)r * n_in + (size_t)c * 32;
 #pragma unroll
-        for (int k = 0; k < 32; k++) o[k] = __float2half_rn(v[k]);
+        for (int k = 0; k < 32; k++)
+            o[k] = __float2half_rn(v[k]);
     }
 }
 
@@ -121,9 +133,13 @@ __global__ void cf_to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
-static size_t cf_align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t cf_align256(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
 
-static int cf_weight_as_is(uint32_t type) { return type == QT_F16 || type == QT_BF16; }
+static int cf_weight_as_is(uint32_t type) {
+    return type == QT_F16 || type == QT_BF16;
+}
 
 static unsigned cf_grid_1d(size_t n) {
     size_t g = (n + 255) / 256;
@@ -142,14 +158,15 @@ static int cf_mm_cublas(cudaStream_t s, cublasHandle_t blas, const struct cf_wei
         sp += cf_align256((size_t)w->n_out * w->n_in * sizeof(__half));
         const unsigned thr = 128;
         switch (w->type) {
-#define CF_CASE(TT)                                                                            \
-    case TT:                                                                                   \
-        cf_dq_half_kernel<TT><<<(unsigned)w->n_out, thr, 0, s>>>(                              \
-            static_cast<const uint8_t *>(w->data), w->row_bytes, w->n_in, wh);                 \
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        cf_dq_half_kernel<TT><<<(unsigned)w->n_out, thr, 0, s>>>(                                  \
+            static_cast<const uint8_t *>(w->data), w->row_bytes, w->n_in, wh);                     \
         break;
             CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
-        default: return cf_fail("cf_matmul: unsupported weight type %u", (unsigned)w->type);
+        default:
+            return cf_fail("cf_matmul: unsupported weight type %u", (unsigned)w->type);
         }
         if (CUDA_CHECK_LAUNCH()) return -1;
         A = wh;
@@ -157,7 +174,7 @@ static int cf_mm_cublas(cudaStream_t s, cublasHandle_t blas, const struct cf_wei
     const size_t nx = (size_t)M * w->n_in;
     if (ab == CUDA_R_16BF)
         cf_to_bf16_kernel<<<cf_grid_1d(nx), 256, 0, s>>>(X, reinterpret_cast<__nv_bfloat16 *>(sp),
-                                                          nx);
+                                                         nx);
     else
         cf_to_f16_kernel<<<cf_grid_1d(nx), 256, 0, s>>>(X, reinterpret_cast<__half *>(sp), nx);
     if (CUDA_CHECK_LAUNCH()) return -1;
@@ -176,11 +193,13 @@ static int cf_mm_cublas(cudaStream_t s, cublasHandle_t blas, const struct cf_wei
 
 extern "C" int cf_type_supported(uint32_t type) {
     switch (type) {
-#define CF_CASE(TT)                                                                            \
-    case TT: return 1;
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        return 1;
         CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -202,11 +221,14 @@ extern "C" int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct 
     if (mode == CF_MM_CUBLAS || (mode == CF_MM_AUTO && can_blas && M >= CF_MM_CUBLAS_MIN_ROWS))
         return cf_mm_cublas(stream, blas, w, X, M, Y, ldy, scratch);
     switch (w->type) {
-#define CF_CASE(TT)                                                                            \
-    case TT: cf_mm_launch<TT>(stream, w, X, M, Y, ldy); break;
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        if (cf_mm_launch<TT>(stream, w, X, M, Y, ldy)) return -1;                                  \
+        break;
         CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
-    default: return cf_fail("cf_matmul: unsupported weight type %u", (unsigned)w->type);
+    default:
+        return cf_fail("cf_matmul: unsupported weight type %u", (unsigned)w->type);
     }
     return CUDA_CHECK_LAUNCH();
 }

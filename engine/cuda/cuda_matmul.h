@@ -30,11 +30,11 @@ extern "C" {
 
 /* A weight matrix resident on the device: n_out rows of n_in elements, packed. */
 struct cf_weight {
-    uint32_t type;      /* enum quant_type */
-    int n_in;           /* elements per row; a multiple of 32 */
-    int n_out;          /* rows */
-    size_t row_bytes;   /* quant_row_size(type, n_in) */
-    const void *data;   /* device: n_out * row_bytes bytes */
+    uint32_t type;    /* enum quant_type */
+    int n_in;         /* elements per row; a multiple of 32 */
+    int n_out;        /* rows */
+    size_t row_bytes; /* quant_row_size(type, n_in) */
+    const void *data; /* device: n_out * row_bytes bytes */
 };
 
 enum cf_mm_mode { CF_MM_AUTO = 0, CF_MM_KERNEL = 1, CF_MM_CUBLAS = 2 };
@@ -51,9 +51,8 @@ size_t cf_matmul_scratch_bytes(const struct cf_weight *w, int M);
 /* Y[m * ldy + o] = sum_i W[o][i] * X[m * n_in + i], m < M, o < n_out. X: [M][n_in] f32.
  * blas and scratch may be NULL/0 (then the kernel path is used). Returns 0 or -1 (message
  * in cf_last_error()). */
-int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *w,
-              const float *X, int M, float *Y, int ldy, enum cf_mm_mode mode, void *scratch,
-              size_t scratch_bytes);
+int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *w, const float *X,
+              int M, float *Y, int ldy, enum cf_mm_mode mode, void *scratch, size_t scratch_bytes);
 
 #ifdef __cplusplus
 }

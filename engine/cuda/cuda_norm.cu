@@ -11,14 +11,17 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     const float *xr = x + (size_t)r * ld_x;
     /* Squares in f32, their sum in double (as ggml's CPU rms_norm and engine/forward.c). */
     double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS) s += (double)(xr[i] * xr[i]);
+    for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
+        s += (double)(xr[i] * xr[i]);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
     __syncthreads();
     double tot = 0.0;
 #pragma unroll
-    for (int k = 0; k < CF_NORM_THREADS / 32; k++) tot += part[k];
+    for (int k = 0; k < CF_NORM_THREADS / 32; k++)
+        tot += part[k];
     const float mean = (float)(tot / n);
     const float scale = 1.0f / sqrtf(mean + eps);
     float *yr = y + (size_t)r * ld_y;
@@ -38,6 +41,6 @@ extern "C" int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const 
     if (n <= 0 || ld_x < n || ld_y < n || (res && ld_res < n))
         return cf_fail("cf_rms_norm: bad shape n=%d ld_x=%d ld_y=%d", n, ld_x, ld_y);
     cf_rms_norm_kernel<<<(unsigned)rows, CF_NORM_THREADS, 0, stream>>>(x, ld_x, w, res, ld_res, y,
-                                                                      ld_y, n, eps);
+                                                                       ld_y, n, eps);
     return CUDA_CHECK_LAUNCH();
 }

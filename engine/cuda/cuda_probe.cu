@@ -35,9 +35,10 @@ extern "C" int cf_probe(char *why, size_t whylen) {
     cudaFuncAttributes attr;
     e = cudaFuncGetAttributes(&attr, cf_probe_kernel);
     if (e != cudaSuccess) {
-        snprintf(why, whylen, "%s (sm_%d%d) cannot run this build's kernels: %s; rebuild with "
-                 "CUDA_ARCH=%d%d", prop.name, prop.major, prop.minor, cudaGetErrorString(e),
-                 prop.major, prop.minor);
+        snprintf(why, whylen,
+                 "%s (sm_%d%d) cannot run this build's kernels: %s; rebuild with "
+                 "CUDA_ARCH=%d%d",
+                 prop.name, prop.major, prop.minor, cudaGetErrorString(e), prop.major, prop.minor);
         cudaGetLastError();
         return 0;
     }

@@ -14,7 +14,8 @@ __global__ void cf_rope_neox_kernel(float *x, int ld, int hd, int n_rot,
         /* theta_i = p * theta_scale^i built by repeated multiplication in f32, exactly as
          * ggml_rope_cache_init (and engine/forward_attn.c) do on the CPU. */
         float theta = p;
-        for (int k = 0; k < i; k++) theta *= theta_scale;
+        for (int k = 0; k < i; k++)
+            theta *= theta_scale;
         const float ff = freq_div ? freq_div[i] : 1.0f;
         theta = freq_scale * (theta / ff);
         const float c = cosf(theta), s = sinf(theta);
@@ -29,8 +30,8 @@ extern "C" int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, 
                             const float *freq_div) {
     if (rows <= 0 || n_heads <= 0) return 0;
     if (n_rot <= 0 || n_rot % 2 || n_rot > hd || ld < n_heads * hd || n_heads > 65535)
-        return cf_fail("cf_rope_neox: bad shape n_rot=%d hd=%d heads=%d ld=%d", n_rot, hd,
-                       n_heads, ld);
+        return cf_fail("cf_rope_neox: bad shape n_rot=%d hd=%d heads=%d ld=%d", n_rot, hd, n_heads,
+                       ld);
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     const int half = n_rot / 2;
     const unsigned thr = half >= 128 ? 128 : (unsigned)((half + 31) / 32 * 32);

@@ -22,8 +22,7 @@ extern "C" {
 #endif
 
 int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, int hd, int n_rot,
-                 const int32_t *pos, int rows, float base, float freq_scale,
-                 const float *freq_div);
+                 const int32_t *pos, int rows, float base, float freq_scale, const float *freq_div);
 
 #ifdef __cplusplus
 }

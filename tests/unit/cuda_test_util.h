@@ -40,8 +40,8 @@ static inline double cu_parity_bound(const struct model *m, int real_model) {
     int all_f32 = m->tok_embd.type == QT_F32;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_w *w = &m->layer[l];
-        const struct kern_weight *ws[] = {&w->wq,   &w->wk,   &w->wv,       &w->wo,  &w->gate,
-                                          &w->up,   &w->down, &w->inp_gate, &w->proj};
+        const struct kern_weight *ws[] = {&w->wq, &w->wk,   &w->wv,       &w->wo,  &w->gate,
+                                          &w->up, &w->down, &w->inp_gate, &w->proj};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             if (ws[i]->data && ws[i]->type != QT_F32) all_f32 = 0;
     }
@@ -54,9 +54,9 @@ static inline float cu_ref_gelu(float x) {
     if (x <= -10.0f) return 0.0f;
     if (x >= 10.0f) return x;
     const float xh = quant_f16_to_f32(quant_f32_to_f16(x));
-    const float g = 0.5f * xh *
-                    (1.0f + tanhf(0.79788456080286535587989211986876f * xh *
-                                  (1.0f + 0.044715f * xh * xh)));
+    const float g =
+        0.5f * xh *
+        (1.0f + tanhf(0.79788456080286535587989211986876f * xh * (1.0f + 0.044715f * xh * xh)));
     return quant_f16_to_f32(quant_f32_to_f16(g));
 }
 
@@ -66,8 +66,9 @@ static inline void cu_each_synthetic(void (*fn)(struct model *m)) {
     const char *dir = getenv("GEMMAD_TEST_SYNTH_DIR");
     if (!dir) dir = "build/synthetic";
     DIR *d = opendir(dir);
-    if (!d) T_SKIP("no synthetic models in %s (tests/fixtures/synthetic/gen_synthetic.py --out %s)",
-                   dir, dir);
+    if (!d)
+        T_SKIP("no synthetic models in %s (tests/fixtures/synthetic/gen_synthetic.py --out %s)",
+               dir, dir);
     int n = 0;
     struct dirent *de;
     while ((de = readdir(d))) {

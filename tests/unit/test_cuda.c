@@ -16,23 +16,25 @@
  */
 #include "tests/unit/harness.h"
 
-#define CUDA_TESTS(X)                                                                          \
-    X(test_fallback_without_device)                                                            \
-    X(test_dequant_host_vs_ref)                                                                \
-    X(test_dequant_vs_ref)                                                                     \
-    X(test_matmul_vs_ref)                                                                      \
-    X(test_matmul_batch_invariant)                                                             \
-    X(test_norm_rope_act)                                                                      \
-    X(test_attention_vs_ref)                                                                   \
-    X(test_e2e_bundled_vs_cpu)                                                                 \
-    X(test_e2e_synthetic_vs_cpu)                                                               \
-    X(test_e2e_batched_equals_solo)                                                            \
+#define CUDA_TESTS(X)                                                                              \
+    X(test_fallback_without_device)                                                                \
+    X(test_dequant_host_vs_ref)                                                                    \
+    X(test_dequant_vs_ref)                                                                         \
+    X(test_matmul_vs_ref)                                                                          \
+    X(test_matmul_batch_invariant)                                                                 \
+    X(test_norm_rope_act)                                                                          \
+    X(test_attention_vs_ref)                                                                       \
+    X(test_e2e_bundled_vs_cpu)                                                                     \
+    X(test_e2e_synthetic_vs_cpu)                                                                   \
+    X(test_e2e_batched_equals_solo)                                                                \
     X(test_e2e_step_validation)
 
 #ifndef GEMMAD_CUDA
 
-#define CF_SKIP_CASE(f)                                                                        \
-    static void f(void) { T_SKIP("built without CUDA (make CUDA=1)"); }
+#define CF_SKIP_CASE(f)                                                                            \
+    static void f(void) {                                                                          \
+        T_SKIP("built without CUDA (make CUDA=1)");                                                \
+    }
 CUDA_TESTS(CF_SKIP_CASE)
 
 #else /* GEMMAD_CUDA */
@@ -87,7 +89,9 @@ static uint32_t rnd(void) {
     rng_state ^= rng_state << 17;
     return (uint32_t)(rng_state >> 11);
 }
-static float frand(void) { return (float)(rnd() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f; }
+static float frand(void) {
+    return (float)(rnd() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f;
+}
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -107,7 +111,7 @@ static double norm_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-static const uint32_t kTypes[] = {QT_F32,  QT_F16,    QT_BF16, QT_Q4_0, QT_Q4_1, QT_Q5_0,
+static const uint32_t kTypes[] = {QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0, QT_Q4_1, QT_Q5_0,
                                   QT_Q5_1, QT_Q8_0, QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K};
 #define N_TYPES (int)(sizeof kTypes / sizeof kTypes[0])
 
@@ -121,13 +125,17 @@ static void *make_rows(uint32_t type, int n_in, int n_out, size_t *row_bytes) {
     uint8_t *w = xmalloc(rb * (size_t)n_out);
     const size_t n = (size_t)n_in * (size_t)n_out;
     if (type == QT_F32) {
-        for (size_t i = 0; i < n; i++) ((float *)w)[i] = frand();
+        for (size_t i = 0; i < n; i++)
+            ((float *)w)[i] = frand();
     } else if (type == QT_F16) {
-        for (size_t i = 0; i < n; i++) ((uint16_t *)w)[i] = quant_f32_to_f16(frand());
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)w)[i] = quant_f32_to_f16(frand());
     } else if (type == QT_BF16) {
-        for (size_t i = 0; i < n; i++) ((uint16_t *)w)[i] = quant_f32_to_bf16(frand());
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)w)[i] = quant_f32_to_bf16(frand());
     } else {
-        for (size_t i = 0; i < rb * (size_t)n_out; i++) w[i] = (uint8_t)rnd();
+        for (size_t i = 0; i < rb * (size_t)n_out; i++)
+            w[i] = (uint8_t)rnd();
         int offs[2] = {0, -1};
         if (type == QT_Q4_1 || type == QT_Q5_1 || type == QT_Q4_K || type == QT_Q5_K) offs[1] = 2;
         if (type == QT_Q6_K) offs[0] = 208;
@@ -161,18 +169,20 @@ static float *ref_dequant(uint32_t type, const void *rows, int n_in, int n_out) 
 
 /* ---- no device: the fallback ------------------------------------------------------------ */
 
-
 /* Runs everywhere in a CUDA build: AUTO picks CUDA exactly when a device is usable, and an
  * explicit CUDA request without a device fails with the reason. */
 static void test_fallback_without_device(void) {
     struct model *m = cu_load_model(t_model_path());
     struct kvs_pool *kv = NULL;
     char err[512] = "", why[256] = "";
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
-                        sizeof err) == 0);
+    T_ASSERT(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
+             0);
     const int have = cudafwd_available(why, sizeof why);
     T_ASSERTF(why[0] != 0, "cudafwd_available gave no reason");
-    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
+    struct fwd_opts o = {.max_tokens = 4,
+                         .max_seqs = 1,
+                         .max_logit_rows = 1,
+                         .n_threads = 1,
                          .device = FWD_DEVICE_AUTO};
     struct fwd_ctx *f = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "AUTO: %s", err);
@@ -239,8 +249,8 @@ static void test_dequant_vs_ref(void) {
         T_ASSERT(cf_get_rows(0, &w, d_ids, 3, 2.5f, d_out, n_in) == 0);
         dev_down(out, d_out, sizeof(float) * (size_t)n_in * 3);
         for (int r = 0; r < 3; r++)
-            for (int i = 0; i < n_in; i++) ref[(size_t)r * n_in + i] =
-                    ref[(size_t)ids[r] * n_in + i] * 2.5f;
+            for (int i = 0; i < n_in; i++)
+                ref[(size_t)r * n_in + i] = ref[(size_t)ids[r] * n_in + i] * 2.5f;
         e = norm_err(out, ref, (size_t)n_in * 3);
         T_ASSERTF(e <= 1e-6, "%s get_rows: normalised error %g", quant_info(kTypes[t])->name, e);
         cudaFree((void *)w.data);
@@ -273,7 +283,8 @@ static void test_matmul_vs_ref(void) {
     cublasHandle_t blas;
     T_ASSERT(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
     float *X = xmalloc(sizeof(float) * (size_t)maxM * n_in);
-    for (size_t i = 0; i < (size_t)maxM * n_in; i++) X[i] = frand();
+    for (size_t i = 0; i < (size_t)maxM * n_in; i++)
+        X[i] = frand();
     float *d_X = dev_up(X, sizeof(float) * (size_t)maxM * n_in);
     float *d_Y = dev_alloc(sizeof(float) * (size_t)maxM * n_out);
     float *Y = xmalloc(sizeof(float) * (size_t)maxM * n_out);
@@ -289,8 +300,8 @@ static void test_matmul_vs_ref(void) {
             T_ASSERT(cf_matmul(0, NULL, &w, d_X, M, d_Y, n_out, CF_MM_KERNEL, NULL, 0) == 0);
             dev_down(Y, d_Y, sizeof(float) * (size_t)M * n_out);
             double e = norm_err(Y, R, (size_t)M * n_out);
-            T_ASSERTF(e <= 2e-6, "%s kernel M=%d: normalised error %g",
-                      quant_info(kTypes[t])->name, M, e);
+            T_ASSERTF(e <= 2e-6, "%s kernel M=%d: normalised error %g", quant_info(kTypes[t])->name,
+                      M, e);
             T_ASSERT(cf_matmul(0, blas, &w, d_X, M, d_Y, n_out, CF_MM_CUBLAS, scratch, sb) == 0);
             dev_down(Y, d_Y, sizeof(float) * (size_t)M * n_out);
             e = norm_err(Y, R, (size_t)M * n_out);
@@ -316,7 +327,8 @@ static void test_matmul_batch_invariant(void) {
     need_device();
     const int n_in = 2048, n_out = 300, M = 45;
     float *X = xmalloc(sizeof(float) * (size_t)M * n_in);
-    for (size_t i = 0; i < (size_t)M * n_in; i++) X[i] = frand();
+    for (size_t i = 0; i < (size_t)M * n_in; i++)
+        X[i] = frand();
     float *d_X = dev_up(X, sizeof(float) * (size_t)M * n_in);
     float *d_Y = dev_alloc(sizeof(float) * (size_t)M * n_out);
     float *Yb = xmalloc(sizeof(float) * (size_t)M * n_out);
@@ -334,8 +346,8 @@ static void test_matmul_batch_invariant(void) {
                                    CF_MM_KERNEL, NULL, 0) == 0);
                 dev_down(Ys, d_Y, sizeof(float) * (size_t)n_out);
                 T_ASSERTF(memcmp(Ys, Yb + (size_t)m * n_out, sizeof(float) * n_out) == 0,
-                          "%s: row %d differs between M=%d and M=%d",
-                          quant_info(types[t])->name, m, M, sub);
+                          "%s: row %d differs between M=%d and M=%d", quant_info(types[t])->name, m,
+                          M, sub);
             }
         }
         cudaFree((void *)w.data);
@@ -350,7 +362,8 @@ static void test_matmul_batch_invariant(void) {
 
 static void ref_rms(float *y, const float *x, const float *w, const float *res, int n, float eps) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += (double)(x[i] * x[i]);
+    for (int i = 0; i < n; i++)
+        s += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(s / n) + eps);
     for (int i = 0; i < n; i++) {
         float v = x[i] * scale;
@@ -365,15 +378,18 @@ static void test_norm_rope_act(void) {
     const size_t N = (size_t)rows * n;
     float *x = xmalloc(N * 4), *w = xmalloc((size_t)n * 4), *res = xmalloc(N * 4);
     float *y = xmalloc(N * 4), *r = xmalloc(N * 4);
-    for (size_t i = 0; i < N; i++) x[i] = 3.0f * frand(), res[i] = frand();
-    for (int i = 0; i < n; i++) w[i] = 1.0f + frand();
+    for (size_t i = 0; i < N; i++)
+        x[i] = 3.0f * frand(), res[i] = frand();
+    for (int i = 0; i < n; i++)
+        w[i] = 1.0f + frand();
     float *dx = dev_up(x, N * 4), *dw = dev_up(w, (size_t)n * 4), *dres = dev_up(res, N * 4);
     float *dy = dev_alloc(N * 4);
 
     /* RMS norm: weighted, weightless, with residual */
     T_ASSERT(cf_rms_norm(0, dx, n, dw, NULL, 0, dy, n, n, rows, 1e-6f) == 0);
     dev_down(y, dy, N * 4);
-    for (int i = 0; i < rows; i++) ref_rms(r + (size_t)i * n, x + (size_t)i * n, w, NULL, n, 1e-6f);
+    for (int i = 0; i < rows; i++)
+        ref_rms(r + (size_t)i * n, x + (size_t)i * n, w, NULL, n, 1e-6f);
     T_ASSERTF(norm_err(y, r, N) <= 1e-6, "rms_norm: %g", norm_err(y, r, N));
     T_ASSERT(cf_rms_norm(0, dx, n, NULL, dres, n, dy, n, n, rows, 1e-6f) == 0);
     dev_down(y, dy, N * 4);
@@ -384,7 +400,8 @@ static void test_norm_rope_act(void) {
     /* RoPE NEOX with partial rotation and frequency divisors, positions up to 30000 */
     const int32_t pos[5] = {0, 1, 17, 511, 30000};
     float fd[48];
-    for (int i = 0; i < n_rot / 2; i++) fd[i] = i < 16 ? 1.0f : 1e30f;
+    for (int i = 0; i < n_rot / 2; i++)
+        fd[i] = i < 16 ? 1.0f : 1e30f;
     int32_t *dpos = dev_up(pos, sizeof pos);
     float *dfd = dev_up(fd, sizeof fd);
     const int ld = nh * hd;
@@ -429,12 +446,14 @@ static void test_norm_rope_act(void) {
     T_ASSERT(cudaMemcpy(dy, x, N * 4, cudaMemcpyHostToDevice) == 0);
     T_ASSERT(cf_softcap(0, dy, N, 2.0f) == 0);
     dev_down(y, dy, N * 4);
-    for (size_t i = 0; i < N; i++) r[i] = 2.0f * tanhf(x[i] * 0.5f);
+    for (size_t i = 0; i < N; i++)
+        r[i] = 2.0f * tanhf(x[i] * 0.5f);
     T_ASSERTF(norm_err(y, r, N) <= 1e-6, "softcap: %g", norm_err(y, r, N));
 
     T_ASSERT(cf_add_scale(0, dy, dx, dres, N, 0.5f) == 0);
     dev_down(y, dy, N * 4);
-    for (size_t i = 0; i < N; i++) r[i] = (x[i] + res[i]) * 0.5f;
+    for (size_t i = 0; i < N; i++)
+        r[i] = (x[i] + res[i]) * 0.5f;
     T_ASSERT(memcmp(y, r, N * 4) == 0);
 
     const int32_t idx[2] = {4, 1};
@@ -461,7 +480,9 @@ struct at_ref {
     float v[AT_SEQS][AT_MAXPOS][4 * 64];
 };
 
-static float r16(float x) { return quant_f16_to_f32(quant_f32_to_f16(x)); }
+static float r16(float x) {
+    return quant_f16_to_f32(quant_f32_to_f16(x));
+}
 
 static void ref_attend(const struct at_ref *R, int seq, int p, const float *q, int n_head,
                        float scale, float cap, int window, float *out) {
@@ -478,10 +499,12 @@ static void ref_attend(const struct at_ref *R, int seq, int p, const float *q, i
             if (d > mx) mx = d;
         }
         double l = 0;
-        for (int j = lo; j <= p; j++) l += exp(s[j] - mx);
+        for (int j = lo; j <= p; j++)
+            l += exp(s[j] - mx);
         for (int i = 0; i < R->hdv; i++) {
             double o = 0;
-            for (int j = lo; j <= p; j++) o += exp(s[j] - mx) * R->v[seq][j][kh * R->hdv + i];
+            for (int j = lo; j <= p; j++)
+                o += exp(s[j] - mx) * R->v[seq][j][kh * R->hdv + i];
             out[h * R->hdv + i] = (float)(o / l);
         }
     }
@@ -499,7 +522,8 @@ static void run_attention_case(int ring, int window, float cap) {
     /* tables: FULL: 16 blocks per sequence; ring: the size fwd requires for 12-token steps */
     int32_t tables[AT_SEQS * 16];
     const int n_ring = ring ? (window + 12 - 2) / bs + 2 : 16;
-    for (int i = 0; i < AT_SEQS * 16; i++) tables[i] = (i * 7 + 3) % (AT_SEQS * 16); /* shuffled */
+    for (int i = 0; i < AT_SEQS * 16; i++)
+        tables[i] = (i * 7 + 3) % (AT_SEQS * 16); /* shuffled */
     int32_t info[AT_SEQS][4];
     for (int s = 0; s < AT_SEQS; s++) {
         info[s][0] = ring ? 0 : s * 16, info[s][1] = ring ? 0 : 16;
@@ -507,12 +531,19 @@ static void run_attention_case(int ring, int window, float cap) {
     }
     const int n_blocks = AT_SEQS * 16;
     struct cf_kv kv = {dev_alloc((size_t)n_blocks * bs * n_kv * hd * 2),
-                       dev_alloc((size_t)n_blocks * bs * n_kv * hdv * 2), n_kv, hd, hdv, bs, ring};
+                       dev_alloc((size_t)n_blocks * bs * n_kv * hdv * 2),
+                       n_kv,
+                       hd,
+                       hdv,
+                       bs,
+                       ring};
     int32_t *d_tab = dev_up(tables, sizeof tables), *d_info = dev_up(info, sizeof info);
     const int MAXR = 16;
     int32_t *d_pos = dev_alloc(MAXR * 4), *d_seq = dev_alloc(MAXR * 4);
-    float *d_q = dev_alloc((size_t)MAXR * n_head * hd * 4), *d_o = dev_alloc((size_t)MAXR * n_head * hdv * 4);
-    float *d_k = dev_alloc((size_t)MAXR * n_kv * hd * 4), *d_v = dev_alloc((size_t)MAXR * n_kv * hdv * 4);
+    float *d_q = dev_alloc((size_t)MAXR * n_head * hd * 4),
+          *d_o = dev_alloc((size_t)MAXR * n_head * hdv * 4);
+    float *d_k = dev_alloc((size_t)MAXR * n_kv * hd * 4),
+          *d_v = dev_alloc((size_t)MAXR * n_kv * hdv * 4);
     float q[16 * 4 * 64], k[16 * 2 * 64], v[16 * 2 * 64], o[16 * 4 * 64], ro[4 * 64];
     /* steps: (n tokens of seq 0, n tokens of seq 1) */
     const int steps[][2] = {{12, 3}, {5, 9}, {1, 1}, {1, 0}, {0, 1}, {10, 12}, {1, 1}};
@@ -521,15 +552,21 @@ static void run_attention_case(int ring, int window, float cap) {
         int32_t pos[16], seq[16];
         int n = 0;
         for (int s = 0; s < AT_SEQS; s++)
-            for (int i = 0; i < steps[st][s]; i++, n++) seq[n] = s, pos[n] = next[s] + i;
+            for (int i = 0; i < steps[st][s]; i++, n++)
+                seq[n] = s, pos[n] = next[s] + i;
         T_ASSERT(n <= MAXR);
-        for (int i = 0; i < n * n_head * hd; i++) q[i] = frand();
-        for (int i = 0; i < n * n_kv * hd; i++) k[i] = 2.0f * frand();
-        for (int i = 0; i < n * n_kv * hdv; i++) v[i] = frand();
+        for (int i = 0; i < n * n_head * hd; i++)
+            q[i] = frand();
+        for (int i = 0; i < n * n_kv * hd; i++)
+            k[i] = 2.0f * frand();
+        for (int i = 0; i < n * n_kv * hdv; i++)
+            v[i] = frand();
         for (int r = 0; r < n; r++) {
             T_ASSERT(pos[r] < AT_MAXPOS);
-            for (int i = 0; i < n_kv * hd; i++) R.k[seq[r]][pos[r]][i] = r16(k[r * n_kv * hd + i]);
-            for (int i = 0; i < n_kv * hdv; i++) R.v[seq[r]][pos[r]][i] = r16(v[r * n_kv * hdv + i]);
+            for (int i = 0; i < n_kv * hd; i++)
+                R.k[seq[r]][pos[r]][i] = r16(k[r * n_kv * hd + i]);
+            for (int i = 0; i < n_kv * hdv; i++)
+                R.v[seq[r]][pos[r]][i] = r16(v[r * n_kv * hdv + i]);
         }
         cudaMemcpy(d_pos, pos, (size_t)n * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_seq, seq, (size_t)n * 4, cudaMemcpyHostToDevice);
@@ -544,11 +581,13 @@ static void run_attention_case(int ring, int window, float cap) {
         for (int r = 0; r < n; r++) {
             ref_attend(&R, seq[r], pos[r], q + r * n_head * hd, n_head, 0.125f, cap, window, ro);
             double e = norm_err(o + r * n_head * hdv, ro, (size_t)n_head * hdv);
-            T_ASSERTF(e <= 1e-5, "attention (ring %d, window %d, cap %g) step %zu row %d "
-                      "(seq %d pos %d): normalised error %g", ring, window, (double)cap, st, r,
-                      seq[r], pos[r], e);
+            T_ASSERTF(e <= 1e-5,
+                      "attention (ring %d, window %d, cap %g) step %zu row %d "
+                      "(seq %d pos %d): normalised error %g",
+                      ring, window, (double)cap, st, r, seq[r], pos[r], e);
         }
-        for (int s = 0; s < AT_SEQS; s++) next[s] += steps[st][s];
+        for (int s = 0; s < AT_SEQS; s++)
+            next[s] += steps[st][s];
     }
     cudaFree(kv.k), cudaFree(kv.v), cudaFree(d_tab), cudaFree(d_info), cudaFree(d_pos);
     cudaFree(d_seq), cudaFree(d_q), cudaFree(d_o), cudaFree(d_k), cudaFree(d_v);
@@ -556,11 +595,11 @@ static void run_attention_case(int ring, int window, float cap) {
 
 static void test_attention_vs_ref(void) {
     need_device();
-    run_attention_case(0, 0, 0.0f);   /* FULL, causal */
-    run_attention_case(0, 0, 5.0f);   /* FULL, softcap */
-    run_attention_case(0, 7, 0.0f);   /* FULL storage, sliding mask */
-    run_attention_case(1, 7, 0.0f);   /* SWA ring */
-    run_attention_case(1, 4, 3.0f);   /* SWA ring, window = block size, softcap */
+    run_attention_case(0, 0, 0.0f); /* FULL, causal */
+    run_attention_case(0, 0, 5.0f); /* FULL, softcap */
+    run_attention_case(0, 7, 0.0f); /* FULL storage, sliding mask */
+    run_attention_case(1, 7, 0.0f); /* SWA ring */
+    run_attention_case(1, 4, 3.0f); /* SWA ring, window = block size, softcap */
 }
 
 /* ---- end to end ------------------------------------------------------------------------- */
@@ -576,8 +615,10 @@ static void e2e_seq_init(struct e2e_seq *s, const struct kvs_pool *p, int first_
     T_ASSERT(n_full <= 256 && n_swa <= 64);
     T_ASSERT(first_full + n_full <= p->n_blocks[KVS_FULL] || p->n_blocks[KVS_FULL] == 0);
     T_ASSERT(first_swa + n_swa <= p->n_blocks[KVS_SWA] || p->n_blocks[KVS_SWA] == 0);
-    for (int i = 0; i < n_full; i++) s->full[i] = first_full + i;
-    for (int i = 0; i < n_swa; i++) s->swa[i] = first_swa + i;
+    for (int i = 0; i < n_full; i++)
+        s->full[i] = first_full + i;
+    for (int i = 0; i < n_swa; i++)
+        s->swa[i] = first_swa + i;
     s->kv = (struct kvs_seq){s->full, p->n_blocks[KVS_FULL] ? n_full : 0, s->swa,
                              p->n_blocks[KVS_SWA] ? n_swa : 0};
     if (!p->n_blocks[KVS_SWA]) s->kv.swa = NULL;
@@ -599,16 +640,19 @@ static void e2e_init(struct e2e *e, struct model *m, int max_tokens, int max_seq
     e->bs = 16;
     e->ring = kvs_swa_ring_blocks(m, e->bs, max_tokens);
     T_ASSERTF(kvs_create(m, KVS_F16, e->bs, 256 * max_seqs, e->ring * max_seqs, &e->kv, err,
-                         sizeof err) == 0, "%s", err);
-    struct fwd_opts o = {.max_tokens = max_tokens, .max_seqs = max_seqs,
-                         .max_logit_rows = max_seqs, .n_threads = 2,
-                         .device = FWD_DEVICE_CPU, .deterministic = 1};
+                         sizeof err) == 0,
+              "%s", err);
+    struct fwd_opts o = {.max_tokens = max_tokens,
+                         .max_seqs = max_seqs,
+                         .max_logit_rows = max_seqs,
+                         .n_threads = 2,
+                         .device = FWD_DEVICE_CPU,
+                         .deterministic = 1};
     T_ASSERTF(fwd_create(m, e->kv, &o, &e->cpu, err, sizeof err) == 0, "%s", err);
     o.device = FWD_DEVICE_CUDA;
     o.deterministic = deterministic;
     int rc = cudafwd_create(m, e->kv, &o, &e->gpu, err, sizeof err);
-    if (rc != 0 && strstr(err, "not supported on CUDA yet"))
-        T_SKIP("%s: %s", m->name, err);
+    if (rc != 0 && strstr(err, "not supported on CUDA yet")) T_SKIP("%s: %s", m->name, err);
     T_ASSERTF(rc == 0, "cudafwd_create: %s", err);
 }
 
@@ -618,14 +662,13 @@ static void e2e_free(struct e2e *e) {
     kvs_destroy(e->kv);
 }
 
-
-
 /* A deterministic prompt: ids spread over the vocabulary, BOS first. */
 static void make_ids(const struct model *m, int32_t *ids, int n, uint32_t salt) {
     ids[0] = tok_bos(m->vocab);
     for (int i = 1; i < n; i++)
         ids[i] = (int32_t)((1000u + (uint32_t)i * 7919u + salt * 104729u) %
-                           (uint32_t)(m->cfg.n_vocab - 10)) + 5;
+                           (uint32_t)(m->cfg.n_vocab - 10)) +
+                 5;
 }
 
 /*
@@ -662,15 +705,16 @@ static void e2e_compare(struct model *m, int n_prompt, int chunk, int n_dec, dou
              * where the CPU's own gap between the two candidates is at most 2d. */
             double d = 0;
             for (int i = 0; i < V; i++)
-                if (fabs((double)lg[i] - (double)lc[i]) > d) d = fabs((double)lg[i] - (double)lc[i]);
+                if (fabs((double)lg[i] - (double)lc[i]) > d)
+                    d = fabs((double)lg[i] - (double)lc[i]);
             const double gap = (double)lc[ac] - (double)lc[ag];
             T_ASSERTF(gap <= 2 * d,
                       "%s: top-1 differs at position %d (cpu %d %g, cuda %d %g; gap %g > 2 x "
                       "max |diff| %g)",
                       m->name, done + n - 1, ac, (double)lc[ac], ag, (double)lg[ag], gap, d);
         }
-        T_ASSERTF(err <= tol, "%s: normalised max |diff| %g > %g at position %d", m->name, err,
-                  tol, done + n - 1);
+        T_ASSERTF(err <= tol, "%s: normalised max |diff| %g > %g at position %d", m->name, err, tol,
+                  done + n - 1);
         done += n;
         if (done >= n_prompt && done < n_prompt + n_dec) ids[done] = ac;
     }
@@ -688,7 +732,9 @@ static void test_e2e_bundled_vs_cpu(void) {
     model_free(m);
 }
 
-static void synthetic_one(struct model *m) { e2e_compare(m, 32, 7, 8, cu_parity_bound(m, 0)); }
+static void synthetic_one(struct model *m) {
+    e2e_compare(m, 32, 7, 8, cu_parity_bound(m, 0));
+}
 
 static void test_e2e_synthetic_vs_cpu(void) {
     need_device();

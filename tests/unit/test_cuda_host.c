@@ -17,9 +17,15 @@
 
 #ifndef GEMMAD_CUDA
 
-static void test_host_bundled_vs_cpu(void) { T_SKIP("built without CUDA (make CUDA=1)"); }
-static void test_host_synthetic_vs_cpu(void) { T_SKIP("built without CUDA (make CUDA=1)"); }
-static void test_host_fwd_dispatch(void) { T_SKIP("built without CUDA (make CUDA=1)"); }
+static void test_host_bundled_vs_cpu(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
+static void test_host_synthetic_vs_cpu(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
+static void test_host_fwd_dispatch(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
@@ -45,18 +51,34 @@ static void test_host_fwd_dispatch(void) { T_SKIP("built without CUDA (make CUDA
 
 static char fake_stream, fake_blas;
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
     *s = (cudaStream_t)(void *)&fake_stream;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "error"; }
-const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError"; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    return cudaSuccess;
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : "error";
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    return e == cudaSuccess ? "cudaSuccess" : "cudaError";
+}
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
     *free_b = (size_t)16 << 30;
     *total = (size_t)16 << 30;
@@ -68,10 +90,21 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     if (*p) memset(*p, 0xFF, n);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
-cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
-cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMallocHost(void **p, size_t n) {
+    return cudaMalloc(p, n);
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    memset(p, v, n);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
     (void)k;
     memmove(d, s, n);
@@ -86,7 +119,10 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
     *h = (cublasHandle_t)(void *)&fake_blas;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    (void)h;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
     (void)h, (void)s;
     return CUBLAS_STATUS_SUCCESS;
@@ -100,7 +136,7 @@ int cf_probe(char *why, size_t whylen) {
 }
 
 int cf_type_supported(uint32_t type) {
-    static const uint32_t ok[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q4_0,   QT_Q4_1, QT_Q5_0,
+    static const uint32_t ok[] = {QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0, QT_Q4_1, QT_Q5_0,
                                   QT_Q5_1, QT_Q8_0, QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
         if (ok[i] == type) return 1;
@@ -130,20 +166,22 @@ int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *
     if (w->n_in % 32 || ldy < w->n_out || !cf_type_supported(w->type)) return -1;
     float *wr = row_buf((size_t)w->n_in);
     for (int o = 0; o < w->n_out; o++) {
-        if (quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)o * w->row_bytes,
-                                  wr, w->n_in))
+        if (quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)o * w->row_bytes, wr,
+                                  w->n_in))
             return -1;
         for (int m = 0; m < M; m++) {
             const float *x = X + (size_t)m * w->n_in;
             float lane[32] = {0};
             for (int c = 0; c < w->n_in / 32; c++) {
                 float s = 0.0f;
-                for (int k = 0; k < 32; k++) s += wr[c * 32 + k] * x[c * 32 + k];
+                for (int k = 0; k < 32; k++)
+                    s += wr[c * 32 + k] * x[c * 32 + k];
                 lane[c % 32] += s;
             }
             for (int off = 16; off > 0; off >>= 1) {
                 float t[32];
-                for (int l = 0; l < 32; l++) t[l] = lane[l] + lane[l ^ off];
+                for (int l = 0; l < 32; l++)
+                    t[l] = lane[l] + lane[l ^ off];
                 memcpy(lane, t, sizeof t);
             }
             Y[(size_t)m * ldy + o] = lane[0];
@@ -159,10 +197,11 @@ int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const int32_t *i
         const int64_t src = ids ? ids[r] : r;
         float *o = out + (size_t)r * ld_out;
         if (src < 0 || src >= w->n_out ||
-            quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)src * w->row_bytes,
-                                  o, w->n_in))
+            quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)src * w->row_bytes, o,
+                                  w->n_in))
             return -1;
-        for (int i = 0; i < w->n_in; i++) o[i] = o[i] * scale;
+        for (int i = 0; i < w->n_in; i++)
+            o[i] = o[i] * scale;
     }
     return 0;
 }
@@ -173,7 +212,8 @@ int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const float *w, c
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ld_x;
         double s = 0;
-        for (int i = 0; i < n; i++) s += (double)(xr[i] * xr[i]);
+        for (int i = 0; i < n; i++)
+            s += (double)(xr[i] * xr[i]);
         const float scale = 1.0f / sqrtf((float)(s / n) + eps);
         float *yr = y + (size_t)r * ld_y;
         for (int i = 0; i < n; i++) {
@@ -211,26 +251,30 @@ int cf_geglu(cudaStream_t stream, float *g, int ld_g, const float *u, int ld_u, 
     (void)stream;
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < n; i++)
-            g[(size_t)r * ld_g + i] = cu_ref_gelu(g[(size_t)r * ld_g + i]) * u[(size_t)r * ld_u + i];
+            g[(size_t)r * ld_g + i] =
+                cu_ref_gelu(g[(size_t)r * ld_g + i]) * u[(size_t)r * ld_u + i];
     return 0;
 }
 
 int cf_softcap(cudaStream_t stream, float *x, size_t count, float cap) {
     (void)stream;
-    for (size_t i = 0; i < count; i++) x[i] = cap * tanhf(x[i] * (1.0f / cap));
+    for (size_t i = 0; i < count; i++)
+        x[i] = cap * tanhf(x[i] * (1.0f / cap));
     return 0;
 }
 
 int cf_scale(cudaStream_t stream, float *x, size_t count, float s) {
     (void)stream;
-    for (size_t i = 0; i < count; i++) x[i] = x[i] * s;
+    for (size_t i = 0; i < count; i++)
+        x[i] = x[i] * s;
     return 0;
 }
 
 int cf_add_scale(cudaStream_t stream, float *y, const float *a, const float *b, size_t count,
                  float s) {
     (void)stream;
-    for (size_t i = 0; i < count; i++) y[i] = (a[i] + b[i]) * s;
+    for (size_t i = 0; i < count; i++)
+        y[i] = (a[i] + b[i]) * s;
     return 0;
 }
 
@@ -245,8 +289,10 @@ int cf_gather_rows(cudaStream_t stream, const float *x, int ld_x, const int32_t 
 static int64_t kv_slot(const struct cf_rows *R, const struct cf_kv *kv, int seq, int p) {
     const int32_t *info = R->seq_info + 4 * seq;
     const int b = p / kv->block_size;
-    if (kv->ring) T_ASSERT(info[3] > 0);
-    else T_ASSERTF(b < info[1], "position %d beyond the %d FULL blocks uploaded", p, info[1]);
+    if (kv->ring)
+        T_ASSERT(info[3] > 0);
+    else
+        T_ASSERTF(b < info[1], "position %d beyond the %d FULL blocks uploaded", p, info[1]);
     const int32_t blk = kv->ring ? R->tables[info[2] + b % info[3]] : R->tables[info[0] + b];
     return (int64_t)blk * kv->block_size + p % kv->block_size;
 }
@@ -258,8 +304,10 @@ int cf_kv_store(cudaStream_t stream, const struct cf_rows *R, const struct cf_kv
     for (int r = 0; r < R->n_rows; r++) {
         const int64_t slot = kv_slot(R, kv, R->seq[r], R->pos[r]);
         uint16_t *kd = (uint16_t *)kv->k + slot * nk, *vd = (uint16_t *)kv->v + slot * nv;
-        for (int i = 0; i < nk; i++) kd[i] = quant_f32_to_f16(k[(size_t)r * ld_k + i]);
-        for (int i = 0; i < nv; i++) vd[i] = quant_f32_to_f16(v[(size_t)r * ld_v + i]);
+        for (int i = 0; i < nk; i++)
+            kd[i] = quant_f32_to_f16(k[(size_t)r * ld_k + i]);
+        for (int i = 0; i < nv; i++)
+            vd[i] = quant_f32_to_f16(v[(size_t)r * ld_v + i]);
     }
     return 0;
 }
@@ -275,8 +323,8 @@ int cf_attention(cudaStream_t stream, const struct cf_rows *R, const struct cf_k
         for (int h = 0; h < a->n_head; h++) {
             const int kvh = h / g;
             for (int d = 0; d < kv->hd; d++)
-                qs[d] = quant_f16_to_f32(quant_f32_to_f16(q[(size_t)r * ld_q + h * kv->hd + d] *
-                                                          a->scale));
+                qs[d] = quant_f16_to_f32(
+                    quant_f32_to_f16(q[(size_t)r * ld_q + h * kv->hd + d] * a->scale));
             float m = -INFINITY, l = 0;
             memset(acc, 0, sizeof acc);
             for (int j = lo; j <= p; j++) {
@@ -284,23 +332,23 @@ int cf_attention(cudaStream_t stream, const struct cf_rows *R, const struct cf_k
                 const uint16_t *kr = (const uint16_t *)kv->k + (slot * kv->n_kv + kvh) * kv->hd;
                 const uint16_t *vr = (const uint16_t *)kv->v + (slot * kv->n_kv + kvh) * kv->hd_v;
                 float s = 0;
-                for (int d = 0; d < kv->hd; d++) s += qs[d] * quant_f16_to_f32(kr[d]);
+                for (int d = 0; d < kv->hd; d++)
+                    s += qs[d] * quant_f16_to_f32(kr[d]);
                 if (a->softcap > 0) s = a->softcap * tanhf(s * (1.0f / a->softcap));
                 const float mn = m > s ? m : s, corr = expf(m - mn), pe = expf(s - mn);
                 l = l * corr + pe;
-                for (int d = 0; d < kv->hd_v; d++) acc[d] = acc[d] * corr + pe * quant_f16_to_f32(vr[d]);
+                for (int d = 0; d < kv->hd_v; d++)
+                    acc[d] = acc[d] * corr + pe * quant_f16_to_f32(vr[d]);
                 m = mn;
             }
-            for (int d = 0; d < kv->hd_v; d++) out[(size_t)r * ld_out + h * kv->hd_v + d] = acc[d] / l;
+            for (int d = 0; d < kv->hd_v; d++)
+                out[(size_t)r * ld_out + h * kv->hd_v + d] = acc[d] / l;
         }
     }
     return 0;
 }
 
 /* ---- the comparisons -------------------------------------------------------------------- */
-
-
-
 
 /*
  * Two sequences, prompts in chunks, then decode steps with both in one step; the same steps
@@ -315,8 +363,12 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
     char err[512];
     T_ASSERTF(kvs_create(m, KVS_F16, bs, S * nfull, S * ring, &kv, err, sizeof err) == 0, "%s",
               err);
-    struct fwd_opts o = {.max_tokens = chunk * S, .max_seqs = S, .max_logit_rows = S,
-                         .n_threads = 2, .device = FWD_DEVICE_CPU, .deterministic = 1};
+    struct fwd_opts o = {.max_tokens = chunk * S,
+                         .max_seqs = S,
+                         .max_logit_rows = S,
+                         .n_threads = 2,
+                         .device = FWD_DEVICE_CPU,
+                         .deterministic = 1};
     struct fwd_ctx *cpu = NULL;
     struct cudafwd *gpu = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &cpu, err, sizeof err) == 0, "%s", err);
@@ -325,14 +377,16 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
     struct kvs_seq sk[2];
     T_ASSERT(nfull <= 64 && ring <= 64 && n_prompt + n_dec <= 256);
     for (int s = 0; s < S; s++) {
-        for (int i = 0; i < nfull; i++) full[s][i] = (S * nfull - 1) - (s * nfull + i); /* reversed */
-        for (int i = 0; i < ring; i++) swa[s][i] = s * ring + i;
-        sk[s] = (struct kvs_seq){full[s], kv->n_blocks[KVS_FULL] ? nfull : 0,
-                                 ring ? swa[s] : NULL, ring};
+        for (int i = 0; i < nfull; i++)
+            full[s][i] = (S * nfull - 1) - (s * nfull + i); /* reversed */
+        for (int i = 0; i < ring; i++)
+            swa[s][i] = s * ring + i;
+        sk[s] = (struct kvs_seq){full[s], kv->n_blocks[KVS_FULL] ? nfull : 0, ring ? swa[s] : NULL,
+                                 ring};
         ids[s][0] = tok_bos(m->vocab);
         for (int i = 1; i < 256; i++)
-            ids[s][i] = (int32_t)(((uint32_t)i * 7919u + (uint32_t)s * 31u + 11u) %
-                                  (uint32_t)(V - 10)) + 5;
+            ids[s][i] =
+                (int32_t)(((uint32_t)i * 7919u + (uint32_t)s * 31u + 11u) % (uint32_t)(V - 10)) + 5;
     }
     float *lc = malloc((size_t)S * V * 4), *lg = malloc((size_t)S * V * 4);
     T_ASSERT(lc && lg);
@@ -394,9 +448,13 @@ static void test_host_bundled_vs_cpu(void) {
     model_free(m);
 }
 
-static void synthetic_one(struct model *m) { compare(m, 30, 7, 6, cu_parity_bound(m, 0)); }
+static void synthetic_one(struct model *m) {
+    compare(m, 30, 7, 6, cu_parity_bound(m, 0));
+}
 
-static void test_host_synthetic_vs_cpu(void) { cu_each_synthetic(synthetic_one); }
+static void test_host_synthetic_vs_cpu(void) {
+    cu_each_synthetic(synthetic_one);
+}
 
 /* forward.c's dispatch: AUTO picks the CUDA backend when cudafwd_available says yes, and
  * fwd_run then runs on it. */
@@ -404,15 +462,20 @@ static void test_host_fwd_dispatch(void) {
     struct model *m = cu_load_model(t_model_path());
     struct kvs_pool *kv = NULL;
     char err[512];
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
-                        sizeof err) == 0);
-    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
-                         .device = FWD_DEVICE_AUTO, .deterministic = 1};
+    T_ASSERT(kvs_create(m, KVS_F16, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
+             0);
+    struct fwd_opts o = {.max_tokens = 4,
+                         .max_seqs = 1,
+                         .max_logit_rows = 1,
+                         .n_threads = 1,
+                         .device = FWD_DEVICE_AUTO,
+                         .deterministic = 1};
     struct fwd_ctx *f = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     T_ASSERT(fwd_device(f) == FWD_DEVICE_CUDA);
     int32_t full[2] = {0, 1}, swa[64];
-    for (int i = 0; i < 64; i++) swa[i] = i;
+    for (int i = 0; i < 64; i++)
+        swa[i] = i;
     struct kvs_seq sk = {full, 2, kv->n_blocks[KVS_SWA] ? swa : NULL,
                          kvs_swa_ring_blocks(m, 16, 4)};
     int32_t ids[4] = {2, 100, 200, 300};
@@ -434,6 +497,7 @@ static void test_host_fwd_dispatch(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {T_CASE(test_host_fwd_dispatch),
                                           T_CASE(test_host_bundled_vs_cpu),
-                                          T_CASE(test_host_synthetic_vs_cpu), {0}};
+                                          T_CASE(test_host_synthetic_vs_cpu),
+                                          {0}};
     return t_main(argc, argv, cases);
 }

@@ -26,27 +26,40 @@ static int arg_int(const char *name, const char *v) {
 }
 
 int main(int argc, char **argv) {
-    struct cf_bench_opts o = {.model = NULL, .device = FWD_DEVICE_CUDA, .prompt_tokens = 512,
-                              .gen_tokens = 64, .n_seqs = 64, .seq_prompt_tokens = 128,
-                              .threads = 0, .deterministic = 1};
+    struct cf_bench_opts o = {.model = NULL,
+                              .device = FWD_DEVICE_CUDA,
+                              .prompt_tokens = 512,
+                              .gen_tokens = 64,
+                              .n_seqs = 64,
+                              .seq_prompt_tokens = 128,
+                              .threads = 0,
+                              .deterministic = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m")) o.model = v, i++;
+        if (!strcmp(a, "-m"))
+            o.model = v, i++;
         else if (!strcmp(a, "--device")) {
             if (!v) v = "";
-            o.device = !strcmp(v, "cpu") ? FWD_DEVICE_CPU
-                       : !strcmp(v, "auto") ? FWD_DEVICE_AUTO : FWD_DEVICE_CUDA;
+            o.device = !strcmp(v, "cpu")    ? FWD_DEVICE_CPU
+                       : !strcmp(v, "auto") ? FWD_DEVICE_AUTO
+                                            : FWD_DEVICE_CUDA;
             if (strcmp(v, "cpu") && strcmp(v, "auto") && strcmp(v, "cuda")) {
                 fprintf(stderr, "cuda-bench: --device cpu|cuda|auto\n");
                 return 2;
             }
             i++;
-        } else if (!strcmp(a, "--prompt")) o.prompt_tokens = arg_int(a, v), i++;
-        else if (!strcmp(a, "--gen")) o.gen_tokens = arg_int(a, v), i++;
-        else if (!strcmp(a, "--seqs")) o.n_seqs = arg_int(a, v), i++;
-        else if (!strcmp(a, "--seq-prompt")) o.seq_prompt_tokens = arg_int(a, v), i++;
-        else if (!strcmp(a, "-t")) o.threads = arg_int(a, v), i++;
-        else if (!strcmp(a, "--nondeterministic")) o.deterministic = 0;
+        } else if (!strcmp(a, "--prompt"))
+            o.prompt_tokens = arg_int(a, v), i++;
+        else if (!strcmp(a, "--gen"))
+            o.gen_tokens = arg_int(a, v), i++;
+        else if (!strcmp(a, "--seqs"))
+            o.n_seqs = arg_int(a, v), i++;
+        else if (!strcmp(a, "--seq-prompt"))
+            o.seq_prompt_tokens = arg_int(a, v), i++;
+        else if (!strcmp(a, "-t"))
+            o.threads = arg_int(a, v), i++;
+        else if (!strcmp(a, "--nondeterministic"))
+            o.deterministic = 0;
         else {
             fprintf(stderr, "cuda-bench: unknown argument '%s'\n", a);
             return 2;
