@@ -139,8 +139,8 @@ static const char *const spm_tokens[] = {"<pad>",
 #define SPM_N ((int)(sizeof(spm_tokens) / sizeof(spm_tokens[0])))
 
 static void spm_kvs(struct gbuf *b, int n_scores, int n_types, uint32_t bos) {
-    float sc[SPM_N];
-    int32_t ty[SPM_N];
+    float sc[SPM_N + 1] = {0}; /* one spare entry for the "too long" validation case */
+    int32_t ty[SPM_N + 1] = {0};
     for (int i = 0; i < SPM_N; i++) {
         sc[i] = -(float)i;
         ty[i] = 1;
