@@ -42,25 +42,30 @@ extern void kern_register_avx512(struct kern_ops *ops) __attribute__((weak));
 #define KERN_AVX512_LINKED (kern_register_avx512 != NULL)
 #endif
 
-static struct kern_ops g_ops;                   /* active table, written by kern_init only */
-static enum kern_isa g_isa = KERN_ISA_REF;      /* what g_ops holds */
+static struct kern_ops g_ops;                     /* active table, written by kern_init only */
+static enum kern_isa g_isa = KERN_ISA_REF;        /* what g_ops holds */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT; /* default init when kern_init was skipped */
-static int g_inited;                            /* 1 once kern_init has filled g_ops */
+static int g_inited;                              /* 1 once kern_init has filled g_ops */
 
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 const char *kern_isa_name(enum kern_isa isa) {
     switch (isa) {
-    case KERN_ISA_REF: return "scalar";
-    case KERN_ISA_AVX2: return "avx2";
-    case KERN_ISA_AVX512: return "avx512";
-    default: return "auto";
+    case KERN_ISA_REF:
+        return "scalar";
+    case KERN_ISA_AVX2:
+        return "avx2";
+    case KERN_ISA_AVX512:
+        return "avx512";
+    default:
+        return "auto";
     }
 }
 
 int kern_isa_supported(enum kern_isa isa) {
     switch (isa) {
-    case KERN_ISA_REF: return 1;
+    case KERN_ISA_REF:
+        return 1;
 #if defined(__x86_64__) || defined(__i386__)
     case KERN_ISA_AVX2:
         __builtin_cpu_init();
@@ -73,7 +78,8 @@ int kern_isa_supported(enum kern_isa isa) {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vnni");
 #endif
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -83,13 +89,59 @@ static void act_copy_f32(const float *x, void *dst, int64_t n) {
 
 static kern_quant_act_fn ref_quant_act(uint32_t act_type) {
     switch (act_type) {
-    case QT_F32: return act_copy_f32;
-    case QT_F16: return quant_f16_row_ref;
-    case QT_BF16: return quant_bf16_row_ref;
-    case QT_Q8_0: return quant_q8_0_row_ref;
-    case QT_Q8_1: return quant_q8_1_row_ref;
-    case QT_Q8_K: return quant_q8_K_row_ref;
-    default: return NULL;
+    case QT_F32:
+        return act_copy_f32;
+    case QT_F16:
+        return quant_f16_row_ref;
+    case QT_BF16:
+        return quant_bf16_row_ref;
+    case QT_Q8_0:
+        return quant_q8_0_row_ref;
+    case QT_Q8_1:
+        return quant_q8_1_row_ref;
+    case QT_Q8_K:
+        return quant_q8_K_row_ref;
+    default:
+        return NULL;
+    }
+}
+
+static void dequant_copy_f32(const void *src, float *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static kern_dequant_fn ref_dequant(uint32_t type) {
+    switch (type) {
+    case QT_F32:
+        return dequant_copy_f32;
+    case QT_F16:
+        return quant_dequant_f16_ref;
+    case QT_BF16:
+        return quant_dequant_bf16_ref;
+    case QT_Q4_0:
+        return quant_dequant_q4_0_ref;
+    case QT_Q4_1:
+        return quant_dequant_q4_1_ref;
+    case QT_Q5_0:
+        return quant_dequant_q5_0_ref;
+    case QT_Q5_1:
+        return quant_dequant_q5_1_ref;
+    case QT_Q8_0:
+        return quant_dequant_q8_0_ref;
+    case QT_Q2_K:
+        return quant_dequant_q2_K_ref;
+    case QT_Q3_K:
+        return quant_dequant_q3_K_ref;
+    case QT_Q4_K:
+        return quant_dequant_q4_K_ref;
+    case QT_Q5_K:
+        return quant_dequant_q5_K_ref;
+    case QT_Q6_K:
+        return quant_dequant_q6_K_ref;
+    case QT_IQ4_NL:
+        return quant_dequant_iq4_nl_ref;
+    default:
+        return NULL;
     }
 }
 
@@ -109,7 +161,11 @@ int kern_init(enum kern_isa force) {
         if (!qi || !qi->supported) continue;
         ops.t[t].vec_dot = quant_vec_dot_ref(t);
         ops.t[t].quant_act = ref_quant_act(qi->vec_dot_type);
+        ops.t[t].dequant = ref_dequant(t);
     }
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa >= KERN_ISA_AVX2) kern_register_dequant_avx2(&ops);
+#endif
     if (isa >= KERN_ISA_AVX2) kern_register_avx2(&ops);
     if (isa >= KERN_ISA_AVX512) kern_register_avx512(&ops);
     g_ops = ops;
@@ -160,14 +216,14 @@ size_t kern_act_bytes(const struct kern_weight *w, int M) {
 struct mm_job {
     const struct kern_type_ops *ops;
     const struct kern_weight *w;
-    const float *X;      /* [M][n_in] f32 input */
-    uint8_t *act;        /* [M] rows of a_stride bytes: quantized X */
-    size_t a_stride;     /* bytes */
+    const float *X;  /* [M][n_in] f32 input */
+    uint8_t *act;    /* [M] rows of a_stride bytes: quantized X */
+    size_t a_stride; /* bytes */
     int M;
-    float *Y;            /* Y[m * ldy + o] */
+    float *Y; /* Y[m * ldy + o] */
     int ldy;
-    int64_t o0, o1;      /* output rows to compute */
-    int64_t chunk;       /* output rows per task (a multiple of KERN_GEMM_MAX_ROWS) */
+    int64_t o0, o1; /* output rows to compute */
+    int64_t chunk;  /* output rows per task (a multiple of KERN_GEMM_MAX_ROWS) */
 };
 
 static void mm_quant_task(void *arg, int task, int n_tasks) {
@@ -197,7 +253,8 @@ static void mm_rows(const struct mm_job *j, int64_t r0, int64_t r1) {
             for (int m = 0; m < j->M; m++) {
                 const uint8_t *a = j->act + (size_t)m * j->a_stride;
                 float *y = j->Y + (int64_t)m * j->ldy + r;
-                for (int i = 0; i < nr; i++) y[i] = dot(n, wr + (size_t)i * rb, a);
+                for (int i = 0; i < nr; i++)
+                    y[i] = dot(n, wr + (size_t)i * rb, a);
             }
         }
     }
@@ -219,18 +276,19 @@ static int64_t mm_chunk(int64_t rows, int n_threads) {
     return c < KERN_GEMM_MAX_ROWS ? KERN_GEMM_MAX_ROWS : c;
 }
 
-
 /* ---- OpenBLAS prefill path ------------------------------------------------------------------ */
 
 /* f32 weight tile per thread: small enough for L2, large enough for sgemm to be efficient. */
 #define KERN_BLAS_TILE_BYTES (512u * 1024u)
 
-static int g_blas_on;          /* kern_set_blas(1) and the scratch exists */
-static float *g_blas_scratch;  /* [g_blas_slots][KERN_BLAS_TILE_BYTES / 4] */
-static int g_blas_slots;       /* threads the scratch is sized for */
-static int g_blas_min_m = KERN_BLAS_MIN_M; /* smallest M that takes the BLAS path */
+static int g_blas_on;         /* kern_set_blas(1) and the scratch exists */
+static float *g_blas_scratch; /* [g_blas_slots][KERN_BLAS_TILE_BYTES / 4] */
+static int g_blas_slots;      /* threads the scratch is sized for */
+static int g_blas_min_m;      /* benchmarks: > 0 forces this threshold for every type */
 
-void kern_set_blas_min_m(int min_m) { g_blas_min_m = min_m > 1 ? min_m : 1; }
+void kern_set_blas_min_m(int min_m) {
+    g_blas_min_m = min_m > 0 ? min_m : 0;
+}
 
 void kern_set_blas(int on) {
     if (on && !g_blas_scratch) {
@@ -250,25 +308,47 @@ void kern_set_blas(int on) {
     }
 }
 
-int kern_blas_enabled(void) { return g_blas_on; }
+int kern_blas_enabled(void) {
+    return g_blas_on;
+}
 
-/* Whether sgemm on dequantized tiles beats the quantized kernels for this call: measured with
- * tests/bench/bench_kern.c on the Gemma 3 270M shapes (see the report in its header). */
+/* Smallest M from which sgemm on dequantized tiles beats the quantized kernels, per weight
+ * type; 0 = never. Measured with tests/bench/bench_blas.c (one thread, CPU time, AVX2
+ * kernels) on every Gemma 3 270M Q4_K_M shape: Q5_0 640->1024 and 640->2048 gain 1.2x at
+ * M = 32 and 1.4-2x from 64; Q4_K 1024->640 and 2048->640 lose at 32 and gain 1.1-1.5x from
+ * 64; Q6_K 2048->640 never gains (0.8-1.0x); the Q8_0 LM head gains 1.14x at M = 64. The
+ * other 32-element formats follow Q5_0 and the other K-quants Q4_K (not measured). */
+static int blas_min_m(uint32_t type) {
+    if (g_blas_min_m > 0) return g_blas_min_m;
+    switch (type) {
+    case QT_Q6_K:
+        return 0;
+    case QT_Q2_K:
+    case QT_Q3_K:
+    case QT_Q4_K:
+    case QT_Q5_K:
+        return 64;
+    default:
+        return KERN_BLAS_MIN_M;
+    }
+}
+
 static int blas_wins(const struct kern_weight *w, int M, int64_t rows) {
-    if (!g_blas_on || M < KERN_BLAS_MIN_M || rows < KERN_GEMM_MAX_ROWS) return 0;
+    int min_m = blas_min_m(w->type);
+    if (!g_blas_on || min_m == 0 || M < min_m || rows < KERN_GEMM_MAX_ROWS) return 0;
     if ((size_t)w->n_in * sizeof(float) * KERN_GEMM_MAX_ROWS > KERN_BLAS_TILE_BYTES) return 0;
     return 1;
 }
 
 struct blas_job {
     const struct kern_weight *w;
-    const float *X;  /* [M][n_in] */
+    const float *X; /* [M][n_in] */
     int M;
-    float *Y;        /* Y[m * ldy + o] */
+    float *Y; /* Y[m * ldy + o] */
     int ldy;
-    int64_t o0, o1;  /* output rows */
-    int64_t per;     /* rows per task (a multiple of the tile height) */
-    int64_t tile;    /* weight rows dequantized at once */
+    int64_t o0, o1; /* output rows */
+    int64_t per;    /* rows per task (a multiple of the tile height) */
+    int64_t tile;   /* weight rows dequantized at once */
 };
 
 /* Task t owns scratch slot t and rows [o0 + t * per, ...): dequantize a tile of rows to f32,
@@ -277,14 +357,15 @@ static void blas_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct blas_job *j = arg;
     const struct kern_weight *w = j->w;
+    const kern_dequant_fn dequant = kern_ops_for(w->type)->dequant;
     float *tile = g_blas_scratch + (size_t)task * (KERN_BLAS_TILE_BYTES / sizeof(float));
     int64_t r0 = j->o0 + (int64_t)task * j->per;
     int64_t r1 = r0 + j->per < j->o1 ? r0 + j->per : j->o1;
     for (int64_t r = r0; r < r1; r += j->tile) {
         int64_t nr = r1 - r < j->tile ? r1 - r : j->tile;
         for (int64_t i = 0; i < nr; i++)
-            quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes,
-                                  tile + i * w->n_in, w->n_in);
+            dequant((const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes, tile + i * w->n_in,
+                    w->n_in);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, (int)nr, (int)w->n_in, 1.0f,
                     j->X, (int)w->n_in, tile, (int)w->n_in, 0.0f, j->Y + r, j->ldy);
     }
@@ -315,27 +396,36 @@ void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const floa
         return;
     }
     struct mm_job j = {
-        .ops = ops, .w = w, .X = X, .act = act_scratch, .a_stride = act_stride(w), .M = M,
-        .Y = Y, .ldy = ldy, .o0 = o0, .o1 = o1,
+        .ops = ops,
+        .w = w,
+        .X = X,
+        .act = act_scratch,
+        .a_stride = act_stride(w),
+        .M = M,
+        .Y = Y,
+        .ldy = ldy,
+        .o0 = o0,
+        .o1 = o1,
     };
     /* Each row is quantized by exactly one task: the bytes do not depend on the split. */
-    if (M >= 4) pool_run(pool, mm_quant_task, &j, M);
+    if (M >= 4)
+        pool_run(pool, mm_quant_task, &j, M);
     else
-        for (int m = 0; m < M; m++) mm_quant_task(&j, m, M);
+        for (int m = 0; m < M; m++)
+            mm_quant_task(&j, m, M);
     j.chunk = mm_chunk(o1 - o0, pool_size(pool));
     int64_t n_tasks = (o1 - o0 + j.chunk - 1) / j.chunk;
     pool_run(pool, mm_task, &j, (int)n_tasks);
 }
 
-void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
-                 float *Y, int ldy, void *act_scratch) {
+void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M, float *Y,
+                 int ldy, void *act_scratch) {
     kern_matmul_rows(pool, w, X, M, Y, ldy, act_scratch, 0, w->n_out);
 }
 
 void kern_get_row(const struct kern_weight *w, int64_t r, float *dst) {
     assert(r >= 0 && r < w->n_out);
-    int rc = quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes,
-                                   dst, w->n_in);
-    assert(rc == 0);
-    (void)rc;
+    const struct kern_type_ops *o = kern_ops_for(w->type);
+    assert(o && o->dequant);
+    o->dequant((const uint8_t *)w->data + (size_t)r * w->row_bytes, dst, w->n_in);
 }

@@ -32,11 +32,11 @@ int kern_isa_supported(enum kern_isa isa); /* 1 if this CPU (and build) can run 
 
 /* A 2-D weight matrix in its packed on-disk format: n_out rows of n_in elements. */
 struct kern_weight {
-    uint32_t type;      /* enum quant_type */
-    int64_t n_in;       /* ne0: elements per row (the dot-product length) */
-    int64_t n_out;      /* ne1: rows */
-    size_t row_bytes;   /* quant_row_size(type, n_in) */
-    const void *data;   /* n_out * row_bytes bytes, read-only (in the mmap) */
+    uint32_t type;    /* enum quant_type */
+    int64_t n_in;     /* ne0: elements per row (the dot-product length) */
+    int64_t n_out;    /* ne1: rows */
+    size_t row_bytes; /* quant_row_size(type, n_in) */
+    const void *data; /* n_out * row_bytes bytes, read-only (in the mmap) */
 };
 
 /* Scratch bytes kern_matmul needs for M activation rows of W->n_in elements. */
@@ -44,23 +44,24 @@ size_t kern_act_bytes(const struct kern_weight *w, int M);
 
 /* Y[m * ldy + o] = sum_i W[o][i] * X[m * n_in + i] for m < M, o < n_out.
  * X: [M][n_in] f32; act_scratch: >= kern_act_bytes(w, M) bytes, 64-byte aligned. */
-void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
-                 float *Y, int ldy, void *act_scratch);
+void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M, float *Y,
+                 int ldy, void *act_scratch);
 
 /* Same, for a sub-range of output rows [o0, o1) (used to split the LM head). */
 void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
                       float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1);
 
 /* Prefill through OpenBLAS (added by the kern owner): with kern_set_blas(1), kern_matmul
- * calls with M >= KERN_BLAS_MIN_M (where measured faster) dequantize weight tiles to f32 in
- * per-thread scratch allocated here, once, and run cblas_sgemm on them (single-threaded
- * OpenBLAS inside our pool). Those results are NOT bit-identical to the quantized path and
- * may depend on M, so deterministic mode must leave it off. Off by default. Call from the
- * owning thread while no matmul runs; if the scratch cannot be allocated it stays off. */
-#define KERN_BLAS_MIN_M 64
+ * calls with M >= KERN_BLAS_MIN_M rows (64 for the K-quants, never for Q6_K: where it was
+ * measured faster) dequantize weight tiles to f32 in per-thread scratch allocated here, once,
+ * and run single-threaded cblas_sgemm on them inside our pool. Those results are NOT
+ * bit-identical to the quantized path (the activations stay f32) and may depend on M, so
+ * deterministic mode must leave it off. Off by default. Call from the owning thread while no
+ * matmul runs; if the scratch cannot be allocated it stays off. */
+#define KERN_BLAS_MIN_M 32
 void kern_set_blas(int on);
-int kern_blas_enabled(void);          /* 1 when kern_set_blas(1) took effect */
-void kern_set_blas_min_m(int min_m); /* benchmarks only: move the M threshold */
+int kern_blas_enabled(void);         /* 1 when kern_set_blas(1) took effect */
+void kern_set_blas_min_m(int min_m); /* benchmarks: force one threshold for all types; 0 resets */
 
 /* Dequantize row r of w into dst[n_in] (embedding lookup). */
 void kern_get_row(const struct kern_weight *w, int64_t r, float *dst);

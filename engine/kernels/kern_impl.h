@@ -44,12 +44,16 @@ typedef void (*kern_gemm_fn)(int64_t n, const void *w_rows, size_t w_stride, int
 #define KERN_GEMM_MAX_ROWS 16
 #define KERN_GEMM_MAX_ACTS 8
 
-/* The kernels for one weight type. vec_dot and quant_act are both set for every supported
- * type, or both NULL; gemm is optional. */
+/* Weight row of n elements -> f32, bit-identical to quant_dequant_row_ref. */
+typedef void (*kern_dequant_fn)(const void *src, float *dst, int64_t n);
+
+/* The kernels for one weight type. vec_dot, quant_act and dequant are set for every
+ * supported type (kern_init starts from the scalar references); gemm is optional. */
 struct kern_type_ops {
     quant_vec_dot_fn vec_dot;    /* one weight row . one activation row */
     kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
     kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
+    kern_dequant_fn dequant;     /* row -> f32 (BLAS prefill tiles, kern_get_row) */
 };
 
 /* The whole dispatch table, indexed by weight type id. */
@@ -61,5 +65,8 @@ struct kern_ops {
  * (-mavx512f/bw/vl/dq/vnni). Called only when the CPU supports that ISA. */
 void kern_register_avx2(struct kern_ops *ops);
 void kern_register_avx512(struct kern_ops *ops);
+/* kern_dequant_avx2.c (owned with kern.c): SIMD dequant entries, called before
+ * kern_register_avx2 so that file may still override them. */
+void kern_register_dequant_avx2(struct kern_ops *ops);
 
 #endif

@@ -33,9 +33,9 @@
 #define POOL_SPIN 4096
 
 struct pool {
-    int n_threads;        /* including the caller */
-    pthread_t *threads;   /* [n_threads - 1] workers */
-    pthread_mutex_t lock; /* guards the sleeps on wake_cv / done_cv */
+    int n_threads;          /* including the caller */
+    pthread_t *threads;     /* [n_threads - 1] workers */
+    pthread_mutex_t lock;   /* guards the sleeps on wake_cv / done_cv */
     pthread_cond_t wake_cv; /* workers wait here for a new generation or stop */
     pthread_cond_t done_cv; /* the caller waits here for active == 0 */
 
@@ -44,10 +44,10 @@ struct pool {
     void *arg;
     int n_tasks;
 
-    atomic_uint gen;  /* run counter; a bump (release) publishes fn/arg/n_tasks */
-    atomic_int next;  /* next task number to hand out */
+    atomic_uint gen;   /* run counter; a bump (release) publishes fn/arg/n_tasks */
+    atomic_int next;   /* next task number to hand out */
     atomic_int active; /* workers that have not finished the current run */
-    atomic_int stop;  /* 1: workers exit */
+    atomic_int stop;   /* 1: workers exit */
 };
 
 /* Takes and runs tasks until none is left. */
@@ -141,7 +141,8 @@ void pool_destroy(struct pool *p) {
     atomic_store_explicit(&p->stop, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake_cv);
     pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->n_threads - 1; i++)
+        pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->done_cv);
     pthread_cond_destroy(&p->wake_cv);
     pthread_mutex_destroy(&p->lock);
@@ -149,12 +150,15 @@ void pool_destroy(struct pool *p) {
     free(p);
 }
 
-int pool_size(const struct pool *p) { return p ? p->n_threads : 1; }
+int pool_size(const struct pool *p) {
+    return p ? p->n_threads : 1;
+}
 
 void pool_run(struct pool *p, pool_fn fn, void *arg, int n_tasks) {
     if (n_tasks <= 0) return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
-        for (int t = 0; t < n_tasks; t++) fn(arg, t, n_tasks);
+        for (int t = 0; t < n_tasks; t++)
+            fn(arg, t, n_tasks);
         return;
     }
     p->fn = fn;
@@ -203,7 +207,8 @@ static int count_physical_cores(void) {
         if (!ok) return -1;
         long key = pkg * 65536 + core;
         int dup = 0;
-        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i] == key;
+        for (int i = 0; i < n_seen && !dup; i++)
+            dup = seen[i] == key;
         if (!dup) {
             if (n_seen == MAX_CORES) return n_seen;
             seen[n_seen++] = key;

@@ -11,44 +11,28 @@
 #include <math.h>
 #include <string.h>
 
-#define QI(name, blck, size, sup, vdt) {name, blck, size, sup, vdt}
+#define QI(name, blck, size, sup, vdt)                                                             \
+    { name, blck, size, sup, vdt }
 
 /* Indexed by ggml type id; removed ids (4, 5, 31-33, 36-38) have name == NULL. */
 static const struct quant_info quant_table[QT_COUNT] = {
-    [QT_F32] = QI("F32", 1, 4, 1, QT_F32),
-    [QT_F16] = QI("F16", 1, 2, 1, QT_F16),
-    [QT_Q4_0] = QI("Q4_0", 32, 18, 1, QT_Q8_0),
-    [QT_Q4_1] = QI("Q4_1", 32, 20, 1, QT_Q8_1),
-    [QT_Q5_0] = QI("Q5_0", 32, 22, 1, QT_Q8_0),
-    [QT_Q5_1] = QI("Q5_1", 32, 24, 1, QT_Q8_1),
-    [QT_Q8_0] = QI("Q8_0", 32, 34, 1, QT_Q8_0),
-    [QT_Q8_1] = QI("Q8_1", 32, 36, 0, QT_Q8_1),
-    [QT_Q2_K] = QI("Q2_K", 256, 84, 1, QT_Q8_K),
-    [QT_Q3_K] = QI("Q3_K", 256, 110, 1, QT_Q8_K),
-    [QT_Q4_K] = QI("Q4_K", 256, 144, 1, QT_Q8_K),
-    [QT_Q5_K] = QI("Q5_K", 256, 176, 1, QT_Q8_K),
-    [QT_Q6_K] = QI("Q6_K", 256, 210, 1, QT_Q8_K),
-    [QT_Q8_K] = QI("Q8_K", 256, 292, 0, QT_Q8_K),
-    [16] = QI("IQ2_XXS", 256, 66, 0, QT_Q8_K),
-    [17] = QI("IQ2_XS", 256, 74, 0, QT_Q8_K),
-    [18] = QI("IQ3_XXS", 256, 98, 0, QT_Q8_K),
-    [19] = QI("IQ1_S", 256, 50, 0, QT_Q8_K),
-    [QT_IQ4_NL] = QI("IQ4_NL", 32, 18, 1, QT_Q8_0),
-    [21] = QI("IQ3_S", 256, 110, 0, QT_Q8_K),
-    [22] = QI("IQ2_S", 256, 82, 0, QT_Q8_K),
-    [23] = QI("IQ4_XS", 256, 136, 0, QT_Q8_K),
-    [24] = QI("I8", 1, 1, 0, (enum quant_type)24),
-    [25] = QI("I16", 1, 2, 0, (enum quant_type)25),
-    [26] = QI("I32", 1, 4, 0, (enum quant_type)26),
-    [27] = QI("I64", 1, 8, 0, (enum quant_type)27),
-    [28] = QI("F64", 1, 8, 0, (enum quant_type)28),
-    [29] = QI("IQ1_M", 256, 56, 0, QT_Q8_K),
-    [QT_BF16] = QI("BF16", 1, 2, 1, QT_BF16),
-    [34] = QI("TQ1_0", 256, 54, 0, QT_Q8_K),
-    [35] = QI("TQ2_0", 256, 66, 0, QT_Q8_K),
-    [39] = QI("MXFP4", 32, 17, 0, QT_Q8_0),
-    [40] = QI("NVFP4", 64, 36, 0, QT_Q8_0),
-    [41] = QI("Q1_0", 128, 18, 0, QT_Q8_0),
+    [QT_F32] = QI("F32", 1, 4, 1, QT_F32),          [QT_F16] = QI("F16", 1, 2, 1, QT_F16),
+    [QT_Q4_0] = QI("Q4_0", 32, 18, 1, QT_Q8_0),     [QT_Q4_1] = QI("Q4_1", 32, 20, 1, QT_Q8_1),
+    [QT_Q5_0] = QI("Q5_0", 32, 22, 1, QT_Q8_0),     [QT_Q5_1] = QI("Q5_1", 32, 24, 1, QT_Q8_1),
+    [QT_Q8_0] = QI("Q8_0", 32, 34, 1, QT_Q8_0),     [QT_Q8_1] = QI("Q8_1", 32, 36, 0, QT_Q8_1),
+    [QT_Q2_K] = QI("Q2_K", 256, 84, 1, QT_Q8_K),    [QT_Q3_K] = QI("Q3_K", 256, 110, 1, QT_Q8_K),
+    [QT_Q4_K] = QI("Q4_K", 256, 144, 1, QT_Q8_K),   [QT_Q5_K] = QI("Q5_K", 256, 176, 1, QT_Q8_K),
+    [QT_Q6_K] = QI("Q6_K", 256, 210, 1, QT_Q8_K),   [QT_Q8_K] = QI("Q8_K", 256, 292, 0, QT_Q8_K),
+    [16] = QI("IQ2_XXS", 256, 66, 0, QT_Q8_K),      [17] = QI("IQ2_XS", 256, 74, 0, QT_Q8_K),
+    [18] = QI("IQ3_XXS", 256, 98, 0, QT_Q8_K),      [19] = QI("IQ1_S", 256, 50, 0, QT_Q8_K),
+    [QT_IQ4_NL] = QI("IQ4_NL", 32, 18, 1, QT_Q8_0), [21] = QI("IQ3_S", 256, 110, 0, QT_Q8_K),
+    [22] = QI("IQ2_S", 256, 82, 0, QT_Q8_K),        [23] = QI("IQ4_XS", 256, 136, 0, QT_Q8_K),
+    [24] = QI("I8", 1, 1, 0, (enum quant_type)24),  [25] = QI("I16", 1, 2, 0, (enum quant_type)25),
+    [26] = QI("I32", 1, 4, 0, (enum quant_type)26), [27] = QI("I64", 1, 8, 0, (enum quant_type)27),
+    [28] = QI("F64", 1, 8, 0, (enum quant_type)28), [29] = QI("IQ1_M", 256, 56, 0, QT_Q8_K),
+    [QT_BF16] = QI("BF16", 1, 2, 1, QT_BF16),       [34] = QI("TQ1_0", 256, 54, 0, QT_Q8_K),
+    [35] = QI("TQ2_0", 256, 66, 0, QT_Q8_K),        [39] = QI("MXFP4", 32, 17, 0, QT_Q8_0),
+    [40] = QI("NVFP4", 64, 36, 0, QT_Q8_0),         [41] = QI("Q1_0", 128, 18, 0, QT_Q8_0),
     [42] = QI("Q2_0", 64, 18, 0, QT_Q8_0),
 };
 
@@ -114,7 +98,9 @@ quant_half quant_f32_to_f16(float f) {
     return (quant_half)(sign | q);
 }
 
-float quant_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float quant_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
 
 uint16_t quant_f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
@@ -127,7 +113,7 @@ uint16_t quant_f32_to_bf16(float f) {
 /* ---- dequantization -------------------------------------------------------------------- */
 
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+                                         1,    13,   25,  38,  53,  69,  89,  113};
 
 /* One 32-element block as integer levels q[32] (element order), its scale d and its min m
  * (has_min = 0 for the symmetric formats). Shared by dequantization and the dot products. */
@@ -136,7 +122,7 @@ struct blk32 {
     float d, m;
 };
 
-static void unpack_q4_0(const uint8_t *p, struct blk32 *b) {
+static void unpack_q4_0(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q4_0 *x = (const void *)p;
     for (int j = 0; j < 16; j++) {
         b->q[j] = (int8_t)((x->qs[j] & 0xf) - 8);
@@ -146,7 +132,7 @@ static void unpack_q4_0(const uint8_t *p, struct blk32 *b) {
     b->m = 0;
 }
 
-static void unpack_q4_1(const uint8_t *p, struct blk32 *b) {
+static void unpack_q4_1(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q4_1 *x = (const void *)p;
     for (int j = 0; j < 16; j++) {
         b->q[j] = (int8_t)(x->qs[j] & 0xf);
@@ -157,13 +143,14 @@ static void unpack_q4_1(const uint8_t *p, struct blk32 *b) {
 }
 
 /* The 5th bits of Q5_0 / Q5_1: bit j of qh for element j (and j + 16). */
-static void add_q5_high(const uint8_t qh4[4], int8_t q[32], int bias) {
+static void add_q5_high(const uint8_t *restrict qh4, int8_t *restrict q, int bias) {
     uint32_t qh;
     memcpy(&qh, qh4, 4);
-    for (int j = 0; j < 32; j++) q[j] = (int8_t)(q[j] + (int)((qh >> j) & 1) * 16 - bias);
+    for (int j = 0; j < 32; j++)
+        q[j] = (int8_t)(q[j] + (int)((qh >> j) & 1) * 16 - bias);
 }
 
-static void unpack_q5_0(const uint8_t *p, struct blk32 *b) {
+static void unpack_q5_0(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q5_0 *x = (const void *)p;
     for (int j = 0; j < 16; j++) {
         b->q[j] = (int8_t)(x->qs[j] & 0xf);
@@ -174,7 +161,7 @@ static void unpack_q5_0(const uint8_t *p, struct blk32 *b) {
     b->m = 0;
 }
 
-static void unpack_q5_1(const uint8_t *p, struct blk32 *b) {
+static void unpack_q5_1(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q5_1 *x = (const void *)p;
     for (int j = 0; j < 16; j++) {
         b->q[j] = (int8_t)(x->qs[j] & 0xf);
@@ -185,14 +172,14 @@ static void unpack_q5_1(const uint8_t *p, struct blk32 *b) {
     b->m = H2F(x->m);
 }
 
-static void unpack_q8_0(const uint8_t *p, struct blk32 *b) {
+static void unpack_q8_0(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q8_0 *x = (const void *)p;
     memcpy(b->q, x->qs, 32);
     b->d = H2F(x->d);
     b->m = 0;
 }
 
-static void unpack_iq4_nl(const uint8_t *p, struct blk32 *b) {
+static void unpack_iq4_nl(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_iq4_nl *x = (const void *)p;
     for (int j = 0; j < 16; j++) {
         b->q[j] = kvalues_iq4nl[x->qs[j] & 0xf];
@@ -202,25 +189,27 @@ static void unpack_iq4_nl(const uint8_t *p, struct blk32 *b) {
     b->m = 0;
 }
 
-static void unpack_q8_1(const uint8_t *p, struct blk32 *b) {
+static void unpack_q8_1(const uint8_t *restrict p, struct blk32 *restrict b) {
     const struct block_q8_1 *x = (const void *)p;
     memcpy(b->q, x->qs, 32);
     b->d = H2F(x->d);
     b->m = 0;
 }
 
-typedef void (*unpack32_fn)(const uint8_t *p, struct blk32 *b);
+typedef void (*unpack32_fn)(const uint8_t *restrict p, struct blk32 *restrict b);
 
 /* y = q * d (+ m), the operand order of ggml's dequantize_row_*. */
-static inline void dequant_blk32(const uint8_t *src, size_t bsize, unpack32_fn unpack,
-                                 int has_min, float *dst, int64_t n) {
+static inline void dequant_blk32(const uint8_t *restrict src, size_t bsize, unpack32_fn unpack,
+                                 int has_min, float *restrict dst, int64_t n) {
     struct blk32 b;
     for (int64_t i = 0; i < n / 32; i++, src += bsize, dst += 32) {
         unpack(src, &b);
         if (has_min)
-            for (int j = 0; j < 32; j++) dst[j] = b.q[j] * b.d + b.m;
+            for (int j = 0; j < 32; j++)
+                dst[j] = b.q[j] * b.d + b.m;
         else
-            for (int j = 0; j < 32; j++) dst[j] = b.q[j] * b.d;
+            for (int j = 0; j < 32; j++)
+                dst[j] = b.q[j] * b.d;
     }
 }
 
@@ -246,7 +235,8 @@ static void dequant_q8_1_ref(const void *src, float *dst, int64_t n) {
     dequant_blk32(src, sizeof(struct block_q8_1), unpack_q8_1, 0, dst, n);
 }
 
-void quant_dequant_q2_K_ref(const void *src, float *dst, int64_t n) {
+void quant_dequant_q2_K_ref(const void *src, float *dst_, int64_t n) {
+    float *restrict dst = dst_; /* no aliasing with src: lets the loops vectorize */
     const struct block_q2_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = H2F(b[i].d), dmin = H2F(b[i].dmin);
@@ -275,7 +265,8 @@ static void q3k_scales(const uint8_t *p, int S[16]) {
     }
 }
 
-void quant_dequant_q3_K_ref(const void *src, float *dst, int64_t n) {
+void quant_dequant_q3_K_ref(const void *src, float *dst_, int64_t n) {
+    float *restrict dst = dst_; /* no aliasing with src: lets the loops vectorize */
     const struct block_q3_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d_all = H2F(b[i].d);
@@ -291,8 +282,7 @@ void quant_dequant_q3_K_ref(const void *src, float *dst, int64_t n) {
                     *dst++ = dl * ((int8_t)((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
                 dl = d_all * (S[is++] - 32);
                 for (int l = 0; l < 16; l++)
-                    *dst++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) -
-                                   ((hm[l + 16] & m) ? 0 : 4));
+                    *dst++ = dl * ((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
             }
         }
     }
@@ -309,7 +299,8 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
     }
 }
 
-void quant_dequant_q4_K_ref(const void *src, float *dst, int64_t n) {
+void quant_dequant_q4_K_ref(const void *src, float *dst_, int64_t n) {
+    float *restrict dst = dst_; /* no aliasing with src: lets the loops vectorize */
     const struct block_q4_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = H2F(b[i].d), dmin = H2F(b[i].dmin);
@@ -320,13 +311,16 @@ void quant_dequant_q4_K_ref(const void *src, float *dst, int64_t n) {
             const float d1 = d * sc, m1 = dmin * mn;
             scale_min_k4(2 * c + 1, b[i].scales, &sc, &mn);
             const float d2 = d * sc, m2 = dmin * mn;
-            for (int l = 0; l < 32; l++) *dst++ = d1 * (q[l] & 0xf) - m1;
-            for (int l = 0; l < 32; l++) *dst++ = d2 * (q[l] >> 4) - m2;
+            for (int l = 0; l < 32; l++)
+                *dst++ = d1 * (q[l] & 0xf) - m1;
+            for (int l = 0; l < 32; l++)
+                *dst++ = d2 * (q[l] >> 4) - m2;
         }
     }
 }
 
-void quant_dequant_q5_K_ref(const void *src, float *dst, int64_t n) {
+void quant_dequant_q5_K_ref(const void *src, float *dst_, int64_t n) {
+    float *restrict dst = dst_; /* no aliasing with src: lets the loops vectorize */
     const struct block_q5_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = H2F(b[i].d), dmin = H2F(b[i].dmin);
@@ -338,13 +332,16 @@ void quant_dequant_q5_K_ref(const void *src, float *dst, int64_t n) {
             const float d1 = d * sc, m1 = dmin * mn;
             scale_min_k4(2 * c + 1, b[i].scales, &sc, &mn);
             const float d2 = d * sc, m2 = dmin * mn;
-            for (int l = 0; l < 32; l++) *dst++ = d1 * ((q[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) *dst++ = d2 * ((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            for (int l = 0; l < 32; l++)
+                *dst++ = d1 * ((q[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++)
+                *dst++ = d2 * ((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
         }
     }
 }
 
-void quant_dequant_q6_K_ref(const void *src, float *dst, int64_t n) {
+void quant_dequant_q6_K_ref(const void *src, float *dst_, int64_t n) {
+    float *restrict dst = dst_; /* no aliasing with src: lets the loops vectorize */
     const struct block_q6_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = H2F(b[i].d);
@@ -371,7 +368,8 @@ void quant_dequant_q6_K_ref(const void *src, float *dst, int64_t n) {
 static void dequant_q8_K_ref(const void *src, float *dst, int64_t n) {
     const struct block_q8_K *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K)
-        for (int j = 0; j < QK_K; j++) dst[j] = b[i].d * b[i].qs[j];
+        for (int j = 0; j < QK_K; j++)
+            dst[j] = b[i].d * b[i].qs[j];
 }
 
 void quant_dequant_f16_ref(const void *src, float *dst, int64_t n) {
@@ -396,23 +394,56 @@ int quant_dequant_row_ref(uint32_t type, const void *src, float *dst, int64_t n)
     const struct quant_info *qi = quant_info(type);
     if (!qi || n % qi->blck) return -1;
     switch (type) {
-    case QT_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return 0;
-    case QT_F16: quant_dequant_f16_ref(src, dst, n); return 0;
-    case QT_BF16: quant_dequant_bf16_ref(src, dst, n); return 0;
-    case QT_Q4_0: quant_dequant_q4_0_ref(src, dst, n); return 0;
-    case QT_Q4_1: quant_dequant_q4_1_ref(src, dst, n); return 0;
-    case QT_Q5_0: quant_dequant_q5_0_ref(src, dst, n); return 0;
-    case QT_Q5_1: quant_dequant_q5_1_ref(src, dst, n); return 0;
-    case QT_Q8_0: quant_dequant_q8_0_ref(src, dst, n); return 0;
-    case QT_Q8_1: dequant_q8_1_ref(src, dst, n); return 0;
-    case QT_Q2_K: quant_dequant_q2_K_ref(src, dst, n); return 0;
-    case QT_Q3_K: quant_dequant_q3_K_ref(src, dst, n); return 0;
-    case QT_Q4_K: quant_dequant_q4_K_ref(src, dst, n); return 0;
-    case QT_Q5_K: quant_dequant_q5_K_ref(src, dst, n); return 0;
-    case QT_Q6_K: quant_dequant_q6_K_ref(src, dst, n); return 0;
-    case QT_Q8_K: dequant_q8_K_ref(src, dst, n); return 0;
-    case QT_IQ4_NL: quant_dequant_iq4_nl_ref(src, dst, n); return 0;
-    default: return -1;
+    case QT_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    case QT_F16:
+        quant_dequant_f16_ref(src, dst, n);
+        return 0;
+    case QT_BF16:
+        quant_dequant_bf16_ref(src, dst, n);
+        return 0;
+    case QT_Q4_0:
+        quant_dequant_q4_0_ref(src, dst, n);
+        return 0;
+    case QT_Q4_1:
+        quant_dequant_q4_1_ref(src, dst, n);
+        return 0;
+    case QT_Q5_0:
+        quant_dequant_q5_0_ref(src, dst, n);
+        return 0;
+    case QT_Q5_1:
+        quant_dequant_q5_1_ref(src, dst, n);
+        return 0;
+    case QT_Q8_0:
+        quant_dequant_q8_0_ref(src, dst, n);
+        return 0;
+    case QT_Q8_1:
+        dequant_q8_1_ref(src, dst, n);
+        return 0;
+    case QT_Q2_K:
+        quant_dequant_q2_K_ref(src, dst, n);
+        return 0;
+    case QT_Q3_K:
+        quant_dequant_q3_K_ref(src, dst, n);
+        return 0;
+    case QT_Q4_K:
+        quant_dequant_q4_K_ref(src, dst, n);
+        return 0;
+    case QT_Q5_K:
+        quant_dequant_q5_K_ref(src, dst, n);
+        return 0;
+    case QT_Q6_K:
+        quant_dequant_q6_K_ref(src, dst, n);
+        return 0;
+    case QT_Q8_K:
+        dequant_q8_K_ref(src, dst, n);
+        return 0;
+    case QT_IQ4_NL:
+        quant_dequant_iq4_nl_ref(src, dst, n);
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -422,11 +453,13 @@ void quant_q8_0_row_ref(const float *x, void *dst, int64_t n) {
     struct block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = quant_f32_to_f16(d);
-        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
     }
 }
 
@@ -434,7 +467,8 @@ void quant_q8_1_row_ref(const float *x, void *dst, int64_t n) {
     struct block_q8_1 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = quant_f32_to_f16(d);
@@ -476,7 +510,8 @@ void quant_q8_K_row_ref(const float *x, void *dst, int64_t n) {
         }
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
-            for (int k = 0; k < 16; k++) sum += y[i].qs[16 * j + k];
+            for (int k = 0; k < 16; k++)
+                sum += y[i].qs[16 * j + k];
             y[i].bsums[j] = (int16_t)sum;
         }
         y[i].d = 1 / iscale;
@@ -501,13 +536,29 @@ void quant_bf16_row_ref(const float *x, void *dst, int64_t n) {
 
 int quant_act_row_ref(uint32_t act_type, const float *x, void *dst, int64_t n) {
     switch (act_type) {
-    case QT_F32: memcpy(dst, x, (size_t)n * sizeof(float)); return 0;
-    case QT_F16: quant_f16_row_ref(x, dst, n); return 0;
-    case QT_BF16: quant_bf16_row_ref(x, dst, n); return 0;
-    case QT_Q8_0: if (n % 32) return -1; quant_q8_0_row_ref(x, dst, n); return 0;
-    case QT_Q8_1: if (n % 32) return -1; quant_q8_1_row_ref(x, dst, n); return 0;
-    case QT_Q8_K: if (n % QK_K) return -1; quant_q8_K_row_ref(x, dst, n); return 0;
-    default: return -1;
+    case QT_F32:
+        memcpy(dst, x, (size_t)n * sizeof(float));
+        return 0;
+    case QT_F16:
+        quant_f16_row_ref(x, dst, n);
+        return 0;
+    case QT_BF16:
+        quant_bf16_row_ref(x, dst, n);
+        return 0;
+    case QT_Q8_0:
+        if (n % 32) return -1;
+        quant_q8_0_row_ref(x, dst, n);
+        return 0;
+    case QT_Q8_1:
+        if (n % 32) return -1;
+        quant_q8_1_row_ref(x, dst, n);
+        return 0;
+    case QT_Q8_K:
+        if (n % QK_K) return -1;
+        quant_q8_K_row_ref(x, dst, n);
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -517,12 +568,14 @@ int quant_act_row_ref(uint32_t act_type, const float *x, void *dst, int64_t n) {
 static float dot_f32(int64_t n, const void *w, const void *a) {
     const float *x = w, *y = a;
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)(x[i] * y[i]);
+    for (int64_t i = 0; i < n; i++)
+        s += (double)(x[i] * y[i]);
     return (float)s;
 }
 
 /* 16-bit float formats: widen each element exactly, accumulate in double (as ggml does). */
-static inline float dot_half(int64_t n, const uint8_t *x, const uint8_t *y, float (*cvt)(uint16_t)) {
+static inline float dot_half(int64_t n, const uint8_t *x, const uint8_t *y,
+                             float (*cvt)(uint16_t)) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
         uint16_t hx, hy;
@@ -551,7 +604,8 @@ static inline float dot_blk32(int64_t n, const uint8_t *w, size_t bsize, unpack3
         for (int64_t i = 0; i < n / 32; i++, w += bsize) {
             unpack(w, &b);
             int s = 0;
-            for (int j = 0; j < 32; j++) s += b.q[j] * y[i].qs[j];
+            for (int j = 0; j < 32; j++)
+                s += b.q[j] * y[i].qs[j];
             sumf += (b.d * H2F(y[i].d)) * s;
         }
     } else {
@@ -559,7 +613,8 @@ static inline float dot_blk32(int64_t n, const uint8_t *w, size_t bsize, unpack3
         for (int64_t i = 0; i < n / 32; i++, w += bsize) {
             unpack(w, &b);
             int s = 0;
-            for (int j = 0; j < 32; j++) s += b.q[j] * y[i].qs[j];
+            for (int j = 0; j < 32; j++)
+                s += b.q[j] * y[i].qs[j];
             sumf += (b.d * H2F(y[i].d)) * s + b.m * H2F(y[i].s);
         }
     }
@@ -593,17 +648,20 @@ static float dot_q2_K(int64_t n, const void *w, const void *a) {
         const uint8_t *q2 = x[i].qs, *sc = x[i].scales;
         const int8_t *q8 = y[i].qs;
         int summs = 0;
-        for (int j = 0; j < 16; j++) summs += y[i].bsums[j] * (sc[j] >> 4);
+        for (int j = 0; j < 16; j++)
+            summs += y[i].bsums[j] * (sc[j] >> 4);
         const float dall = y[i].d * H2F(x[i].d);
         const float dmin = y[i].d * H2F(x[i].dmin);
         int isum = 0, is = 0;
         for (int h = 0; h < 2; h++, q2 += 32) {
             for (int shift = 0; shift < 8; shift += 2, q8 += 32) {
                 int s = 0;
-                for (int l = 0; l < 16; l++) s += q8[l] * ((q2[l] >> shift) & 3);
+                for (int l = 0; l < 16; l++)
+                    s += q8[l] * ((q2[l] >> shift) & 3);
                 isum += (sc[is++] & 0xf) * s;
                 s = 0;
-                for (int l = 16; l < 32; l++) s += q8[l] * ((q2[l] >> shift) & 3);
+                for (int l = 16; l < 32; l++)
+                    s += q8[l] * ((q2[l] >> shift) & 3);
                 isum += (sc[is++] & 0xf) * s;
             }
         }
@@ -651,9 +709,11 @@ static float dot_q45_K(int64_t nb, const uint8_t *blk, size_t bsize, const struc
         const uint8_t *q = five ? blk + 48 : blk + 16;
         const int8_t *q8 = y[i].qs;
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
+        for (int j = 0; j < 8; j++)
+            scale_min_k4(j, scales, &sc[j], &mn[j]);
         int summ = 0;
-        for (int j = 0; j < 16; j++) summ += y[i].bsums[j] * mn[j / 2];
+        for (int j = 0; j < 16; j++)
+            summ += y[i].bsums[j] * mn[j / 2];
         int isum = 0;
         for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
             int s_lo = 0, s_hi = 0;
@@ -702,7 +762,8 @@ static float dot_q6_K(int64_t n, const void *w, const void *a) {
         int isum = 0;
         for (int j = 0; j < 16; j++) {
             int s = 0;
-            for (int l = 0; l < 16; l++) s += v[16 * j + l] * y[i].qs[16 * j + l];
+            for (int l = 0; l < 16; l++)
+                s += v[16 * j + l] * y[i].qs[16 * j + l];
             isum += x[i].scales[j] * s;
         }
         sumf += H2F(x[i].d) * y[i].d * isum;
@@ -712,20 +773,35 @@ static float dot_q6_K(int64_t n, const void *w, const void *a) {
 
 quant_vec_dot_fn quant_vec_dot_ref(uint32_t w_type) {
     switch (w_type) {
-    case QT_F32: return dot_f32;
-    case QT_F16: return dot_f16;
-    case QT_BF16: return dot_bf16;
-    case QT_Q4_0: return dot_q4_0;
-    case QT_Q4_1: return dot_q4_1;
-    case QT_Q5_0: return dot_q5_0;
-    case QT_Q5_1: return dot_q5_1;
-    case QT_Q8_0: return dot_q8_0;
-    case QT_Q2_K: return dot_q2_K;
-    case QT_Q3_K: return dot_q3_K;
-    case QT_Q4_K: return dot_q4_K;
-    case QT_Q5_K: return dot_q5_K;
-    case QT_Q6_K: return dot_q6_K;
-    case QT_IQ4_NL: return dot_iq4_nl;
-    default: return NULL;
+    case QT_F32:
+        return dot_f32;
+    case QT_F16:
+        return dot_f16;
+    case QT_BF16:
+        return dot_bf16;
+    case QT_Q4_0:
+        return dot_q4_0;
+    case QT_Q4_1:
+        return dot_q4_1;
+    case QT_Q5_0:
+        return dot_q5_0;
+    case QT_Q5_1:
+        return dot_q5_1;
+    case QT_Q8_0:
+        return dot_q8_0;
+    case QT_Q2_K:
+        return dot_q2_K;
+    case QT_Q3_K:
+        return dot_q3_K;
+    case QT_Q4_K:
+        return dot_q4_K;
+    case QT_Q5_K:
+        return dot_q5_K;
+    case QT_Q6_K:
+        return dot_q6_K;
+    case QT_IQ4_NL:
+        return dot_iq4_nl;
+    default:
+        return NULL;
     }
 }

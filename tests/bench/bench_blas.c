@@ -42,7 +42,8 @@ static void *make_weights(uint32_t type, int64_t n_in, int64_t n_out, int off0, 
     size_t bytes = quant_row_size(type, n_in) * (size_t)n_out;
     uint8_t *w = malloc(bytes);
     if (!w) return NULL;
-    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < bytes; i++)
+        w[i] = (uint8_t)rnd();
     quant_half h = quant_f32_to_f16(0.01f);
     for (size_t b = 0; b < bytes / (size_t)qi->size; b++) {
         memcpy(w + b * (size_t)qi->size + off0, &h, 2);
@@ -90,7 +91,8 @@ int main(int argc, char **argv) {
            kern_isa_name(kern_active_isa()), threads, reps, threads == 1 ? "cpu" : "wall");
     printf("%-26s %5s %10s %10s %8s\n", "shape", "M", "quantized", "blas", "q/blas");
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-        struct kern_weight w = {.type = shapes[s].type, .n_in = shapes[s].n_in,
+        struct kern_weight w = {.type = shapes[s].type,
+                                .n_in = shapes[s].n_in,
                                 .n_out = shapes[s].n_out,
                                 .row_bytes = quant_row_size(shapes[s].type, shapes[s].n_in)};
         w.data = make_weights(w.type, w.n_in, w.n_out, shapes[s].off0, shapes[s].off1);
@@ -99,10 +101,12 @@ int main(int argc, char **argv) {
         float *Y = malloc(sizeof(float) * (size_t)maxm * (size_t)w.n_out);
         void *act = aligned_alloc(64, kern_act_bytes(&w, maxm));
         if (!w.data || !X || !Y || !act) return 1;
-        for (int64_t i = 0; i < (int64_t)maxm * w.n_in; i++) X[i] = (float)rnd() / 4e9f - 0.5f;
-        {   /* dequantization alone: the part of the BLAS path that does not scale with M */
+        for (int64_t i = 0; i < (int64_t)maxm * w.n_in; i++)
+            X[i] = (float)rnd() / 4e9f - 0.5f;
+        { /* dequantization alone: the part of the BLAS path that does not scale with M */
             double t0 = now_ms();
-            for (int64_t r = 0; r < w.n_out && r < 65536; r++) kern_get_row(&w, r, Y);
+            for (int64_t r = 0; r < w.n_out && r < 65536; r++)
+                kern_get_row(&w, r, Y);
             int64_t rows = w.n_out < 65536 ? w.n_out : 65536;
             printf("%-26s dequant %.2f ns/element\n", shapes[s].name,
                    (now_ms() - t0) * 1e6 / (double)(rows * w.n_in));

@@ -27,19 +27,23 @@ struct counts {
 
 static void count_task(void *arg, int task, int n_tasks) {
     struct counts *c = arg;
-    if (n_tasks != c->expect_n || task < 0 || task >= n_tasks) atomic_fetch_add(&c->bad_n, 1);
-    else atomic_fetch_add(&c->hit[task], 1);
+    if (n_tasks != c->expect_n || task < 0 || task >= n_tasks)
+        atomic_fetch_add(&c->bad_n, 1);
+    else
+        atomic_fetch_add(&c->hit[task], 1);
     pthread_t self = pthread_self();
     pthread_mutex_lock(&c->lock);
     int known = 0;
-    for (int i = 0; i < c->n_threads && !known; i++) known = pthread_equal(c->threads[i], self);
+    for (int i = 0; i < c->n_threads && !known; i++)
+        known = pthread_equal(c->threads[i], self);
     if (!known && c->n_threads < 64) c->threads[c->n_threads++] = self;
     pthread_mutex_unlock(&c->lock);
 }
 
 /* Runs n tasks and checks each ran exactly once. */
 static void run_and_check(struct pool *p, struct counts *c, int n) {
-    for (int i = 0; i < n; i++) atomic_store(&c->hit[i], 0);
+    for (int i = 0; i < n; i++)
+        atomic_store(&c->hit[i], 0);
     c->expect_n = n;
     pool_run(p, count_task, c, n);
     T_ASSERT(atomic_load(&c->bad_n) == 0);
@@ -64,7 +68,8 @@ static void test_every_task_once_many_runs(void) {
         T_ASSERT(pool_create(nt, &p) == 0 && p);
         T_ASSERT(pool_size(p) == nt);
         struct counts *c = counts_new();
-        for (int r = 0; r < runs; r++) run_and_check(p, c, sizes[(r * 7 + nt) % n_sizes]);
+        for (int r = 0; r < runs; r++)
+            run_and_check(p, c, sizes[(r * 7 + nt) % n_sizes]);
         T_ASSERTF(c->n_threads <= nt, "%d threads ran tasks in a pool of %d", c->n_threads, nt);
         pool_destroy(p);
         free(c);
@@ -111,10 +116,12 @@ static void test_tasks_spread_and_caller_participates(void) {
     struct counts *c = counts_new();
     c->expect_n = 32;
     pool_run(p, sleepy_task, c, 32);
-    for (int i = 0; i < 32; i++) T_ASSERT(atomic_load(&c->hit[i]) == 1);
+    for (int i = 0; i < 32; i++)
+        T_ASSERT(atomic_load(&c->hit[i]) == 1);
     T_ASSERTF(c->n_threads >= 2, "only %d thread(s) ran 32 sleeping tasks", c->n_threads);
     int caller = 0;
-    for (int i = 0; i < c->n_threads; i++) caller |= pthread_equal(c->threads[i], pthread_self());
+    for (int i = 0; i < c->n_threads; i++)
+        caller |= pthread_equal(c->threads[i], pthread_self());
     T_ASSERT(caller);
     pool_destroy(p);
     free(c);
@@ -172,7 +179,8 @@ static void test_results_visible_after_run(void) {
     for (int r = 0; r < 1000; r++) {
         s->round = r;
         pool_run(p, write_task, s, 256);
-        for (int t = 0; t < 256; t++) T_ASSERT(s->out[t] == (int64_t)t * 1000 + r);
+        for (int t = 0; t < 256; t++)
+            T_ASSERT(s->out[t] == (int64_t)t * 1000 + r);
     }
     pool_destroy(p);
     free(s);

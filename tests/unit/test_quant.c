@@ -46,16 +46,18 @@ static uint32_t rng_u32(void) {
 }
 
 /* Uniform in [-1, 1). */
-static float rng_f(void) { return (float)((double)rng_u32() / 2147483648.0 - 1.0); }
+static float rng_f(void) {
+    return (float)((double)rng_u32() / 2147483648.0 - 1.0);
+}
 
 /* The weight types kern_matmul supports, and where their fp16 scale fields sit. */
 static const struct {
     uint32_t type;
     int scale_off[2]; /* byte offsets of fp16 d (and dmin / m), -1 when absent */
 } wtypes[] = {
-    {QT_F32, {-1, -1}},  {QT_F16, {-1, -1}},  {QT_BF16, {-1, -1}}, {QT_Q4_0, {0, -1}},
-    {QT_Q4_1, {0, 2}},   {QT_Q5_0, {0, -1}},  {QT_Q5_1, {0, 2}},   {QT_Q8_0, {0, -1}},
-    {QT_Q2_K, {80, 82}}, {QT_Q3_K, {108, -1}}, {QT_Q4_K, {0, 2}},  {QT_Q5_K, {0, 2}},
+    {QT_F32, {-1, -1}},   {QT_F16, {-1, -1}},   {QT_BF16, {-1, -1}}, {QT_Q4_0, {0, -1}},
+    {QT_Q4_1, {0, 2}},    {QT_Q5_0, {0, -1}},   {QT_Q5_1, {0, 2}},   {QT_Q8_0, {0, -1}},
+    {QT_Q2_K, {80, 82}},  {QT_Q3_K, {108, -1}}, {QT_Q4_K, {0, 2}},   {QT_Q5_K, {0, 2}},
     {QT_Q6_K, {208, -1}}, {QT_IQ4_NL, {0, -1}},
 };
 #define N_WTYPES ((int)(sizeof(wtypes) / sizeof(wtypes[0])))
@@ -69,18 +71,24 @@ static uint8_t *random_weights(int k, int64_t rows, int64_t n) {
     if (type == QT_F32 || type == QT_F16 || type == QT_BF16) {
         for (int64_t i = 0; i < rows * n; i++) {
             float f = rng_f();
-            if (type == QT_F32) memcpy(w + 4 * i, &f, 4);
-            else if (type == QT_F16) quant_f16_row_ref(&f, w + 2 * i, 1);
-            else quant_bf16_row_ref(&f, w + 2 * i, 1);
+            if (type == QT_F32)
+                memcpy(w + 4 * i, &f, 4);
+            else if (type == QT_F16)
+                quant_f16_row_ref(&f, w + 2 * i, 1);
+            else
+                quant_bf16_row_ref(&f, w + 2 * i, 1);
         }
         return w;
     }
-    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)rng_u32();
+    for (size_t i = 0; i < rb * (size_t)rows; i++)
+        w[i] = (uint8_t)rng_u32();
     const struct quant_info *qi = quant_info(type);
     for (size_t b = 0; b < rb * (size_t)rows / (size_t)qi->size; b++)
         for (int s = 0; s < 2; s++) {
             if (wtypes[k].scale_off[s] < 0) continue;
-            quant_half h = quant_f32_to_f16(0.002f + 0.02f * (rng_f() + 1));
+            /* Either sign: a zero level times a negative scale gives -0, which must stay. */
+            float sc = 0.002f + 0.02f * (rng_f() + 1);
+            quant_half h = quant_f32_to_f16(rng_u32() & 1 ? sc : -sc);
             memcpy(w + b * (size_t)qi->size + (size_t)wtypes[k].scale_off[s], &h, 2);
         }
     return w;
@@ -89,7 +97,8 @@ static uint8_t *random_weights(int k, int64_t rows, int64_t n) {
 static float *random_acts(int64_t count) {
     float *x = malloc(sizeof(float) * (size_t)count);
     T_ASSERT(x);
-    for (int64_t i = 0; i < count; i++) x[i] = rng_f() * 2.5f;
+    for (int64_t i = 0; i < count; i++)
+        x[i] = rng_f() * 2.5f;
     return x;
 }
 
@@ -149,16 +158,19 @@ static void test_act_quantizers(void) {
     for (int b = 0; b < 2; b++)
         for (int g = 0; g < 16; g++) {
             int s = 0;
-            for (int i = 0; i < 16; i++) s += k[b].qs[16 * g + i];
+            for (int i = 0; i < 16; i++)
+                s += k[b].qs[16 * g + i];
             T_ASSERT(k[b].bsums[g] == s);
         }
     quant_dequant_row_ref(QT_Q8_K, q, back, n);
-    for (int64_t i = 0; i < n; i++) T_ASSERT(fabsf(back[i] - x[i]) <= fabsf(k[i / 256].d) * 0.5f * 1.0001f);
+    for (int64_t i = 0; i < n; i++)
+        T_ASSERT(fabsf(back[i] - x[i]) <= fabsf(k[i / 256].d) * 0.5f * 1.0001f);
     quant_q8_1_row_ref(x, q, n);
     const struct block_q8_1 *b1 = (const void *)q;
     for (int b = 0; b < n / 32; b++) {
         int s = 0;
-        for (int i = 0; i < 32; i++) s += b1[b].qs[i];
+        for (int i = 0; i < 32; i++)
+            s += b1[b].qs[i];
         float want = (float)s * quant_f16_to_f32(b1[b].d);
         T_ASSERT(fabsf(quant_f16_to_f32(b1[b].s) - want) <= fabsf(want) * 1e-3f + 1e-6f);
     }
@@ -214,7 +226,8 @@ static void test_kern_vec_dot_vs_ref(void) {
                 kern_quant_act(type, x, act, n);
                 quant_dequant_row_ref(type, w, wf, n);
                 double S = 0;
-                for (int64_t i = 0; i < n; i++) S += fabs((double)wf[i] * x[i]);
+                for (int64_t i = 0; i < n; i++)
+                    S += fabs((double)wf[i] * x[i]);
                 float a = dot(n, w, act), b = ref(n, w, act);
                 T_ASSERTF(fabs((double)a - b) / S < 1e-4, "%s %s: %.9g vs ref %.9g",
                           kern_isa_name((enum kern_isa)isa), quant_info(type)->name, a, b);
@@ -238,7 +251,9 @@ static void test_kern_matmul_deterministic(void) {
         T_ASSERT(kern_init((enum kern_isa)isa) == 0);
         for (int k = 0; k < N_WTYPES; k++) {
             const int64_t n = 512, n_out = (k % 3 == 0) ? 1000 : 37;
-            struct kern_weight w = {.type = wtypes[k].type, .n_in = n, .n_out = n_out,
+            struct kern_weight w = {.type = wtypes[k].type,
+                                    .n_in = n,
+                                    .n_out = n_out,
                                     .row_bytes = quant_row_size(wtypes[k].type, n)};
             uint8_t *wd = random_weights(k, n_out, n);
             w.data = wd;
@@ -265,7 +280,8 @@ static void test_kern_matmul_deterministic(void) {
             /* Rows [5, n_out - 2) only, one thread. */
             kern_matmul_rows(NULL, &w, X, M, Yr, ldy, scratch, 5, n_out - 2);
             for (int m = 0; m < M; m++) {
-                T_ASSERT(Yr[(size_t)m * ldy + 4] == 0.0f && Yr[(size_t)m * ldy + n_out - 2] == 0.0f);
+                T_ASSERT(Yr[(size_t)m * ldy + 4] == 0.0f &&
+                         Yr[(size_t)m * ldy + n_out - 2] == 0.0f);
                 T_ASSERT(memcmp(Yr + (size_t)m * ldy + 5, Y7 + (size_t)m * ldy + 5,
                                 sizeof(float) * (size_t)(n_out - 7)) == 0);
             }
@@ -280,21 +296,58 @@ static void test_kern_matmul_deterministic(void) {
     pool_destroy(p2);
 }
 
-/* The OpenBLAS prefill path: used from KERN_BLAS_MIN_M rows on when enabled, accurate to
- * float rounding against a double dot of the dequantized weights with the f32 input
- * (normalised error < 1e-5), and never below the threshold (bits as the quantized path). */
+/* Whether kern_matmul of M rows takes the BLAS path for wtypes[k] under the default policy:
+ * the quantized path's bits are known (kern_vec_dot), the BLAS path's differ. */
+static int takes_blas_path(struct pool *p, int k, int M) {
+    const int64_t n = 512, n_out = 64;
+    struct kern_weight w = {.type = wtypes[k].type,
+                            .n_in = n,
+                            .n_out = n_out,
+                            .row_bytes = quant_row_size(wtypes[k].type, n)};
+    uint8_t *wd = random_weights(k, n_out, n);
+    w.data = wd;
+    float *X = random_acts(M * n), *Y = calloc((size_t)M * n_out, 4);
+    void *scratch = aligned_alloc(64, kern_act_bytes(&w, M));
+    T_ASSERT(Y && scratch);
+    kern_matmul(p, &w, X, M, Y, (int)n_out, scratch);
+    int differs = 0;
+    for (int m = 0; m < M && !differs; m++) {
+        kern_quant_act(w.type, X + m * n, scratch, n);
+        for (int64_t o = 0; o < n_out && !differs; o++) {
+            float d = kern_vec_dot(w.type)(n, wd + (size_t)o * w.row_bytes, scratch);
+            differs = memcmp(&d, &Y[m * n_out + o], 4) != 0;
+        }
+    }
+    free(wd);
+    free(X);
+    free(Y);
+    free(scratch);
+    return differs;
+}
+
+/* The OpenBLAS prefill path: taken per the measured policy (32-element formats from
+ * KERN_BLAS_MIN_M rows, K-quants from 64, Q6_K never), accurate to float rounding against a
+ * double dot of the dequantized weights with the f32 input (normalised error < 1e-5), and
+ * below the threshold the quantized path bit for bit. */
 static void test_kern_blas_path(void) {
     struct pool *p2 = NULL;
     T_ASSERT(pool_create(2, &p2) == 0);
     kern_init(KERN_ISA_AUTO);
     kern_set_blas(1);
     T_ASSERT(kern_blas_enabled());
+    T_ASSERT(takes_blas_path(p2, 5, KERN_BLAS_MIN_M));                     /* Q5_0 */
+    T_ASSERT(!takes_blas_path(p2, 5, KERN_BLAS_MIN_M - 1));                /* Q5_0 */
+    T_ASSERT(!takes_blas_path(p2, 10, 63) && takes_blas_path(p2, 10, 64)); /* Q4_K */
+    T_ASSERT(!takes_blas_path(p2, 12, 100));                               /* Q6_K */
+    kern_set_blas_min_m(KERN_BLAS_MIN_M);      /* from here on: every type at the same threshold */
     static const int ks[] = {0, 5, 7, 10, 12}; /* F32, Q5_0, Q8_0, Q4_K, Q6_K */
     for (size_t t = 0; t < sizeof(ks) / sizeof(ks[0]); t++) {
         int k = ks[t];
         const int64_t n = 512, n_out = 200;
         const int M = KERN_BLAS_MIN_M + 3;
-        struct kern_weight w = {.type = wtypes[k].type, .n_in = n, .n_out = n_out,
+        struct kern_weight w = {.type = wtypes[k].type,
+                                .n_in = n,
+                                .n_out = n_out,
                                 .row_bytes = quant_row_size(wtypes[k].type, n)};
         uint8_t *wd = random_weights(k, n_out, n);
         w.data = wd;
@@ -338,21 +391,32 @@ static void test_kern_blas_path(void) {
         free(scratch);
     }
     kern_set_blas(0);
+    kern_set_blas_min_m(0);
     pool_destroy(p2);
 }
 
+/* kern_get_row (the ISA's dequant) is bit-identical to the reference, for every ISA here. */
 static void test_kern_get_row(void) {
-    kern_init(KERN_ISA_AUTO);
-    for (int k = 0; k < N_WTYPES; k++) {
-        const int64_t n = 256, rows = 5;
-        uint8_t *wd = random_weights(k, rows, n);
-        struct kern_weight w = {.type = wtypes[k].type, .n_in = n, .n_out = rows,
-                                .row_bytes = quant_row_size(wtypes[k].type, n), .data = wd};
-        float got[256], want[256];
-        kern_get_row(&w, 3, got);
-        quant_dequant_row_ref(w.type, wd + 3 * w.row_bytes, want, n);
-        T_ASSERT(memcmp(got, want, sizeof(got)) == 0);
-        free(wd);
+    for (int isa = KERN_ISA_REF; isa <= KERN_ISA_AVX512; isa++) {
+        if (!kern_isa_supported((enum kern_isa)isa)) continue;
+        T_ASSERT(kern_init((enum kern_isa)isa) == 0);
+        for (int k = 0; k < N_WTYPES; k++) {
+            const int64_t n = 256, rows = 5;
+            uint8_t *wd = random_weights(k, rows, n);
+            struct kern_weight w = {.type = wtypes[k].type,
+                                    .n_in = n,
+                                    .n_out = rows,
+                                    .row_bytes = quant_row_size(wtypes[k].type, n),
+                                    .data = wd};
+            float got[256], want[256];
+            kern_get_row(&w, 3, got);
+            quant_dequant_row_ref(w.type, wd + 3 * w.row_bytes, want, n);
+            for (int i = 0; i < 256; i++)
+                T_ASSERTF(memcmp(&got[i], &want[i], 4) == 0, "%s %s element %d: %g vs %g",
+                          kern_isa_name((enum kern_isa)isa), quant_info(w.type)->name, i, got[i],
+                          want[i]);
+            free(wd);
+        }
     }
 }
 
@@ -367,7 +431,8 @@ static void test_dequant_matches_gguf_py(void) {
     int seen_types = 0;
     for (uint32_t e = 0; e < n_entries; e++) {
         T_ASSERT(off + 12 <= len);
-        uint32_t type = rd_u32(buf + off), n = rd_u32(buf + off + 4), nbytes = rd_u32(buf + off + 8);
+        uint32_t type = rd_u32(buf + off), n = rd_u32(buf + off + 4),
+                 nbytes = rd_u32(buf + off + 8);
         off += 12;
         T_ASSERT(off + nbytes + 4 * (size_t)n <= len);
         T_ASSERTF(quant_row_size(type, n) == nbytes, "type %u: row size %zu, fixture %u", type,
