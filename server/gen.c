@@ -299,7 +299,9 @@ void gen_process_queue(struct srv *s) {
         struct ev_item *next = it->next;
         struct hchoice *c = it->choice;
         struct hreq *hr = c->hr;
-        if (it->ev.kind == SCHED_EV_TOKEN) {
+        if (!c->submitted) {
+            /* sched_submit refused it: no reference was taken, nothing to report */
+        } else if (it->ev.kind == SCHED_EV_TOKEN) {
             gen_on_token(hr, c, &it->ev, it->t);
         } else if (!c->done) {
             gen_on_done(hr, c, &it->ev, it->t);
