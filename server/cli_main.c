@@ -3,6 +3,7 @@
  *
  *   gemmad-cli tokenize -m MODEL [--special] TEXT
  *   gemmad-cli generate -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--chat] [--print-ids]
+ *                       [--top-k K] [--top-p P] [--min-p P]
  *   gemmad-cli logits   -m MODEL (-p PROMPT | --tokens ID,ID,...) [--top K] [--all] [--chat]
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
  *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128]
@@ -30,6 +31,7 @@
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "scheduler/sample.h"
 
 #define CLI_BLOCK 256
 
@@ -42,6 +44,8 @@ struct cli_opts {
     int special;
     int n_gen;               /* generate: -n */
     float temp;
+    int top_k;
+    float top_p, min_p;
     uint64_t seed;
     int chat;
     int print_ids;
@@ -82,6 +86,7 @@ static const char *usage_text =
     "commands:\n"
     "  tokenize -m MODEL [--special] TEXT      JSON array of token ids (BOS first)\n"
     "  generate -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--chat] [--print-ids]\n"
+    "           [--top-k K] [--top-p P] [--min-p P]\n"
     "  logits   -m MODEL (-p PROMPT | --tokens ID,...) [--top K] [--all] [--chat]\n"
     "  taps     -m MODEL (-p PROMPT | --tokens ID,...)   per-layer hidden-state summaries\n"
     "  bench    -m MODEL [--prompt-tokens 512] [--gen 128]\n"
@@ -111,6 +116,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_gen = 32;
     o->temp = 0.8f;
+    o->top_p = 1.0f;
     o->seed = 42;
     o->top = 10;
     o->threads = 0;
@@ -138,6 +144,9 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             o->n_gen = (int)parse_long(a, NEXT(), 0, 1 << 20);
         else if (!strcmp(a, "--temp")) o->temp = parse_float(a, NEXT(), 0.0f, 100.0f);
+        else if (!strcmp(a, "--top-k")) o->top_k = (int)parse_long(a, NEXT(), 0, 1 << 24);
+        else if (!strcmp(a, "--top-p")) o->top_p = parse_float(a, NEXT(), 0.0f, 1.0f);
+        else if (!strcmp(a, "--min-p")) o->min_p = parse_float(a, NEXT(), 0.0f, 1.0f);
         else if (!strcmp(a, "--seed"))
             o->seed = (uint64_t)parse_long(a, NEXT(), 0, 0x7fffffffL);
         else if (!strcmp(a, "--chat")) o->chat = 1;
@@ -336,34 +345,13 @@ static void runner_feed(struct runner *r, const int32_t *ids, int n, enum fwd_lo
     }
 }
 
-/* ---- sampling (greedy, or temperature with a seeded xorshift RNG) ---- */
+/* ---- sampling: the scheduler's sampler (scheduler/sample.h) ---- */
 
 static int32_t argmax(const float *x, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static int32_t sample_temp(const float *logits, int n, float temp, uint64_t *rng) {
-    float mx = logits[argmax(logits, n)];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)((logits[i] - mx) / temp));
-    double u = (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
-    double acc = 0.0;
-    for (int i = 0; i < n; i++) {
-        acc += exp((double)((logits[i] - mx) / temp));
-        if (acc >= u) return i;
-    }
-    return argmax(logits, n);
 }
 
 /* ---- commands ---- */
@@ -405,16 +393,25 @@ static int cmd_generate(const struct cli_opts *o) {
     double t0 = now_s();
     runner_feed(&r, ids, n_prompt, FWD_LOGITS_LAST, logits);
     double t1 = now_s();
-    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    struct sched_sampling sp = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p,
+                                .min_p = o->min_p, .repetition_penalty = 1.0f,
+                                .seed = o->seed, .has_seed = 1};
+    struct smp_rng rng;
+    smp_rng_seed(&rng, o->seed);
+    struct smp_ctx *smp = NULL;
+    if (smp_ctx_create(V, &smp) != 0) die("out of memory");
+    int32_t *hist = malloc((size_t)(n_prompt + o->n_gen + 1) * sizeof(int32_t));
+    if (!hist) die("out of memory");
+    memcpy(hist, ids, (size_t)n_prompt * sizeof(int32_t));
     struct tok_stream ts;
     tok_stream_init(&ts);
     char buf[TOK_STREAM_MAX];
     int n_out = 0;
     if (o->print_ids) putchar('[');
     for (int i = 0; i < o->n_gen; i++) {
-        int32_t t = o->temp <= 0.0f ? argmax(logits, V) : sample_temp(logits, V, o->temp, &rng);
+        int32_t t = smp_sample(smp, &sp, &rng, logits, hist, n_prompt + n_out, n_out, NULL, 0);
         if (tok_is_eog(m->vocab, t)) break;
-        n_out++;
+        hist[n_prompt + n_out++] = t;
         if (o->print_ids) {
             printf(i ? ", %d" : "%d", t);
         } else {
@@ -434,6 +431,8 @@ static int cmd_generate(const struct cli_opts *o) {
     double t2 = now_s();
     LOG_I("cli", 0, "prompt %d tokens in %.3f s, generated %d in %.3f s", n_prompt, t1 - t0,
           n_out, t2 - t1);
+    smp_ctx_destroy(smp);
+    free(hist);
     free(logits);
     free(ids);
     runner_free(&r);
