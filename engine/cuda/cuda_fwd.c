@@ -361,18 +361,19 @@ static size_t cf_act_layout(struct cudafwd *c) {
     return off;
 }
 
-/* cuBLAS scratch: the largest any layer matmul needs for max_tokens rows. */
+/* cuBLAS scratch: the largest any layer matmul needs for max_tokens rows. Runs before the
+ * weights are copied (data still NULL), so presence is told by the shape (n_out > 0). */
 static size_t cf_blas_scratch(const struct cudafwd *c) {
     const struct model_config *cfg = &c->m->cfg;
     const int T = c->o.max_tokens;
     size_t mx = 0;
-    if (c->pl_proj.data) mx = cf_matmul_scratch_bytes(&c->pl_proj, T);
+    if (c->pl_proj.n_out) mx = cf_matmul_scratch_bytes(&c->pl_proj, T);
     for (int l = 0; l < cfg->n_layer; l++) {
         const struct cf_layer *L = &c->L[l];
         const struct cf_weight *ws[] = {&L->wq, &L->wk,   &L->wv,       &L->wo,  &L->gate,
                                         &L->up, &L->down, &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            if (!ws[i]->data) continue;
+            if (!ws[i]->n_out) continue;
             size_t b = cf_matmul_scratch_bytes(ws[i], T);
             if (b > mx) mx = b;
         }

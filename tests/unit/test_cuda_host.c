@@ -143,10 +143,15 @@ int cf_type_supported(uint32_t type) {
     return 0;
 }
 
+/* The same sizes as cuda_matmul.cu (fp16 copy of the weight, fp16 activations). */
 size_t cf_matmul_scratch_bytes(const struct cf_weight *w, int M) {
-    (void)w, (void)M;
-    return 256;
+    const size_t wb = w->type == QT_F16 || w->type == QT_BF16 ? 0 : (size_t)w->n_out * w->n_in * 2;
+    return wb + (size_t)M * w->n_in * 2;
 }
+
+/* What the forward pass asked of cf_matmul: calls by path (KERNEL forced, AUTO with enough
+ * cuBLAS scratch, AUTO without), for rows >= CF_MM_CUBLAS_MIN_ROWS and fewer. */
+static struct { int kernel, auto_blas, auto_noblas; } mm_seen[2];
 
 static float *row_buf(size_t n) {
     static float *buf;
@@ -162,8 +167,15 @@ static float *row_buf(size_t n) {
 /* Lane l sums chunks l, l+32, … (each chunk sequentially), then the xor butterfly. */
 int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *w, const float *X,
               int M, float *Y, int ldy, enum cf_mm_mode mode, void *scratch, size_t sb) {
-    (void)stream, (void)blas, (void)mode, (void)scratch, (void)sb;
+    (void)stream;
     if (w->n_in % 32 || ldy < w->n_out || !cf_type_supported(w->type)) return -1;
+    const int big = M >= CF_MM_CUBLAS_MIN_ROWS;
+    if (mode == CF_MM_KERNEL)
+        mm_seen[big].kernel++;
+    else if (blas && scratch && sb >= cf_matmul_scratch_bytes(w, M))
+        mm_seen[big].auto_blas++;
+    else
+        mm_seen[big].auto_noblas++;
     float *wr = row_buf((size_t)w->n_in);
     for (int o = 0; o < w->n_out; o++) {
         if (quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)o * w->row_bytes, wr,
@@ -456,6 +468,51 @@ static void test_host_synthetic_vs_cpu(void) {
     cu_each_synthetic(synthetic_one);
 }
 
+/* The matmul path the step asks for: deterministic -> always the batch-invariant kernel;
+ * otherwise AUTO with cuBLAS scratch sized for max_tokens rows (the LM head stays on the
+ * kernel). */
+static void test_host_matmul_modes(void) {
+    struct model *m = cu_load_model(t_model_path());
+    const int T = 64, ring = kvs_swa_ring_blocks(m, 16, T);
+    struct kvs_pool *kv = NULL;
+    char err[512];
+    T_ASSERT(kvs_create(m, KVS_F16, 16, 5, ring, &kv, err, sizeof err) == 0);
+    int32_t full[5] = {0, 1, 2, 3, 4}, swa[64], ids[64];
+    for (int i = 0; i < 64; i++)
+        swa[i] = i;
+    for (int i = 0; i < T; i++)
+        ids[i] = 2 + 3 * i;
+    struct kvs_seq sk = {full, 5, ring ? swa : NULL, ring};
+    float *lg = malloc((size_t)m->cfg.n_vocab * 4);
+    T_ASSERT(lg);
+    for (int det = 0; det < 2; det++) {
+        struct fwd_opts o = {.max_tokens = T,
+                             .max_seqs = 1,
+                             .max_logit_rows = 1,
+                             .n_threads = 1,
+                             .device = FWD_DEVICE_CUDA,
+                             .deterministic = det};
+        struct cudafwd *g = NULL;
+        T_ASSERTF(cudafwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
+        memset(mm_seen, 0, sizeof mm_seen);
+        struct fwd_seq q = {ids, T, 0, &sk, FWD_LOGITS_LAST};
+        T_ASSERT(cudafwd_run(g, &q, 1, lg) == FWD_OK);
+        if (det) {
+            T_ASSERT(mm_seen[1].kernel > 0 && mm_seen[1].auto_blas == 0 &&
+                     mm_seen[1].auto_noblas == 0);
+        } else {
+            T_ASSERTF(mm_seen[1].auto_blas >= 7 * m->cfg.n_layer && mm_seen[1].auto_noblas == 0,
+                      "64-row matmuls: %d with cuBLAS scratch, %d without", mm_seen[1].auto_blas,
+                      mm_seen[1].auto_noblas);
+            T_ASSERT(mm_seen[0].kernel == 1); /* the LM head, one row */
+        }
+        cudafwd_destroy(g);
+    }
+    free(lg);
+    kvs_destroy(kv);
+    model_free(m);
+}
+
 /* forward.c's dispatch: AUTO picks the CUDA backend when cudafwd_available says yes, and
  * fwd_run then runs on it. */
 static void test_host_fwd_dispatch(void) {
@@ -496,6 +553,7 @@ static void test_host_fwd_dispatch(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {T_CASE(test_host_fwd_dispatch),
+                                          T_CASE(test_host_matmul_modes),
                                           T_CASE(test_host_bundled_vs_cpu),
                                           T_CASE(test_host_synthetic_vs_cpu),
                                           {0}};
