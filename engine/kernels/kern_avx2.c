@@ -29,9 +29,15 @@ KX_DEFINE_S(ka, q6_K, kx_tile_kq, KX_Q6_K, KA_KQ_SHAPE)
 KX_DEFINE_S(ka, f16, kx_tile_half, 0, KA_HALF_SHAPE)
 KX_DEFINE_S(ka, bf16, kx_tile_half, 1, KA_HALF_SHAPE)
 
-static void ka_quant_q8_0(const float *x, void *dst, int64_t n) { kx_quant_q8_0(x, dst, n); }
-static void ka_quant_q8_K(const float *x, void *dst, int64_t n) { kx_quant_q8_K(x, dst, n); }
-static void ka_quant_f16(const float *x, void *dst, int64_t n) { kx_quant_f16(x, dst, n); }
+static void ka_quant_q8_0(const float *x, void *dst, int64_t n) {
+    kx_quant_q8_0(x, dst, n);
+}
+static void ka_quant_q8_K(const float *x, void *dst, int64_t n) {
+    kx_quant_q8_K(x, dst, n);
+}
+static void ka_quant_f16(const float *x, void *dst, int64_t n) {
+    kx_quant_f16(x, dst, n);
+}
 
 static void ka_set(struct kern_ops *ops, uint32_t t, quant_vec_dot_fn dot, kern_gemm_fn gemm,
                    kern_quant_act_fn qa) {

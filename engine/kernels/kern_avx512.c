@@ -44,7 +44,8 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int c = 0; c < NC; c++)
+        acc[r][c] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib += 2) {
         const int two = ib + 1 < nb;
         __m512i wa[KX_MAXR];
@@ -52,7 +53,8 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
         float dw0[KX_MAXR], dw1[KX_MAXR];
         KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
-            __m512i v = kz_q8f_load2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &dw0[r], &dw1[r]);
+            __m512i v =
+                kz_q8f_load2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &dw0[r], &dw1[r]);
             wa[r] = _mm512_abs_epi8(v);
             neg[r] = _mm512_movepi8_mask(v);
         }
@@ -76,7 +78,8 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
+    for (int c = 0; c < NC; c++)
+        y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
 }
 
 /* ---- Q4_K / Q5_K / Q6_K x Q8_K: the AVX2 unpack, products two chunks at a time ------------ */

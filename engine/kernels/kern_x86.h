@@ -32,7 +32,9 @@
 #define KX_MAXR 4
 #define KX_MAXC 4
 
-KX_AI float kx_h2f(quant_half h) { return _cvtsh_ss(h); }
+KX_AI float kx_h2f(quant_half h) {
+    return _cvtsh_ss(h);
+}
 
 /* Horizontal sum of 8 floats: fixed order (high half + low half, then pairwise). */
 KX_AI float kx_hsum8(__m256 v) {
@@ -50,8 +52,8 @@ KX_AI float kx_hsum4(__m128 s) {
 
 /* 32 bytes, 0xFF where the corresponding bit of the little-endian u32 `bits` is set. */
 KX_AI __m256i kx_bytes_from_bits32(uint32_t bits) {
-    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
-                                         2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                         2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), idx);
     return _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
@@ -163,7 +165,8 @@ KX_AI void kx_quant_f16(const float *x, void *dst, int64_t n) {
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(y + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+    for (; i < n; i++)
+        y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 /* ---- Q4_0 / Q5_0 / Q8_0 weights x Q8_0 activations ------------------------------------- */
@@ -171,8 +174,9 @@ KX_AI void kx_quant_f16(const float *x, void *dst, int64_t n) {
 enum kx_q8f { KX_Q4_0, KX_Q5_0, KX_Q8_0 };
 
 KX_AI size_t kx_q8f_size(enum kx_q8f k) {
-    return k == KX_Q4_0 ? sizeof(struct block_q4_0)
-         : k == KX_Q5_0 ? sizeof(struct block_q5_0) : sizeof(struct block_q8_0);
+    return k == KX_Q4_0   ? sizeof(struct block_q4_0)
+           : k == KX_Q5_0 ? sizeof(struct block_q5_0)
+                          : sizeof(struct block_q8_0);
 }
 
 /* One weight block as 32 signed int8 in element order, plus its scale. */
@@ -186,8 +190,8 @@ KX_AI __m256i kx_q8f_load(enum kx_q8f k, const uint8_t *p, float *d) {
         const struct block_q4_0 *b = (const void *)p;
         *d = kx_h2f(b->d);
         __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
-        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
-                                     _mm256_set1_epi8(0x0F));
+        __m256i v =
+            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
         return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
     }
     const struct block_q5_0 *b = (const void *)p;
@@ -195,8 +199,7 @@ KX_AI __m256i kx_q8f_load(enum kx_q8f k, const uint8_t *p, float *d) {
     uint32_t qh;
     memcpy(&qh, b->qh, 4);
     __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t),
-                                 _mm256_set1_epi8(0x0F));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
     /* nibble - 16 + 16*bit  ==  nibble | (bit ? 0 : 0xF0) as int8. */
     __m256i hi = _mm256_andnot_si256(kx_bytes_from_bits32(qh), _mm256_set1_epi8((char)0xF0));
     return _mm256_or_si256(v, hi);
@@ -216,7 +219,8 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NC; c++)
+        acc[r][c] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / 32; ib++) {
         __m256i wv[KX_MAXR], wa[KX_MAXR];
         __m256 dw[KX_MAXR];
@@ -235,14 +239,15 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
             const __m256 da = _mm256_set1_ps(kx_h2f(ab->d));
             KX_UNROLL(8)
             for (int r = 0; r < NR; r++) /* the vector product is the scalar dw * da */
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da),
-                                            kx_dot_i8(wa[r], wv[r], av), acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), kx_dot_i8(wa[r], wv[r], av),
+                                            acc[r][c]);
         }
     }
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
+    for (int c = 0; c < NC; c++)
+        y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
 }
 
 /* ---- Q4_K / Q5_K / Q6_K weights x Q8_K activations -------------------------------------- */
@@ -250,8 +255,9 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
 enum kx_kq { KX_Q4_K, KX_Q5_K, KX_Q6_K };
 
 KX_AI size_t kx_kq_size(enum kx_kq k) {
-    return k == KX_Q4_K ? sizeof(struct block_q4_K)
-         : k == KX_Q5_K ? sizeof(struct block_q5_K) : sizeof(struct block_q6_K);
+    return k == KX_Q4_K   ? sizeof(struct block_q4_K)
+           : k == KX_Q5_K ? sizeof(struct block_q5_K)
+                          : sizeof(struct block_q6_K);
 }
 
 /* pshufb controls: kx_q6_shuf[j] puts int16 scale (2j)&7 in the low 128-bit lane and
@@ -290,8 +296,8 @@ KX_AI __m128i kx_k4_scales(const uint8_t *s12) {
 
 /* Chunk j of an unpacked super-block: stored (unpack for reuse by several activation rows)
  * or, when fused, multiplied at once into *s with activation chunk j (one row: no store). */
-KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused,
-                      const struct block_q8_K *ab, __m256i *s) {
+KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
+                      __m256i *s) {
     if (!fused) {
         o->q[j] = q;
         return;
@@ -330,16 +336,19 @@ KX_AI void kx_kq_unpack_x(enum kx_kq k, const uint8_t *p, struct kx_kblk *o, int
                                        _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)),
                        fused, ab, s);
             kx_kq_emit(o, 4 * h + 1,
-                       _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4)),
+                       _mm256_or_si256(
+                           _mm256_and_si256(l1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4)),
                        fused, ab, s);
             kx_kq_emit(o, 4 * h + 2,
-                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4)),
+                       _mm256_or_si256(
+                           _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4)),
                        fused, ab, s);
             kx_kq_emit(o, 4 * h + 3,
-                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4)),
+                       _mm256_or_si256(
+                           _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4)),
                        fused, ab, s);
         }
         return;
@@ -428,50 +437,49 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
  * With one activation row there is nothing to reuse, so the block is unpacked and multiplied
  * in one pass (kx_kq_fused); integer sums are exact, so the lanes are the same either way.
  * A macro so that the AVX-512 file can reuse the float steps with its own integer part. */
-#define KX_DEFINE_TILE_KQ(fname, BLK, UNPACK, SUMI, BASE)                                      \
-    KX_AI void fname(enum kx_kq k, const int NR, const int NC, int64_t n, const uint8_t *w,   \
-                     size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {           \
-        const size_t bs = kx_kq_size(k);                                                       \
-        __m256 acc[KX_MAXR][KX_MAXC];                                                          \
-        __m128 accm[KX_MAXR][KX_MAXC];                                                         \
-        KX_UNROLL(8)                                                                           \
-        for (int r = 0; r < NR; r++)                                                           \
-            KX_UNROLL(8)                                                                       \
-            for (int c = 0; c < NC; c++) {                                                     \
-                acc[r][c] = _mm256_setzero_ps();                                               \
-                accm[r][c] = _mm_setzero_ps();                                                 \
-            }                                                                                  \
-        BLK wb[KX_MAXR];                                                                       \
-        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                            \
-            if (NC > 1) {                                                                      \
-                KX_UNROLL(8)                                                                   \
-                for (int r = 0; r < NR; r++)                                                   \
-                    UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                   \
-            }                                                                                  \
-            KX_UNROLL(8)                                                                       \
-            for (int c = 0; c < NC; c++) {                                                     \
-                const struct block_q8_K *ab = (const void *)(a + (size_t)c * as +              \
-                                                             (size_t)ib * sizeof(*ab));        \
-                KX_UNROLL(8)                                                                   \
-                for (int r = 0; r < NR; r++) {                                                 \
-                    __m256i si = NC > 1 ? SUMI(k, &wb[r], ab)                                  \
-                                        : kx_kq_fused(k, w + (size_t)r * ws + (size_t)ib * bs, \
-                                                      &BASE(wb[r]), ab);                       \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(BASE(wb[r]).d * ab->d),         \
-                                                _mm256_cvtepi32_ps(si), acc[r][c]);            \
-                    if (k != KX_Q6_K)                                                          \
-                        accm[r][c] = _mm_fmadd_ps(_mm_set1_ps(-ab->d * BASE(wb[r]).dmin),      \
-                                                  kx_kq_mins(&BASE(wb[r]), ab), accm[r][c]);   \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        KX_UNROLL(8)                                                                           \
-        for (int r = 0; r < NR; r++)                                                           \
-            KX_UNROLL(8)                                                                       \
-            for (int c = 0; c < NC; c++)                                                       \
-                y[(size_t)c * ldy + r] = k == KX_Q6_K                                          \
-                                             ? kx_hsum8(acc[r][c])                             \
-                                             : kx_hsum8(acc[r][c]) + kx_hsum4(accm[r][c]);     \
+#define KX_DEFINE_TILE_KQ(fname, BLK, UNPACK, SUMI, BASE)                                          \
+    KX_AI void fname(enum kx_kq k, const int NR, const int NC, int64_t n, const uint8_t *w,        \
+                     size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {               \
+        const size_t bs = kx_kq_size(k);                                                           \
+        __m256 acc[KX_MAXR][KX_MAXC];                                                              \
+        __m128 accm[KX_MAXR][KX_MAXC];                                                             \
+        KX_UNROLL(8)                                                                               \
+        for (int r = 0; r < NR; r++)                                                               \
+            KX_UNROLL(8)                                                                           \
+        for (int c = 0; c < NC; c++) {                                                             \
+            acc[r][c] = _mm256_setzero_ps();                                                       \
+            accm[r][c] = _mm_setzero_ps();                                                         \
+        }                                                                                          \
+        BLK wb[KX_MAXR];                                                                           \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                                \
+            if (NC > 1) {                                                                          \
+                KX_UNROLL(8)                                                                       \
+                for (int r = 0; r < NR; r++)                                                       \
+                    UNPACK(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);                       \
+            }                                                                                      \
+            KX_UNROLL(8)                                                                           \
+            for (int c = 0; c < NC; c++) {                                                         \
+                const struct block_q8_K *ab =                                                      \
+                    (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(*ab));                 \
+                KX_UNROLL(8)                                                                       \
+                for (int r = 0; r < NR; r++) {                                                     \
+                    __m256i si = NC > 1 ? SUMI(k, &wb[r], ab)                                      \
+                                        : kx_kq_fused(k, w + (size_t)r * ws + (size_t)ib * bs,     \
+                                                      &BASE(wb[r]), ab);                           \
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(BASE(wb[r]).d * ab->d),             \
+                                                _mm256_cvtepi32_ps(si), acc[r][c]);                \
+                    if (k != KX_Q6_K)                                                              \
+                        accm[r][c] = _mm_fmadd_ps(_mm_set1_ps(-ab->d * BASE(wb[r]).dmin),          \
+                                                  kx_kq_mins(&BASE(wb[r]), ab), accm[r][c]);       \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        KX_UNROLL(8)                                                                               \
+        for (int r = 0; r < NR; r++)                                                               \
+            KX_UNROLL(8)                                                                           \
+        for (int c = 0; c < NC; c++)                                                               \
+            y[(size_t)c * ldy + r] =                                                               \
+                k == KX_Q6_K ? kx_hsum8(acc[r][c]) : kx_hsum8(acc[r][c]) + kx_hsum4(accm[r][c]);   \
     }
 
 #define KX_SELF(b) (b)
@@ -489,88 +497,97 @@ KX_AI __m256 kx_load8_bf16(const uint16_t *p) {
 }
 
 /* n elements; the vector part covers multiples of 16, a scalar tail the rest (in order). */
-KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w,
-                        size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
+KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w, size_t ws,
+                        const uint8_t *a, size_t as, float *y, size_t ldy) {
     __m256 acc[KX_MAXR][KX_MAXC][2];
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    for (int c = 0; c < NC; c++)
+        acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 wv[KX_MAXR][2];
         KX_UNROLL(8)
         for (int r = 0; r < NR; r++)
             KX_UNROLL(8)
-            for (int h = 0; h < 2; h++) {
-                const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
-                wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
-            }
+        for (int h = 0; h < 2; h++) {
+            const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
+            wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+        }
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++)
             KX_UNROLL(8)
-            for (int h = 0; h < 2; h++) {
-                const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
-                __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
-                KX_UNROLL(8)
-                for (int r = 0; r < NR; r++)
-                    acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
-            }
+        for (int h = 0; h < 2; h++) {
+            const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
+            __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++)
+                acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
+        }
     }
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++)
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++) {
-            float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
-            const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
-            const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
-            for (int64_t j = i; j < n; j++)
-                s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
-                       : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
-            y[(size_t)c * ldy + r] = s;
-        }
+    for (int c = 0; c < NC; c++) {
+        float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+        const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
+        const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
+        for (int64_t j = i; j < n; j++)
+            s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
+                   : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
+        y[(size_t)c * ldy + r] = s;
+    }
 }
 
 /* ---- instantiation ------------------------------------------------------------------------ */
 
-/* The gemm sweep below calls TILE for the shape (nr, nc), 1 <= nr, nc <= 4. */
+/* The gemm sweep below calls TILE for the shape (nr, nc); only the shapes a sweep with
+ * TR1 x 1 and TR x TC tiles can produce are instantiated (compile time and code size). */
 #define KX_ARGS n, w0, ws, a0, as, y0, (size_t)ldy
-#define KX_CASES(TILE, kind, R)                                                                \
-    case R * 8 + 1: TILE(kind, R, 1, KX_ARGS); break;                                          \
-    case R * 8 + 2: TILE(kind, R, 2, KX_ARGS); break;                                          \
-    case R * 8 + 3: TILE(kind, R, 3, KX_ARGS); break;                                          \
-    case R * 8 + 4: TILE(kind, R, 4, KX_ARGS); break;
-#define KX_SWITCH(nr, nc, TILE, kind)                                                          \
-    switch ((nr) * 8 + (nc)) {                                                                 \
-        KX_CASES(TILE, kind, 1)                                                                \
-        KX_CASES(TILE, kind, 2)                                                                \
-        KX_CASES(TILE, kind, 3)                                                                \
-        KX_CASES(TILE, kind, 4)                                                                \
-    default: break;                                                                            \
+#define KX_USED(R, C, TR1, TR, TC)                                                                 \
+    ((C) == 1 ? (R) <= (TR1) || (R) <= (TR) : (R) <= (TR) && (C) <= (TC))
+#define KX_CASE(TILE, kind, R, C, TR1, TR, TC)                                                     \
+    case R * 8 + C:                                                                                \
+        if (KX_USED(R, C, TR1, TR, TC)) TILE(kind, R, C, KX_ARGS);                                 \
+        break;
+#define KX_CASES(TILE, kind, R, TR1, TR, TC)                                                       \
+    KX_CASE(TILE, kind, R, 1, TR1, TR, TC)                                                         \
+    KX_CASE(TILE, kind, R, 2, TR1, TR, TC)                                                         \
+    KX_CASE(TILE, kind, R, 3, TR1, TR, TC)                                                         \
+    KX_CASE(TILE, kind, R, 4, TR1, TR, TC)
+#define KX_SWITCH(nr, nc, TILE, kind, TR1, TR, TC)                                                 \
+    switch ((nr)*8 + (nc)) {                                                                       \
+        KX_CASES(TILE, kind, 1, TR1, TR, TC)                                                       \
+        KX_CASES(TILE, kind, 2, TR1, TR, TC)                                                       \
+        KX_CASES(TILE, kind, 3, TR1, TR, TC)                                                       \
+        KX_CASES(TILE, kind, 4, TR1, TR, TC)                                                       \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 /* Defines <pfx>_dot_<name> (vec_dot: the 1x1 tile) and <pfx>_gemm_<name>: a sweep of tiles
  * of TR x TC (weight rows x activation rows; TR1 x 1 when there is one activation row), edge
  * tiles in every smaller shape. Shapes are picked per kernel by measurement. */
-#define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                          \
-    static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                   \
-        float y;                                                                               \
-        TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);              \
-        return y;                                                                              \
-    }                                                                                          \
-    static void pfx##_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,  \
-                                  size_t as, int na, float *y, int ldy) {                      \
-        const uint8_t *wp = w, *ap = a;                                                        \
-        const int tr = na == 1 ? (TR1) : (TR), tc = (TC);                                      \
-        for (int r = 0; r < nw; r += tr) {                                                     \
-            const int nr = nw - r < tr ? nw - r : tr;                                          \
-            for (int c = 0; c < na; c += tc) {                                                 \
-                const int nc = na - c < tc ? na - c : tc;                                      \
-                const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;            \
-                float *y0 = y + (size_t)c * (size_t)ldy + r;                                   \
-                KX_SWITCH(nr, nc, TILE, kind)                                                  \
-            }                                                                                  \
-        }                                                                                      \
+#define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                              \
+    static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                       \
+        float y;                                                                                   \
+        TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);                  \
+        return y;                                                                                  \
+    }                                                                                              \
+    static void pfx##_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,      \
+                                  size_t as, int na, float *y, int ldy) {                          \
+        const uint8_t *wp = w, *ap = a;                                                            \
+        const int tr = na == 1 ? (TR1) : (TR), tc = (TC);                                          \
+        for (int r = 0; r < nw; r += tr) {                                                         \
+            const int nr = nw - r < tr ? nw - r : tr;                                              \
+            for (int c = 0; c < na; c += tc) {                                                     \
+                const int nc = na - c < tc ? na - c : tc;                                          \
+                const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;                \
+                float *y0 = y + (size_t)c * (size_t)ldy + r;                                       \
+                KX_SWITCH(nr, nc, TILE, kind, TR1, TR, TC)                                         \
+            }                                                                                      \
+        }                                                                                          \
     }
 /* Same, with the shape given as one macro that expands to "TR1, TR, TC". */
 #define KX_DEFINE_S(...) KX_DEFINE(__VA_ARGS__)

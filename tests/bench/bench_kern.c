@@ -3,7 +3,7 @@
  * STREAM-like read-bandwidth probe. Not a test: it prints timings, never pass/fail.
  *
  * Built and run by tests/bench/bench_engine.py (see docs/BENCHMARKS.md):
- *   bench_kern [--threads N] [--time S] [--ggml LIB] [--json]   kernels
+ *   bench_kern [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json]   kernels
  *   bench_kern --bandwidth [--threads N] [--json]               read bandwidth only
  *
  * Weights are random bytes with valid scales, copied enough times to overflow the last
@@ -55,10 +55,21 @@ static void fill_weights(uint32_t t, uint8_t *w, size_t bytes) {
     const quant_half h = quant_f32_to_f16(0.01f);
     for (size_t b = 0; b + (size_t)qi->size <= bytes; b += (size_t)qi->size) {
         switch (t) {
-        case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: memcpy(w + b, &h, 2); break;
-        case QT_Q4_K: case QT_Q5_K: memcpy(w + b, &h, 2); memcpy(w + b + 2, &h, 2); break;
-        case QT_Q6_K: memcpy(w + b + offsetof(struct block_q6_K, d), &h, 2); break;
-        default: break;
+        case QT_Q4_0:
+        case QT_Q5_0:
+        case QT_Q8_0:
+            memcpy(w + b, &h, 2);
+            break;
+        case QT_Q4_K:
+        case QT_Q5_K:
+            memcpy(w + b, &h, 2);
+            memcpy(w + b + 2, &h, 2);
+            break;
+        case QT_Q6_K:
+            memcpy(w + b + offsetof(struct block_q6_K, d), &h, 2);
+            break;
+        default:
+            break;
         }
     }
 }
@@ -105,7 +116,8 @@ static double bandwidth(int nt) {
             args[i] = (struct bw_arg){buf + total / (size_t)nt * (size_t)i, total / (size_t)nt, 0};
             pthread_create(&th[i], NULL, bw_thread, &args[i]);
         }
-        for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < nt; i++)
+            pthread_join(th[i], NULL);
         t[rep] = now_s() - t0;
     }
     free(buf);
@@ -146,15 +158,15 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-    {"attn_q", QT_Q5_0, 640, 1024},   {"ffn_up/gate", QT_Q5_0, 640, 2048},
-    {"ffn_down", QT_Q6_K, 2048, 640}, {"ffn_down", QT_Q4_K, 2048, 640},
-    {"attn_out", QT_Q4_K, 1024, 640}, {"attn_v", QT_Q8_0, 640, 256},
+    {"attn_q", QT_Q5_0, 640, 1024},    {"ffn_up/gate", QT_Q5_0, 640, 2048},
+    {"ffn_down", QT_Q6_K, 2048, 640},  {"ffn_down", QT_Q4_K, 2048, 640},
+    {"attn_out", QT_Q4_K, 1024, 640},  {"attn_v", QT_Q8_0, 640, 256},
     {"lm_head", QT_Q8_0, 640, 262144},
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */
-static double bench_one(struct pool *pool, const struct kern_weight *w, int copies,
-                        const float *X, int M, float *Y, void *scratch, double budget) {
+static double bench_one(struct pool *pool, const struct kern_weight *w, int copies, const float *X,
+                        int M, float *Y, void *scratch, double budget) {
     double t[256];
     int n = 0;
     double start = now_s();
@@ -170,8 +182,8 @@ static double bench_one(struct pool *pool, const struct kern_weight *w, int copi
 }
 
 /* ggml's vec_dot over the same rows (one thread), activations quantized by ggml. */
-static double bench_ggml(const struct kern_weight *w, int copies, const float *X, int M,
-                         float *Y, void *scratch, double budget) {
+static double bench_ggml(const struct kern_weight *w, int copies, const float *X, int M, float *Y,
+                         void *scratch, double budget) {
     const struct ggml_traits_cpu *tr = ggml_traits((int)w->type);
     const struct ggml_traits_cpu *ta = ggml_traits(tr->vec_dot_type);
     size_t as = quant_row_size((uint32_t)tr->vec_dot_type, w->n_in);
@@ -187,8 +199,8 @@ static double bench_ggml(const struct kern_weight *w, int copies, const float *X
         for (int64_t o = 0; o < w->n_out; o++)
             for (int m = 0; m < M; m++)
                 tr->vec_dot((int)w->n_in, &Y[(int64_t)m * w->n_out + o], 0,
-                            wd + (size_t)o * w->row_bytes, 0,
-                            (uint8_t *)scratch + (size_t)m * as, 0, 1);
+                            wd + (size_t)o * w->row_bytes, 0, (uint8_t *)scratch + (size_t)m * as,
+                            0, 1);
         t[n++] = now_s() - t0;
     }
     qsort(t, (size_t)n, sizeof(double), cmp_d);
@@ -198,22 +210,32 @@ static double bench_ggml(const struct kern_weight *w, int copies, const float *X
 int main(int argc, char **argv) {
     int threads = 2, json = 0, bw_only = 0;
     double budget = 0.5;
-    const char *ggml = NULL;
+    const char *ggml = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--time") && i + 1 < argc) budget = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--ggml") && i + 1 < argc) ggml = argv[++i];
-        else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--bandwidth")) bw_only = 1;
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--time") && i + 1 < argc)
+            budget = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--ggml") && i + 1 < argc)
+            ggml = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--bandwidth"))
+            bw_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--time S] [--ggml LIB] [--json] [--bandwidth]\n",
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json] "
+                    "[--bandwidth]\n",
                     argv[0]);
             return 2;
         }
     }
     double bw = bandwidth(threads);
     if (bw_only) {
-        printf(json ? "{\"read_gb_s\": %.3f, \"threads\": %d}\n" : "read bandwidth %.2f GB/s (%d threads)\n",
+        printf(json ? "{\"read_gb_s\": %.3f, \"threads\": %d}\n"
+                    : "read bandwidth %.2f GB/s (%d threads)\n",
                bw, threads);
         return 0;
     }
@@ -222,26 +244,33 @@ int main(int argc, char **argv) {
     struct pool *pool = NULL, *pool1 = NULL;
     if (pool_create(threads, &pool) != 0 || pool_create(1, &pool1) != 0) return 1;
     const int Ms[] = {1, 16, 64};
-    if (json) printf("{\"isa\": \"%s\", \"threads\": %d, \"read_gb_s\": %.3f, \"cases\": [",
-                     kern_isa_name(kern_active_isa()), threads, bw);
+    if (json)
+        printf("{\"isa\": \"%s\", \"threads\": %d, \"read_gb_s\": %.3f, \"cases\": [",
+               kern_isa_name(kern_active_isa()), threads, bw);
     else
-        printf("isa %s, %d threads, read bandwidth %.2f GB/s\n%-12s %-5s %6s %7s %3s %9s %7s %8s %7s %s\n",
+        printf("isa %s, %d threads, read bandwidth %.2f GB/s\n%-12s %-5s %6s %7s %3s %9s %7s %8s "
+               "%7s %s\n",
                kern_isa_name(kern_active_isa()), threads, bw, "matmul", "type", "n_in", "n_out",
                "M", "ms", "GB/s", "GMAC/s", "%bw", ggml ? "1-thread ms: gemmad ggml ratio" : "");
     int first = 1;
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         const struct shape *sh = &shapes[s];
-        struct kern_weight w = {.type = sh->type, .n_in = sh->n_in, .n_out = sh->n_out,
+        if (only && strcmp(only, sh->what)) continue;
+        struct kern_weight w = {.type = sh->type,
+                                .n_in = sh->n_in,
+                                .n_out = sh->n_out,
                                 .row_bytes = quant_row_size(sh->type, sh->n_in)};
         const size_t wbytes = w.row_bytes * (size_t)w.n_out;
         int copies = (int)(COLD_BYTES / wbytes) + 1;
         uint8_t *wd = malloc(wbytes * (size_t)copies);
         float *X = malloc(sizeof(float) * (size_t)(64 * sh->n_in));
         float *Y = malloc(sizeof(float) * (size_t)(64 * sh->n_out));
-        void *scratch = aligned_alloc(64, (kern_act_bytes(&w, 64) + 4 * (size_t)sh->n_in * 64 + 63) & ~(size_t)63);
+        void *scratch = aligned_alloc(
+            64, (kern_act_bytes(&w, 64) + 4 * (size_t)sh->n_in * 64 + 63) & ~(size_t)63);
         if (!wd || !X || !Y || !scratch) return 1;
         fill_weights(sh->type, wd, wbytes * (size_t)copies);
-        for (int64_t i = 0; i < 64 * sh->n_in; i++) X[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
+        for (int64_t i = 0; i < 64 * sh->n_in; i++)
+            X[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
         w.data = wd;
         for (size_t mi = 0; mi < sizeof(Ms) / sizeof(Ms[0]); mi++) {
             const int M = Ms[mi];
@@ -256,10 +285,11 @@ int main(int argc, char **argv) {
                 g_clock = CLOCK_MONOTONIC;
             }
             if (json) {
-                printf("%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"n_in\": %lld, \"n_out\": %lld, "
-                       "\"M\": %d, \"ms\": %.4f, \"gb_s\": %.3f, \"gmac_s\": %.3f, \"bw_frac\": %.3f",
-                       first ? "" : ",", sh->what, quant_info(sh->type)->name,
-                       (long long)sh->n_in, (long long)sh->n_out, M, t * 1e3, gbs, gmac, gbs / bw);
+                printf(
+                    "%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"n_in\": %lld, \"n_out\": %lld, "
+                    "\"M\": %d, \"ms\": %.4f, \"gb_s\": %.3f, \"gmac_s\": %.3f, \"bw_frac\": %.3f",
+                    first ? "" : ",", sh->what, quant_info(sh->type)->name, (long long)sh->n_in,
+                    (long long)sh->n_out, M, t * 1e3, gbs, gmac, gbs / bw);
                 if (tg > 0)
                     printf(", \"ms_1t\": %.4f, \"ggml_ms_1t\": %.4f, \"vs_ggml\": %.3f", t1 * 1e3,
                            tg * 1e3, tg / t1);

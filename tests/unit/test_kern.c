@@ -34,7 +34,9 @@ static uint32_t rnd_u32(void) {
     return (uint32_t)(rng_state >> 16);
 }
 
-static float rnd_f(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f; }
+static float rnd_f(float lo, float hi) {
+    return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f;
+}
 
 /* Activation-like data: mostly small, an outlier now and then, some exact ties. */
 static void rnd_act(float *x, int64_t n, int kind) {
@@ -44,28 +46,43 @@ static void rnd_act(float *x, int64_t n, int kind) {
         x[i] = v;
     }
     if (kind == 1) { /* ties: amax 127 makes the Q8_0 scale exactly 1 */
-        for (int64_t i = 0; i < n; i++) x[i] = (float)((int)(rnd_u32() % 200) - 100) + 0.5f;
-        for (int64_t b = 0; b < n; b += 32) x[b] = 127.0f;
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)((int)(rnd_u32() % 200) - 100) + 0.5f;
+        for (int64_t b = 0; b < n; b += 32)
+            x[b] = 127.0f;
     }
     if (kind == 2) /* an all-zero block and a block whose extremes have both signs */
-        for (int64_t i = 0; i < n && i < 512; i++) x[i] = i < 256 ? 0.0f : (i == 300 ? -7.0f : i == 400 ? 7.0f : 1.0f);
+        for (int64_t i = 0; i < n && i < 512; i++)
+            x[i] = i < 256 ? 0.0f : (i == 300 ? -7.0f : i == 400 ? 7.0f : 1.0f);
 }
 
-static quant_half rnd_scale(void) { return quant_f32_to_f16(rnd_f(0.0005f, 0.02f)); }
+static quant_half rnd_scale(void) {
+    return quant_f32_to_f16(rnd_f(0.0005f, 0.02f));
+}
 
 /* Random weight row of type t with valid (finite) scale fields. */
 static void rnd_weights(uint32_t t, uint8_t *w, int64_t n) {
     size_t bytes = quant_row_size(t, n);
-    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd_u32();
+    for (size_t i = 0; i < bytes; i++)
+        w[i] = (uint8_t)rnd_u32();
     const struct quant_info *qi = quant_info(t);
     int64_t nb = n / qi->blck;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = w + (size_t)b * (size_t)qi->size;
         quant_half h[2] = {rnd_scale(), rnd_scale()};
         switch (t) {
-        case QT_Q4_0: case QT_Q5_0: case QT_Q8_0: memcpy(p, h, 2); break;
-        case QT_Q4_K: case QT_Q5_K: memcpy(p, h, 4); break;
-        case QT_Q6_K: memcpy(p + offsetof(struct block_q6_K, d), h, 2); break;
+        case QT_Q4_0:
+        case QT_Q5_0:
+        case QT_Q8_0:
+            memcpy(p, h, 2);
+            break;
+        case QT_Q4_K:
+        case QT_Q5_K:
+            memcpy(p, h, 4);
+            break;
+        case QT_Q6_K:
+            memcpy(p + offsetof(struct block_q6_K, d), h, 2);
+            break;
         case QT_F16: {
             quant_half v = quant_f32_to_f16(rnd_f(-2.0f, 2.0f));
             memcpy(p, &v, 2);
@@ -76,7 +93,8 @@ static void rnd_weights(uint32_t t, uint8_t *w, int64_t n) {
             memcpy(p, &v, 2);
             break;
         }
-        default: break;
+        default:
+            break;
         }
     }
 }
@@ -85,7 +103,8 @@ static void rnd_weights(uint32_t t, uint8_t *w, int64_t n) {
 static void act_values(uint32_t act, const void *src, float *dst, int64_t n) {
     if (act == QT_Q8_K) {
         const struct block_q8_K *b = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = b[i / QK_K].d * (float)b[i / QK_K].qs[i % QK_K];
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = b[i / QK_K].d * (float)b[i / QK_K].qs[i % QK_K];
         return;
     }
     T_ASSERT(quant_dequant_row_ref(act, src, dst, n) == 0);
@@ -128,7 +147,8 @@ static void check_quant(enum kern_isa isa, uint32_t wt) {
         if (act == QT_Q8_0) {
             const struct block_q8_0 *a = (const void *)q_ref, *b = (const void *)q_simd;
             for (int64_t i = 0; i < n / 32; i++) {
-                T_ASSERTF(a[i].d == b[i].d, "block %lld: d %04x vs %04x", (long long)i, a[i].d, b[i].d);
+                T_ASSERTF(a[i].d == b[i].d, "block %lld: d %04x vs %04x", (long long)i, a[i].d,
+                          b[i].d);
                 for (int j = 0; j < 32; j++) {
                     int dq = a[i].qs[j] - b[i].qs[j];
                     T_ASSERTF(dq >= -1 && dq <= 1, "q[%d] %d vs %d", j, a[i].qs[j], b[i].qs[j]);
@@ -147,7 +167,8 @@ static void check_quant(enum kern_isa isa, uint32_t wt) {
                 /* bsums must describe the simd bytes themselves */
                 for (int g = 0; g < 16; g++) {
                     int s = 0;
-                    for (int k = 0; k < 16; k++) s += b[i].qs[16 * g + k];
+                    for (int k = 0; k < 16; k++)
+                        s += b[i].qs[16 * g + k];
                     T_ASSERTF(s == b[i].bsums[g], "bsums[%d] %d vs %d", g, b[i].bsums[g], s);
                 }
             }
@@ -166,7 +187,8 @@ static void check_dots(enum kern_isa isa) {
     struct kern_ops ops;
     isa_ops(isa, &ops);
     static float x[NMAX], wf[NMAX], af[NMAX];
-    static uint8_t w[NMAX * 4], a[NMAX * 4];
+    static uint8_t w[NMAX * 4] __attribute__((aligned(64)));
+    static uint8_t a[NMAX * 4] __attribute__((aligned(64)));
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
         const struct quant_info *qi = quant_info(t);
@@ -181,7 +203,8 @@ static void check_dots(enum kern_isa isa) {
             T_ASSERT(quant_dequant_row_ref(t, w, wf, n) == 0);
             act_values(qi->vec_dot_type, a, af, n);
             double mag = 0;
-            for (int64_t i = 0; i < n; i++) mag += fabs((double)wf[i] * af[i]);
+            for (int64_t i = 0; i < n; i++)
+                mag += fabs((double)wf[i] * af[i]);
             const float r = ref(n, w, a), s = ops.t[t].vec_dot(n, w, a);
             const double err = mag > 0 ? fabs((double)s - r) / mag : fabs((double)s - r);
             if (err > worst) worst = err;
@@ -198,23 +221,30 @@ static void check_gemm(enum kern_isa isa) {
     struct kern_ops ops;
     isa_ops(isa, &ops);
     enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, N = 512 };
-    static uint8_t w[NR * N * 4], a[NA * N * 4];
+    static uint8_t w[NR * N * 4] __attribute__((aligned(64)));
+    static uint8_t a[NA * N * 4] __attribute__((aligned(64)));
     static float x[N], y[NA * (NR + 3)];
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
         const struct quant_info *qi = quant_info(t);
         T_ASSERTF(ops.t[t].gemm != NULL, "%s: no gemm", qi->name);
-        const size_t wb = quant_row_size(t, N), ab = quant_row_size(qi->vec_dot_type, N) + 7;
-        for (int r = 0; r < NR; r++) rnd_weights(t, w + (size_t)r * wb, N);
+        /* activation rows padded past their size, 64-byte aligned as kern_matmul lays them */
+        const size_t wb = quant_row_size(t, N);
+        const size_t ab = (quant_row_size(qi->vec_dot_type, N) + 127) & ~(size_t)63;
+        for (int r = 0; r < NR; r++)
+            rnd_weights(t, w + (size_t)r * wb, N);
         for (int c = 0; c < NA; c++) {
             rnd_act(x, N, 0);
-            if (ops.t[t].quant_act) ops.t[t].quant_act(x, a + (size_t)c * ab, N);
-            else T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a + (size_t)c * ab, N) == 0);
+            if (ops.t[t].quant_act)
+                ops.t[t].quant_act(x, a + (size_t)c * ab, N);
+            else
+                T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a + (size_t)c * ab, N) == 0);
         }
         const int ldy = NR + 3;
         for (int nr = 1; nr <= NR; nr++)
             for (int na = 1; na <= NA; na++) {
-                for (int i = 0; i < NA * ldy; i++) y[i] = -12345.0f;
+                for (int i = 0; i < NA * ldy; i++)
+                    y[i] = -12345.0f;
                 ops.t[t].gemm(N, w, wb, nr, a, ab, na, y, ldy);
                 for (int c = 0; c < NA; c++)
                     for (int r = 0; r < ldy; r++) {
@@ -222,22 +252,40 @@ static void check_gemm(enum kern_isa isa) {
                         if (c < na && r < nr)
                             want = ops.t[t].vec_dot(N, w + (size_t)r * wb, a + (size_t)c * ab);
                         T_ASSERTF(memcmp(&want, &y[c * ldy + r], 4) == 0,
-                                  "%s tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g", qi->name, nr,
-                                  na, c, r, y[c * ldy + r], want);
+                                  "%s tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g", qi->name, nr, na,
+                                  c, r, y[c * ldy + r], want);
                     }
             }
     }
 }
 
-static void test_avx2_quant_q8_0(void) { check_quant(KERN_ISA_AVX2, QT_Q8_0); }
-static void test_avx2_quant_q8_K(void) { check_quant(KERN_ISA_AVX2, QT_Q4_K); }
-static void test_avx2_quant_f16(void) { check_quant(KERN_ISA_AVX2, QT_F16); }
-static void test_avx2_vec_dot(void) { check_dots(KERN_ISA_AVX2); }
-static void test_avx2_gemm_bitexact(void) { check_gemm(KERN_ISA_AVX2); }
-static void test_avx512_quant_q8_0(void) { check_quant(KERN_ISA_AVX512, QT_Q8_0); }
-static void test_avx512_quant_q8_K(void) { check_quant(KERN_ISA_AVX512, QT_Q4_K); }
-static void test_avx512_vec_dot(void) { check_dots(KERN_ISA_AVX512); }
-static void test_avx512_gemm_bitexact(void) { check_gemm(KERN_ISA_AVX512); }
+static void test_avx2_quant_q8_0(void) {
+    check_quant(KERN_ISA_AVX2, QT_Q8_0);
+}
+static void test_avx2_quant_q8_K(void) {
+    check_quant(KERN_ISA_AVX2, QT_Q4_K);
+}
+static void test_avx2_quant_f16(void) {
+    check_quant(KERN_ISA_AVX2, QT_F16);
+}
+static void test_avx2_vec_dot(void) {
+    check_dots(KERN_ISA_AVX2);
+}
+static void test_avx2_gemm_bitexact(void) {
+    check_gemm(KERN_ISA_AVX2);
+}
+static void test_avx512_quant_q8_0(void) {
+    check_quant(KERN_ISA_AVX512, QT_Q8_0);
+}
+static void test_avx512_quant_q8_K(void) {
+    check_quant(KERN_ISA_AVX512, QT_Q4_K);
+}
+static void test_avx512_vec_dot(void) {
+    check_dots(KERN_ISA_AVX512);
+}
+static void test_avx512_gemm_bitexact(void) {
+    check_gemm(KERN_ISA_AVX512);
+}
 
 /* kern_matmul on the active ISA: M=1 row by row equals the rows of one M=13 call, on 1 and
  * 2 threads, and every output matches the ref vec_dot within the bound. */
@@ -245,7 +293,7 @@ static void test_matmul_batch_invariant(void) {
     T_ASSERT(kern_init(KERN_ISA_AUTO) == 0);
     printf("    active ISA: %s\n", kern_isa_name(kern_active_isa()));
     enum { M = 13, NIN = 1024, NOUT = 200 };
-    static uint8_t wdata[NOUT * NIN * 2];
+    static uint8_t wdata[NOUT * NIN * 2] __attribute__((aligned(64)));
     static float X[M * NIN], Y1[M * NOUT], YM[M * NOUT], Y2[M * NOUT];
     static uint8_t scratch[M * NIN * 4 + 4096] __attribute__((aligned(64)));
     struct pool *p1 = NULL, *p2 = NULL;
@@ -253,12 +301,18 @@ static void test_matmul_batch_invariant(void) {
     T_ASSERT(pool_create(2, &p2) == 0);
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
-        struct kern_weight w = {.type = t, .n_in = NIN, .n_out = NOUT,
-                                .row_bytes = quant_row_size(t, NIN), .data = wdata};
-        for (int o = 0; o < NOUT; o++) rnd_weights(t, wdata + (size_t)o * w.row_bytes, NIN);
-        for (int i = 0; i < M * NIN; i++) X[i] = rnd_f(-1.0f, 1.0f);
+        struct kern_weight w = {.type = t,
+                                .n_in = NIN,
+                                .n_out = NOUT,
+                                .row_bytes = quant_row_size(t, NIN),
+                                .data = wdata};
+        for (int o = 0; o < NOUT; o++)
+            rnd_weights(t, wdata + (size_t)o * w.row_bytes, NIN);
+        for (int i = 0; i < M * NIN; i++)
+            X[i] = rnd_f(-1.0f, 1.0f);
         T_ASSERT(kern_act_bytes(&w, M) <= sizeof(scratch));
-        for (int m = 0; m < M; m++) kern_matmul(p1, &w, X + m * NIN, 1, Y1 + m * NOUT, NOUT, scratch);
+        for (int m = 0; m < M; m++)
+            kern_matmul(p1, &w, X + m * NIN, 1, Y1 + m * NOUT, NOUT, scratch);
         kern_matmul(p2, &w, X, M, YM, NOUT, scratch);
         kern_matmul(p1, &w, X, M, Y2, NOUT, scratch);
         T_ASSERTF(memcmp(Y1, YM, sizeof(Y1)) == 0, "%s: M=1 and M=13 (2 threads) differ",
@@ -272,11 +326,16 @@ static void test_matmul_batch_invariant(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_avx2_quant_q8_0),      T_CASE(test_avx2_quant_q8_K),
-        T_CASE(test_avx2_quant_f16),       T_CASE(test_avx2_vec_dot),
-        T_CASE(test_avx2_gemm_bitexact),   T_CASE(test_avx512_quant_q8_0),
-        T_CASE(test_avx512_quant_q8_K),    T_CASE(test_avx512_vec_dot),
-        T_CASE(test_avx512_gemm_bitexact), T_CASE(test_matmul_batch_invariant),
+        T_CASE(test_avx2_quant_q8_0),
+        T_CASE(test_avx2_quant_q8_K),
+        T_CASE(test_avx2_quant_f16),
+        T_CASE(test_avx2_vec_dot),
+        T_CASE(test_avx2_gemm_bitexact),
+        T_CASE(test_avx512_quant_q8_0),
+        T_CASE(test_avx512_quant_q8_K),
+        T_CASE(test_avx512_vec_dot),
+        T_CASE(test_avx512_gemm_bitexact),
+        T_CASE(test_matmul_batch_invariant),
         {0},
     };
     return t_main(argc, argv, cases);
