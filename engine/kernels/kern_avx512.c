@@ -42,10 +42,11 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     const int64_t nb = n / 32;
     __m512 acc[KX_MAXR][KX_MAXC];
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++)
-        acc[r][c] = _mm512_setzero_ps();
+        for (int c = 0; c < NC; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    }
     for (int64_t ib = 0; ib < nb; ib += 2) {
         const int two = ib + 1 < nb;
         __m512i wa[KX_MAXR];
@@ -76,10 +77,11 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
         }
     }
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++)
-        y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
+        for (int c = 0; c < NC; c++)
+            y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
+    }
 }
 
 /* ---- Q4_K / Q5_K / Q6_K x Q8_K: the AVX2 unpack, products two chunks at a time ------------ */

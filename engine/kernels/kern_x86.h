@@ -217,10 +217,11 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     const size_t bs = kx_q8f_size(k);
     __m256 acc[KX_MAXR][KX_MAXC];
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++)
-        acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    }
     for (int64_t ib = 0; ib < n / 32; ib++) {
         __m256i wv[KX_MAXR], wa[KX_MAXR];
         __m256 dw[KX_MAXR];
@@ -244,10 +245,11 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
         }
     }
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++)
-        y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
+        for (int c = 0; c < NC; c++)
+            y[(size_t)c * ldy + r] = kx_hsum8(acc[r][c]);
+    }
 }
 
 /* ---- Q4_K / Q5_K / Q6_K weights x Q8_K activations -------------------------------------- */
@@ -444,11 +446,12 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
         __m256 acc[KX_MAXR][KX_MAXC];                                                              \
         __m128 accm[KX_MAXR][KX_MAXC];                                                             \
         KX_UNROLL(8)                                                                               \
-        for (int r = 0; r < NR; r++)                                                               \
+        for (int r = 0; r < NR; r++) {                                                             \
             KX_UNROLL(8)                                                                           \
-        for (int c = 0; c < NC; c++) {                                                             \
-            acc[r][c] = _mm256_setzero_ps();                                                       \
-            accm[r][c] = _mm_setzero_ps();                                                         \
+            for (int c = 0; c < NC; c++) {                                                         \
+                acc[r][c] = _mm256_setzero_ps();                                                   \
+                accm[r][c] = _mm_setzero_ps();                                                     \
+            }                                                                                      \
         }                                                                                          \
         BLK wb[KX_MAXR];                                                                           \
         for (int64_t ib = 0; ib < n / QK_K; ib++) {                                                \
@@ -475,11 +478,14 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
             }                                                                                      \
         }                                                                                          \
         KX_UNROLL(8)                                                                               \
-        for (int r = 0; r < NR; r++)                                                               \
+        for (int r = 0; r < NR; r++) {                                                             \
             KX_UNROLL(8)                                                                           \
-        for (int c = 0; c < NC; c++)                                                               \
-            y[(size_t)c * ldy + r] =                                                               \
-                k == KX_Q6_K ? kx_hsum8(acc[r][c]) : kx_hsum8(acc[r][c]) + kx_hsum4(accm[r][c]);   \
+            for (int c = 0; c < NC; c++) {                                                         \
+                float m = k == KX_Q6_K ? 0.0f : kx_hsum4(accm[r][c]);                              \
+                y[(size_t)c * ldy + r] =                                                           \
+                    k == KX_Q6_K ? kx_hsum8(acc[r][c]) : kx_hsum8(acc[r][c]) + m;                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 #define KX_SELF(b) (b)
@@ -501,42 +507,46 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
                         const uint8_t *a, size_t as, float *y, size_t ldy) {
     __m256 acc[KX_MAXR][KX_MAXC][2];
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++)
-        acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; c++)
+            acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    }
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 wv[KX_MAXR][2];
         KX_UNROLL(8)
-        for (int r = 0; r < NR; r++)
+        for (int r = 0; r < NR; r++) {
             KX_UNROLL(8)
-        for (int h = 0; h < 2; h++) {
-            const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
-            wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *p = (const uint16_t *)(w + (size_t)r * ws) + i + 8 * h;
+                wv[r][h] = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+            }
         }
         KX_UNROLL(8)
-        for (int c = 0; c < NC; c++)
+        for (int c = 0; c < NC; c++) {
             KX_UNROLL(8)
-        for (int h = 0; h < 2; h++) {
-            const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
-            __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
-            KX_UNROLL(8)
-            for (int r = 0; r < NR; r++)
-                acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *p = (const uint16_t *)(a + (size_t)c * as) + i + 8 * h;
+                __m256 av = bf ? kx_load8_bf16(p) : kx_load8_f16(p);
+                KX_UNROLL(8)
+                for (int r = 0; r < NR; r++)
+                    acc[r][c][h] = _mm256_fmadd_ps(wv[r][h], av, acc[r][c][h]);
+            }
         }
     }
     KX_UNROLL(8)
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
-    for (int c = 0; c < NC; c++) {
-        float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
-        const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
-        const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
-        for (int64_t j = i; j < n; j++)
-            s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
-                   : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
-        y[(size_t)c * ldy + r] = s;
+        for (int c = 0; c < NC; c++) {
+            float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+            const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
+            const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
+            for (int64_t j = i; j < n; j++)
+                s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
+                       : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
+            y[(size_t)c * ldy + r] = s;
+        }
     }
 }
 
