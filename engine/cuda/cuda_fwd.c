@@ -185,6 +185,10 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
             return -1;
         }
         const int src = lc->kv_layer;
+        if (lc->has_kv && src != l) {
+            cf_err(err, errlen, "layer %d computes K/V but reads layer %d's cache", l, src);
+            return -1;
+        }
         if (src < 0 || src >= cfg->n_layer || kv->cls[src] < 0) {
             cf_err(err, errlen, "layer %d reads the KV cache of layer %d, which has none", l, src);
             return -1;
