@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Serving benchmark: aggregate generated tokens/s and time to first token (p50/p99) at
+several concurrency levels, for build/gemmad and for llama.cpp's llama-server on the same
+model, threads, prompts and generation length, with ratios.
+
+Each client streams /v1/completions requests one after another: a prompt of
+--prompt-tokens random token ids (distinct per request, so no server can reuse a cached
+prefix), temperature 0, exactly --gen-tokens generated (ignore_eos). Aggregate tok/s =
+generated tokens of all clients / wall time of the level; TTFT = send -> first streamed
+token.
+
+llama-server is built from the llama.cpp sources bundled in the llama-cpp-python source
+distribution into ~/.cache/gemmad/llama-server-build when missing (cmake, Release,
+-DLLAMA_BUILD_SERVER=ON). It is restarted per level with -np equal to the concurrency.
+
+  python3 tests/bench/bench_server.py --model models/gemma-3-270m-q4_k_m.gguf
+"""
+import argparse
+import glob
+import http.client
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.path.expanduser("~/.cache/gemmad")
+LLAMA_BUILD = os.path.join(CACHE, "llama-server-build")
+
+
+def physical_cores():
+    try:
+        seen = set()
+        core = phys = None
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":")[1].strip()
+                    seen.add((phys, core))
+        return max(1, len(seen))
+    except OSError:
+        return os.cpu_count() or 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llama_source():
+    hits = sorted(glob.glob(os.path.join(CACHE, "src", "llama_cpp_python-*", "vendor", "llama.cpp")))
+    return hits[-1] if hits else None
+
+
+def build_llama_server(jobs):
+    exe = os.path.join(LLAMA_BUILD, "bin", "llama-server")
+    if os.path.exists(exe):
+        return exe
+    src = llama_source()
+    if not src:
+        print("bench_server: llama.cpp sources not found under ~/.cache/gemmad/src; "
+              "run deploy/setup-bench.sh", file=sys.stderr)
+        return None
+    os.makedirs(LLAMA_BUILD, exist_ok=True)
+    print(f"bench_server: building llama-server from {src} (a few minutes)", flush=True)
+    subprocess.run(["cmake", "-S", src, "-B", LLAMA_BUILD, "-DCMAKE_BUILD_TYPE=Release",
+                    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                    "-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=ON"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", LLAMA_BUILD, "--target", "llama-server", f"-j{jobs}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return exe if os.path.exists(exe) else None
+
+
+class Server:
+    def __init__(self, name, argv, port, ready_path):
+        self.name, self.port = name, port
+        self.log = open(os.path.join("/tmp", f"bench-{name}-{port}.log"), "w")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", ready_path)
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"{name} did not become ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def model_id(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/v1/models")
+    data = json.loads(c.getresponse().read())
+    c.close()
+    return data["data"][0]["id"]
+
+
+def one_request(port, prompt, gen, model_name):
+    """Stream one completion; returns (ttft_s, generated_tokens)."""
+    body = json.dumps({"model": model_name, "prompt": prompt, "max_tokens": gen,
+                       "temperature": 0, "stream": True, "ignore_eos": True,
+                       "stream_options": {"include_usage": True}})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    ttft, chunks, usage = None, 0, None
+    for raw in r:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        ev = json.loads(data)
+        if ev.get("usage"):
+            usage = ev["usage"].get("completion_tokens")
+        for ch in ev.get("choices") or []:
+            if ch.get("text") is not None and (ch.get("text") or ch.get("finish_reason") is None):
+                chunks += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+    c.close()
+    return ttft if ttft is not None else time.perf_counter() - t0, usage or chunks
+
+
+def run_level(port, conc, per_client, prompt_tokens, gen, vocab_lo, vocab_hi, model_name, seed):
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab_lo, vocab_hi) for _ in range(prompt_tokens)]
+               for _ in range(conc * per_client)]
+    ttfts, toks, errors = [], [0], []
+    lock = threading.Lock()
+
+    def client(i):
+        for k in range(per_client):
+            try:
+                t, n = one_request(port, prompts[i * per_client + k], gen, model_name)
+            except Exception as e:  # report, keep the others going
+                with lock:
+                    errors.append(str(e))
+                return
+            with lock:
+                ttfts.append(t)
+                toks[0] += n
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(conc)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttfts.sort()
+    p = lambda q: ttfts[min(len(ttfts) - 1, int(q * len(ttfts)))] if ttfts else float("nan")
+    return {"tok_s": toks[0] / wall, "ttft_p50": p(0.5), "ttft_p99": p(0.99),
+            "tokens": toks[0], "wall_s": wall, "errors": errors}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--gemmad", default=os.path.join(ROOT, "build/gemmad"))
+    ap.add_argument("--llama-server", default=None, help="path (default: build into the cache)")
+    ap.add_argument("--no-llama", action="store_true", help="gemmad only")
+    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--requests-per-client", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=physical_cores())
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    levels = [int(x) for x in a.concurrency.split(",")]
+    name = "bench"
+    # Token ids from a stretch of ordinary pieces of the Gemma vocabulary.
+    lo, hi = 1000, 30000
+    ctx = a.prompt_tokens + a.gen_tokens + 16
+    results = {}
+
+    port = free_port()
+    srv = Server("gemmad", [a.gemmad, "--model", a.model, "--host", "127.0.0.1", "--port",
+                            str(port), "--threads", str(a.threads), "--max-seqs",
+                            str(max(levels)), "--ctx-size", str(max(ctx, 512)),
+                            "--prefix-cache", "0"], port, "/health")
+    try:
+        name = model_id(port)
+        one_request(port, list(range(lo, lo + 8)), 4, name)  # warm-up
+        for c in levels:
+            r = run_level(port, c, a.requests_per_client, a.prompt_tokens, a.gen_tokens, lo, hi,
+                          name, 1000 + c)
+            results[("gemmad", c)] = r
+            print(f"gemmad       c={c:3d}  {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
+                  f"  p99 {r['ttft_p99']*1e3:8.1f} ms  ({r['tokens']} tokens, {r['wall_s']:.1f} s"
+                  f"{', ERRORS ' + str(len(r['errors'])) if r['errors'] else ''})", flush=True)
+    finally:
+        srv.stop()
+
+    if not a.no_llama:
+        exe = a.llama_server or build_llama_server(2)
+        if not exe:
+            print("bench_server: llama-server unavailable; gemmad results only", file=sys.stderr)
+        else:
+            for c in levels:
+                port = free_port()
+                srv = Server("llama-server", [exe, "-m", a.model, "--host", "127.0.0.1",
+                                              "--port", str(port), "-t", str(a.threads),
+                                              "-tb", str(a.threads), "-np", str(c),
+                                              "-c", str(max(ctx, 512) * c), "--no-webui"],
+                             port, "/health")
+                try:
+                    name = model_id(port)
+                    one_request(port, list(range(lo, lo + 8)), 4, name)
+                    r = run_level(port, c, a.requests_per_client, a.prompt_tokens, a.gen_tokens,
+                                  lo, hi, name, 1000 + c)
+                finally:
+                    srv.stop()
+                results[("llama", c)] = r
+                g = results[("gemmad", c)]
+                print(f"llama-server c={c:3d}  {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
+                      f"  p99 {r['ttft_p99']*1e3:8.1f} ms   gemmad/llama tok/s {g['tok_s']/r['tok_s']:.2f}x"
+                      f"  TTFT p50 {g['ttft_p50']/r['ttft_p50']:.2f}x", flush=True)
+
+    print("\n| concurrency | gemmad tok/s | llama tok/s | ratio | gemmad TTFT p50/p99 ms | llama TTFT p50/p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for c in levels:
+        g = results[("gemmad", c)]
+        l = results.get(("llama", c))
+        lt = f"{l['tok_s']:.1f}" if l else "-"
+        ratio = f"{g['tok_s']/l['tok_s']:.2f}x" if l else "-"
+        ll = f"{l['ttft_p50']*1e3:.0f} / {l['ttft_p99']*1e3:.0f}" if l else "-"
+        print(f"| {c} | {g['tok_s']:.1f} | {lt} | {ratio} | {g['ttft_p50']*1e3:.0f} / {g['ttft_p99']*1e3:.0f} | {ll} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({f"{k[0]}@{k[1]}": v for k, v in results.items()}, f, indent=1)
+    bad = [k for k, v in results.items() if v["errors"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
