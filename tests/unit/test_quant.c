@@ -94,6 +94,16 @@ static uint8_t *random_weights(int k, int64_t rows, int64_t n) {
     return w;
 }
 
+/* An n_out x n weight matrix of wtypes[k] with random contents; free((void *)w.data). */
+static struct kern_weight random_matrix(int k, int64_t n_out, int64_t n) {
+    struct kern_weight w = {.type = wtypes[k].type,
+                            .n_in = n,
+                            .n_out = n_out,
+                            .row_bytes = quant_row_size(wtypes[k].type, n)};
+    w.data = random_weights(k, n_out, n);
+    return w;
+}
+
 static float *random_acts(int64_t count) {
     float *x = malloc(sizeof(float) * (size_t)count);
     T_ASSERT(x);
@@ -251,12 +261,8 @@ static void test_kern_matmul_deterministic(void) {
         T_ASSERT(kern_init((enum kern_isa)isa) == 0);
         for (int k = 0; k < N_WTYPES; k++) {
             const int64_t n = 512, n_out = (k % 3 == 0) ? 1000 : 37;
-            struct kern_weight w = {.type = wtypes[k].type,
-                                    .n_in = n,
-                                    .n_out = n_out,
-                                    .row_bytes = quant_row_size(wtypes[k].type, n)};
-            uint8_t *wd = random_weights(k, n_out, n);
-            w.data = wd;
+            struct kern_weight w = random_matrix(k, n_out, n);
+            uint8_t *wd = (uint8_t *)w.data;
             float *X = random_acts(M * n);
             const int ldy = (int)n_out + 3;
             float *Y7 = calloc((size_t)M * ldy, 4), *Y1 = calloc((size_t)ldy, 4);
@@ -300,12 +306,8 @@ static void test_kern_matmul_deterministic(void) {
  * the quantized path's bits are known (kern_vec_dot), the BLAS path's differ. */
 static int takes_blas_path(struct pool *p, int k, int M) {
     const int64_t n = 512, n_out = 64;
-    struct kern_weight w = {.type = wtypes[k].type,
-                            .n_in = n,
-                            .n_out = n_out,
-                            .row_bytes = quant_row_size(wtypes[k].type, n)};
-    uint8_t *wd = random_weights(k, n_out, n);
-    w.data = wd;
+    struct kern_weight w = random_matrix(k, n_out, n);
+    uint8_t *wd = (uint8_t *)w.data;
     float *X = random_acts(M * n), *Y = calloc((size_t)M * n_out, 4);
     void *scratch = aligned_alloc(64, kern_act_bytes(&w, M));
     T_ASSERT(Y && scratch);
@@ -345,12 +347,8 @@ static void test_kern_blas_path(void) {
         int k = ks[t];
         const int64_t n = 512, n_out = 200;
         const int M = KERN_BLAS_MIN_M + 3;
-        struct kern_weight w = {.type = wtypes[k].type,
-                                .n_in = n,
-                                .n_out = n_out,
-                                .row_bytes = quant_row_size(wtypes[k].type, n)};
-        uint8_t *wd = random_weights(k, n_out, n);
-        w.data = wd;
+        struct kern_weight w = random_matrix(k, n_out, n);
+        uint8_t *wd = (uint8_t *)w.data;
         float *X = random_acts(M * n), *Y = calloc((size_t)M * n_out, 4);
         float *Yq = calloc((size_t)M * n_out, 4), *wf = malloc(sizeof(float) * n);
         void *scratch = aligned_alloc(64, kern_act_bytes(&w, M));
@@ -402,12 +400,8 @@ static void test_kern_get_row(void) {
         T_ASSERT(kern_init((enum kern_isa)isa) == 0);
         for (int k = 0; k < N_WTYPES; k++) {
             const int64_t n = 256, rows = 5;
-            uint8_t *wd = random_weights(k, rows, n);
-            struct kern_weight w = {.type = wtypes[k].type,
-                                    .n_in = n,
-                                    .n_out = rows,
-                                    .row_bytes = quant_row_size(wtypes[k].type, n),
-                                    .data = wd};
+            struct kern_weight w = random_matrix(k, rows, n);
+            const uint8_t *wd = w.data;
             float got[256], want[256];
             kern_get_row(&w, 3, got);
             quant_dequant_row_ref(w.type, wd + 3 * w.row_bytes, want, n);
@@ -415,7 +409,7 @@ static void test_kern_get_row(void) {
                 T_ASSERTF(memcmp(&got[i], &want[i], 4) == 0, "%s %s element %d: %g vs %g",
                           kern_isa_name((enum kern_isa)isa), quant_info(w.type)->name, i, got[i],
                           want[i]);
-            free(wd);
+            free((void *)w.data);
         }
     }
 }
