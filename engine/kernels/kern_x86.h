@@ -23,10 +23,17 @@
 
 #include "engine/kernels/quant.h"
 
+/* Forced inlining and full unrolling of the small constant loops keep tiles in registers.
+ * Sanitizer builds skip both: the instrumented, fully unrolled tiles take many minutes to
+ * compile, and the arithmetic (hence every result bit) is the same without them. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KX_AI static inline
+#define KX_UNROLL(n)
+#else
 #define KX_AI static inline __attribute__((always_inline))
-/* Full unrolling of the small constant loops keeps tiles in registers. */
 #define KX_PRAGMA(x) _Pragma(#x)
 #define KX_UNROLL(n) KX_PRAGMA(GCC unroll n)
+#endif
 
 /* Largest tile any kernel here is instantiated with. */
 #define KX_MAXR 4
