@@ -182,12 +182,78 @@ def run_level(port, conc, per_client, prompt_tokens, gen, vocab_lo, vocab_hi, mo
             "tokens": toks[0], "wall_s": wall, "errors": errors}
 
 
+def llama_python_levels(model_path, levels, prompt_tokens, gen, threads, lo, hi):
+    """Fallback baseline without llama-server: llama.cpp's batched decode driven in-process
+    through llama-cpp-python. All c sequences arrive at once; prompts are packed into 512-token
+    llama_decode batches, then every step decodes one token per sequence (greedy). No HTTP,
+    so this flatters the baseline slightly."""
+    import numpy as np
+    import llama_cpp as L
+    quiet = L.llama_log_callback(lambda level, text, user: None)
+    L.llama_log_set(quiet, None)
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(model_path.encode(), L.llama_model_default_params())
+    nv = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    out = {}
+    for c in levels:
+        cp = L.llama_context_default_params()
+        cp.n_ctx = c * (prompt_tokens + gen + 16)
+        cp.n_batch = cp.n_ubatch = 512
+        cp.n_seq_max = c
+        cp.n_threads = cp.n_threads_batch = threads
+        ctx = L.llama_init_from_model(model, cp)
+        batch = L.llama_batch_init(512, 0, 1)
+        rng = random.Random(1000 + c)
+        prompts = [[rng.randrange(lo, hi) for _ in range(prompt_tokens)] for _ in range(c)]
+        nxt, ttft, ntok = [0] * c, [0.0] * c, 0
+
+        def run(rows):
+            batch.n_tokens = len(rows)
+            for k, (sq, pos, tok, lg) in enumerate(rows):
+                batch.token[k], batch.pos[k], batch.n_seq_id[k] = tok, pos, 1
+                batch.seq_id[k][0], batch.logits[k] = sq, lg
+            if L.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+            res = []
+            for k, (sq, _, _, lg) in enumerate(rows):
+                if lg:
+                    row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, k), shape=(nv,))
+                    res.append((sq, int(row.argmax())))
+            return res
+
+        run([(0, 0, lo, True)])  # warm-up, then forget it
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        t0 = time.perf_counter()
+        rows = [(sq, i, t, i == prompt_tokens - 1) for sq in range(c)
+                for i, t in enumerate(prompts[sq])]
+        for i in range(0, len(rows), 512):
+            for sq, tok in run(rows[i:i + 512]):
+                nxt[sq], ttft[sq] = tok, time.perf_counter() - t0
+                ntok += 1
+        for step in range(gen - 1):
+            for sq, tok in run([(sq, prompt_tokens + step, nxt[sq], True) for sq in range(c)]):
+                nxt[sq] = tok
+                ntok += 1
+        wall = time.perf_counter() - t0
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        ttft.sort()
+        out[c] = {"tok_s": ntok / wall, "ttft_p50": ttft[len(ttft) // 2],
+                  "ttft_p99": ttft[min(c - 1, int(0.99 * c))], "tokens": ntok, "wall_s": wall,
+                  "errors": []}
+    L.llama_model_free(model)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=os.path.join(ROOT, "models/gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--gemmad", default=os.path.join(ROOT, "build/gemmad"))
     ap.add_argument("--llama-server", default=None, help="path (default: build into the cache)")
     ap.add_argument("--no-llama", action="store_true", help="gemmad only")
+    ap.add_argument("--llama-python", action="store_true",
+                    help="baseline = llama.cpp batched decode through llama-cpp-python "
+                         "(no llama-server build)")
     ap.add_argument("--concurrency", default="1,4,16,32")
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--gen-tokens", type=int, default=128)
@@ -220,7 +286,15 @@ def main():
     finally:
         srv.stop()
 
-    if not a.no_llama:
+    if not a.no_llama and a.llama_python:
+        base = llama_python_levels(a.model, levels, a.prompt_tokens, a.gen_tokens, a.threads, lo, hi)
+        for c in levels:
+            r, g = base[c], results[("gemmad", c)]
+            results[("llama", c)] = r
+            print(f"llama.cpp(py) c={c:3d} {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
+                  f"  p99 {r['ttft_p99']*1e3:8.1f} ms   gemmad/llama tok/s {g['tok_s']/r['tok_s']:.2f}x",
+                  flush=True)
+    elif not a.no_llama:
         exe = a.llama_server or build_llama_server(2)
         if not exe:
             print("bench_server: llama-server unavailable; gemmad results only", file=sys.stderr)
