@@ -47,6 +47,7 @@ struct kv_cache {
     uint64_t tmask;
     struct kv_session *sess; /* [max_sessions] */
     long long queries, hits, hit_tokens, evictions;
+    int last_counted, last_reuse; /* what the last kv_seq_attach added to the counters */
 };
 
 /* ---- hashing ------------------------------------------------------------------------ */
@@ -433,8 +434,10 @@ int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, i
     (void)now;
     int bs = c->o.block_size, R = c->o.ring;
     struct kv_session *ss = session_find(c, session);
+    c->last_counted = 0;
     if (!c->o.prefix_cache && !ss) return 0;
     c->queries++;
+    c->last_counted = 1;
     if (max_reuse > n) max_reuse = n;
     if (max_reuse > c->o.max_seq_blocks * bs) max_reuse = c->o.max_seq_blocks * bs;
 
@@ -485,7 +488,18 @@ int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, i
         c->hits++;
         c->hit_tokens += reuse;
     }
+    c->last_reuse = reuse;
     return reuse;
+}
+
+void kv_uncount_attach(struct kv_cache *c) {
+    if (!c->last_counted) return;
+    c->last_counted = 0;
+    c->queries--;
+    if (c->last_reuse > 0) {
+        c->hits--;
+        c->hit_tokens -= c->last_reuse;
+    }
 }
 
 int kv_seq_fill_ring(struct kv_cache *c, struct kv_seq *s) {

@@ -75,6 +75,10 @@ void kv_seq_release(struct kv_cache *c, struct kv_seq *s);
 int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, int n,
                   int max_reuse, const char *session, double now);
 
+/* Take back the statistics of the last kv_seq_attach when its sequence was released without
+ * running (admission retried later), so each request counts once. */
+void kv_uncount_attach(struct kv_cache *c);
+
 /* Fill the ring's empty slots with fresh blocks (done at admission so a running sequence
  * never waits for SWA blocks). KV_ENOSPACE when the pool cannot. */
 int kv_seq_fill_ring(struct kv_cache *c, struct kv_seq *s);

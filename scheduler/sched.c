@@ -326,6 +326,7 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
         (need_swa > 0 && need_swa > kv_available(s->kv, KVS_SWA, 1)) ||
         kv_seq_fill_ring(s->kv, &q->kv) != KV_OK) {
         kv_seq_release(s->kv, &q->kv);
+        kv_uncount_attach(s->kv);
         return 0;
     }
     q->n_kv = reuse;

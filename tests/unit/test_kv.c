@@ -105,6 +105,13 @@ static void test_prefix_hit_and_chain(void) {
     T_ASSERT(kv_seq_attach(c, &b, u, 70, 69, NULL, 0) == 0);
     kv_get_stats(c, &st);
     T_ASSERT(st.queries == 5 && st.hits == 3 && st.hit_tokens == 64 + 48 + 32);
+    /* A retried admission takes its attach back out of the statistics. */
+    kv_seq_release(c, &b);
+    T_ASSERT(kv_seq_attach(c, &b, t, 70, 69, NULL, 0) == 64);
+    kv_uncount_attach(c);
+    kv_uncount_attach(c); /* only once */
+    kv_get_stats(c, &st);
+    T_ASSERT(st.queries == 5 && st.hits == 3 && st.hit_tokens == 64 + 48 + 32);
     kv_seq_release(c, &a);
     check_accounting(c);
     kv_seq_free(&a);
