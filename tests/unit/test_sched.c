@@ -279,6 +279,81 @@ static void test_seeded_chunking_and_preemption(void) {
     model_free(m);
 }
 
+/* Stream token counts seen when the long request's first token arrived. */
+static struct result *g_streams;
+static int g_n_streams, g_at_first[8], g_first_seen;
+static void on_long_event(void *user, const struct sched_event *ev) {
+    if (ev->kind == SCHED_EV_TOKEN && !g_first_seen) {
+        g_first_seen = 1;
+        for (int i = 0; i < g_n_streams; i++) {
+            pthread_mutex_lock(&g_streams[i].mu);
+            g_at_first[i] = g_streams[i].n_tok;
+            pthread_mutex_unlock(&g_streams[i].mu);
+        }
+    }
+    on_event(user, ev);
+}
+
+static void budget_64(struct sched_opts *o) {
+    o->n_ctx = 1024;
+    o->max_batch_tokens = 64;
+}
+
+/* A long prompt arriving while streams decode is prefilled in chunks: every step keeps one
+ * decode row per stream, so each stream gains a token per prefill step. */
+static void test_long_prompt_does_not_freeze_streams(void) {
+    struct model *m = load();
+    struct sched *s = mk(m, budget_64);
+    enum { NS = 4 };
+    static struct result st[NS];
+    int32_t ids[NS][64];
+    uint64_t sid[NS];
+    for (int i = 0; i < NS; i++) {
+        int k = encode(m, prompts[i], ids[i], 64);
+        submit(s, ids[i], k, greedy(), 200, &st[i], &sid[i]);
+    }
+    for (int t = 0; t < 1000; t++) { /* all streams decoding */
+        int ready = 1;
+        for (int i = 0; i < NS; i++) {
+            pthread_mutex_lock(&st[i].mu);
+            ready &= st[i].n_tok >= 1;
+            pthread_mutex_unlock(&st[i].mu);
+        }
+        if (ready) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    static int32_t p[1024];
+    int len = 0;
+    for (int r = 0; len < (quick() ? 250 : 500); r++)
+        len += encode(m, prompts[r % 8], p + len, 1024 - len);
+    int before[NS];
+    for (int i = 0; i < NS; i++) {
+        pthread_mutex_lock(&st[i].mu);
+        before[i] = st[i].n_tok;
+        pthread_mutex_unlock(&st[i].mu);
+    }
+    g_streams = st;
+    g_n_streams = NS;
+    struct result lr;
+    struct sched_req q = req(p, len, greedy(), 2, &lr);
+    q.on_event = on_long_event;
+    uint64_t lid;
+    T_ASSERT(sched_submit(s, &q, &lid) == SCHED_OK);
+    res_wait(&lr);
+    T_ASSERT(g_first_seen);
+    int steps = (len + 63 - NS) / (64 - NS); /* prefill steps at the least */
+    for (int i = 0; i < NS; i++) {
+        T_ASSERTF(g_at_first[i] - before[i] >= steps - 1, "stream %d: %d tokens over %d steps", i,
+                  g_at_first[i] - before[i], steps);
+        sched_cancel(s, sid[i]);
+    }
+    for (int i = 0; i < NS; i++) res_wait(&st[i]);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
 static void long_ctx(struct sched_opts *o) {
     o->n_ctx = 2048;
     o->max_batch_tokens = 256;
@@ -514,7 +589,8 @@ int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
         T_CASE(test_seeded_chunking_and_preemption),
-        T_CASE(test_prefix_hit_long_prompt), T_CASE(test_session_turns),
+        T_CASE(test_prefix_hit_long_prompt),
+        T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels), {0}};
     return t_main(argc, argv, cases);
