@@ -10,10 +10,12 @@
 #include "engine/kernels/kern_x86.h"
 
 /* Tile shapes (rows for one activation; rows x activations otherwise), by measurement on
- * Zen (tests/bench/bench_kern.c): the 32-element formats gain from 4 independent rows at
- * M=1; the K-quants do best one row at a time there (fused unpack, no spills). */
+ * Zen (tests/bench/bench_kern.c): with one activation row a matmul is a stream from DRAM and
+ * one row at a time (sequential addresses, what the hardware prefetcher follows best) beats
+ * interleaving several rows by up to 2x on the LM head; with more rows, 2 weight rows x 4
+ * activations keeps 8 accumulators in registers and unpacks each weight block once per 4. */
 #ifndef KA_Q8F_SHAPE
-#define KA_Q8F_SHAPE 4, 2, 4
+#define KA_Q8F_SHAPE 1, 2, 4
 #endif
 #ifndef KA_KQ_SHAPE
 #define KA_KQ_SHAPE 1, 1, 4

@@ -124,9 +124,9 @@ KX_DEFINE_TILE_KQ(kz_tile_kq, struct kz_kblk, kz_kq_unpack, kz_kq_sumi, KZ_BASE)
 
 /* ---- instantiation (same scheme as kern_avx2.c) ------------------------------------------- */
 
-KX_DEFINE(kz, q4_0, kz_tile_q8f, KX_Q4_0, 4, 2, 4)
-KX_DEFINE(kz, q5_0, kz_tile_q8f, KX_Q5_0, 4, 2, 4)
-KX_DEFINE(kz, q8_0, kz_tile_q8f, KX_Q8_0, 4, 2, 4)
+KX_DEFINE(kz, q4_0, kz_tile_q8f, KX_Q4_0, 1, 2, 4)
+KX_DEFINE(kz, q5_0, kz_tile_q8f, KX_Q5_0, 1, 2, 4)
+KX_DEFINE(kz, q8_0, kz_tile_q8f, KX_Q8_0, 1, 2, 4)
 KX_DEFINE(kz, q4_K, kz_tile_kq, KX_Q4_K, 1, 2, 4)
 KX_DEFINE(kz, q5_K, kz_tile_kq, KX_Q5_K, 1, 2, 4)
 KX_DEFINE(kz, q6_K, kz_tile_kq, KX_Q6_K, 1, 2, 4)
