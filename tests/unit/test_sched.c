@@ -172,7 +172,7 @@ static void wait_kv_baseline(struct sched *s) {
 static void test_concurrent_greedy_equals_solo(void) {
     struct model *m = load();
     struct sched *s = mk(m, NULL);
-    int n = quick() ? 4 : 8, gen = quick() ? 6 : 10;
+    int n = quick() ? 3 : 8, gen = quick() ? 4 : 10;
     static struct result solo[8], conc[8];
     int32_t ids[8][64];
     int len[8];
@@ -205,13 +205,14 @@ static void small_batch(struct sched_opts *o) { o->max_batch_tokens = 16; }
 static int seeded_prompt(const struct model *m, int32_t *p) {
     int n = encode(m,
                    "Write a short poem about the ocean and the wind that moves it. Use simple "
-                   "words, four lines, and end with a question about the night:",
+                   "words, four lines, and end with a question about the night, the stars, and "
+                   "the long road home that every sailor knows by heart, and the light at its end:",
                    p, 128);
-    T_ASSERTF(n > 24 && n < 44, "prompt has %d tokens", n); /* sized for tiny_kv below */
-    return n;
+    T_ASSERTF(n >= 44, "prompt has %d tokens", n);
+    return 44; /* cut to 44: 3 blocks of 16 at admission, a 4th after 5 generated tokens */
 }
-/* Long enough for every sequence to need one more block while it generates. */
-static int seeded_gen(void) { return 20; }
+/* Long enough for every sequence to need one more block while it generates (tiny_kv). */
+static int seeded_gen(void) { return quick() ? 8 : 20; }
 
 /* A seeded request gives the same tokens alone, with a prefix-cache hit, and among other
  * requests sharing its steps. */
