@@ -26,6 +26,9 @@ static void test_host_synthetic_vs_cpu(void) {
 static void test_host_fwd_dispatch(void) {
     T_SKIP("built without CUDA (make CUDA=1)");
 }
+static void test_host_matmul_modes(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
