@@ -81,6 +81,7 @@ BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli
 .PHONY: all tests run test test-unit test-san test-tsan test-py test-cuda-compile deps model \
         bench bench-engine fuzz-api clean format check-cuda
 .DEFAULT_GOAL := all
+.SECONDARY:
 
 all: $(BINS)
 tests: $(UNIT_BIN)
