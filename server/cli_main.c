@@ -8,7 +8,7 @@
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
  *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
- *         --log-level L.
+ *         --isa ref|avx2|avx512|auto (kernels), --log-level L.
  *
  * Only results go to stdout (generated text, JSON); logs go to stderr. Bad arguments or
  * files give one line on stderr and exit status 1 (2 for usage errors).
@@ -55,6 +55,7 @@ struct cli_opts {
     int batch;               /* prefill chunk (rows per step) */
     enum kvs_dtype kv_type;
     enum fwd_device device;
+    enum kern_isa isa;       /* --isa: kernel instruction set (AUTO = best) */
     int prompt_tokens;       /* bench */
     int bench_gen;
 };
@@ -92,7 +93,7 @@ static const char *usage_text =
     "  bench    -m MODEL [--prompt-tokens 512] [--gen 128]\n"
     "options: -t/--threads N, --batch N (prefill chunk, default 512), --kv-type "
     "f16|q8_0|f32,\n"
-    "         --device cpu|cuda|auto, --log-level error|warn|info|debug\n";
+    "         --device cpu|cuda|auto, --isa ref|avx2|avx512|auto, --log-level L\n";
 
 static long parse_long(const char *flag, const char *s, long lo, long hi) {
     char *end;
@@ -123,6 +124,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     o->batch = 512;
     o->kv_type = KVS_F16;
     o->device = FWD_DEVICE_CPU;
+    o->isa = KERN_ISA_AUTO;
     o->prompt_tokens = 512;
     o->bench_gen = 128;
     if (argc < 2) usage_die("missing command");
@@ -169,6 +171,13 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
             else if (!strcmp(v, "cuda")) o->device = FWD_DEVICE_CUDA;
             else if (!strcmp(v, "auto")) o->device = FWD_DEVICE_AUTO;
             else usage_die("--device: '%s' is not cpu, cuda or auto", v);
+        } else if (!strcmp(a, "--isa")) {
+            const char *v = NEXT();
+            if (!strcmp(v, "ref")) o->isa = KERN_ISA_REF;
+            else if (!strcmp(v, "avx2")) o->isa = KERN_ISA_AVX2;
+            else if (!strcmp(v, "avx512")) o->isa = KERN_ISA_AVX512;
+            else if (!strcmp(v, "auto")) o->isa = KERN_ISA_AUTO;
+            else usage_die("--isa: '%s' is not ref, avx2, avx512 or auto", v);
         } else if (!strcmp(a, "--log-level")) {
             const char *v = NEXT();
             enum log_level lv;
@@ -591,7 +600,8 @@ int main(int argc, char **argv) {
     struct cli_opts o;
     log_set_level(LOG_WARN);
     parse_args(argc, argv, &o);
-    if (kern_init(KERN_ISA_AUTO) < 0) die("no usable CPU kernels");
+    if (kern_init(o.isa) < 0) die("--isa %s is not supported on this CPU/build",
+                                  kern_isa_name(o.isa));
     if (!strcmp(o.cmd, "tokenize")) return cmd_tokenize(&o);
     if (!strcmp(o.cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(o.cmd, "logits")) return cmd_logits(&o);
