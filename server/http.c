@@ -450,7 +450,7 @@ static void *http_loader(void *arg) {
     struct srv *s = arg;
     const struct config *c = s->cfg;
     struct sched_opts o;
-    s->load_rc = model_load(c->model, &s->model, s->load_err, sizeof s->load_err);
+    s->load_rc = model_load(c->model, &s->load_model, s->load_err, sizeof s->load_err);
     if (s->load_rc) goto done;
     sched_opts_default(&o);
     o.n_threads = c->threads;
@@ -469,7 +469,7 @@ static void *http_loader(void *arg) {
     o.device = !strcmp(c->device, "cpu")    ? FWD_DEVICE_CPU
                : !strcmp(c->device, "cuda") ? FWD_DEVICE_CUDA
                                             : FWD_DEVICE_AUTO;
-    s->load_rc = sched_create(s->model, &o, &s->sched, s->load_err, sizeof s->load_err);
+    s->load_rc = sched_create(s->load_model, &o, &s->load_sched, s->load_err, sizeof s->load_err);
 done:
     uv_async_send(&s->load_async);
     return NULL;
@@ -479,6 +479,8 @@ static void http_on_loaded(uv_async_t *a) {
     struct srv *s = a->data;
     pthread_join(s->load_thread, NULL);
     s->load_thread = 0;
+    s->model = s->load_model;
+    s->sched = s->load_sched;
     if (s->load_rc) {
         LOG_E(HTTP_MOD, 0, "cannot load the model: %s", s->load_err);
         s->exit_code = 1;
@@ -636,7 +638,11 @@ int server_run(const struct config *cfg) {
     s->exit_code = 0;
     http_mhd_run(s);
     uv_run(&loop, UV_RUN_DEFAULT);
-    if (s->load_thread) pthread_join(s->load_thread, NULL); /* stopped while loading */
+    if (s->load_thread) { /* stopped while loading */
+        pthread_join(s->load_thread, NULL);
+        s->model = s->load_model;
+        s->sched = s->load_sched;
+    }
 fail_handles:
     /* Resume every suspended connection, then stop MHD: completed callbacks cancel the rest. */
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) http_wake(hr);

@@ -73,8 +73,10 @@ struct srv {
     int drain_expired;
 
     pthread_t load_thread;
-    int load_rc;                /* written by the loader before load_async */
+    int load_rc;                /* written by the loader; read after pthread_join */
     char load_err[512];
+    struct model *load_model;   /* the loader's results, adopted after pthread_join */
+    struct sched *load_sched;
     struct model *model;        /* owned; valid once state >= READY */
     struct sched *sched;        /* owned */
     const struct tok_vocab *vocab;
