@@ -152,13 +152,13 @@ test-unit: tests
 # ASan+UBSan over the unit tests (model-heavy cases honour GEMMAD_TEST_QUICK).
 test-san:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined WERROR=1 tests
-	$(Q)GEMMAD_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 \
+	$(Q)GEMMAD_TEST_QUICK=1 T_TIMEOUT=900 ASAN_OPTIONS=detect_leaks=1 \
 	    bash tests/run-unit.sh $(BUILD_ROOT)/san-address-undefined/tests
 
 # ThreadSanitizer over the tests that start threads.
 test-tsan:
 	$(Q)$(MAKE) --no-print-directory SAN=thread WERROR=1 tests
-	$(Q)GEMMAD_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1 \
+	$(Q)GEMMAD_TEST_QUICK=1 T_TIMEOUT=900 TSAN_OPTIONS=halt_on_error=1 \
 	    bash tests/run-unit.sh $(BUILD_ROOT)/san-thread/tests --threaded
 
 # The CUDA sources must compile wherever nvcc exists, GPU or not.
