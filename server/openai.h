@@ -4,7 +4,7 @@
  *
  * oai_parse() checks every field it knows (type, range, size) and names the offending
  * parameter in the error; unknown fields are ignored and never reach the scheduler; fields
- * that are not implemented (tools, response_format other than text, suffix, …) are refused
+ * that gemmad does not support yet (tools, response_format other than text, suffix, …) are refused
  * by name. It renders chat messages (chat_render) and tokenizes prompts. Pure functions:
  * any thread; the vocab must outlive the result.
  */
