@@ -322,6 +322,13 @@ int config_load_env(struct config *c, char *const *envp, char *err, size_t errle
     return CONFIG_OK;
 }
 
+static int cfg_is_bool_word(const char *v) {
+    static const char *const w[] = {"1", "0", "true", "false", "yes", "no", "on", "off"};
+    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
+        if (!strcasecmp(v, w[k])) return 1;
+    return 0;
+}
+
 /* Walks the flags; `only_config` picks out --config alone (first pass). */
 static int cfg_args(struct config *c, int argc, char *const *argv, int only_config,
                     const char **config_path, char *err, size_t errlen) {
@@ -347,6 +354,8 @@ static int cfg_args(struct config *c, int argc, char *const *argv, int only_conf
         }
         if (eq) {
             value = eq + 1;
+        } else if (o && o->type == CFG_BOOL && (i + 1 >= argc || !cfg_is_bool_word(argv[i + 1]))) {
+            value = "1"; /* a bare boolean flag (--deterministic) switches it on */
         } else {
             if (i + 1 >= argc) {
                 if (err && errlen) snprintf(err, errlen, "flag '--%.*s' needs a value",

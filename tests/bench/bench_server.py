@@ -29,7 +29,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CACHE = os.path.expanduser("~/.cache/gemmad")
+CACHE = os.environ.get("GEMMAD_CACHE") or os.path.expanduser("~/.cache/gemmad")
 LLAMA_BUILD = os.path.join(CACHE, "llama-server-build")
 
 

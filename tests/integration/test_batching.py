@@ -231,3 +231,62 @@ def test_long_prompt_does_not_stall_streams(start_server):
     # The prompt really took several steps while the streams ran, else the test proves nothing.
     assert len(during) >= 8, (len(during), prefill)
     assert max(during) < bound, (max(during), median, prefill)
+
+
+def seeded_body(model, prompt, seed, max_tokens=16):
+    return {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0.9, "top_p": 0.95, "seed": seed,
+            "logprobs": True, "top_logprobs": 2, "ignore_eos": True}
+
+
+def seeded(srv, body):
+    """One sampled request; returns (content, [(token, logprob, top_logprobs)], usage)."""
+    r = srv.post("/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    j = r.json()
+    ch = j["choices"][0]
+    lp = [(e["token"], e["logprob"], [(t["token"], t["logprob"]) for t in e["top_logprobs"]])
+          for e in ch["logprobs"]["content"]]
+    assert len(lp) == body["max_tokens"], len(lp)
+    return ch["message"]["content"], lp, j["usage"]
+
+
+def test_seeded_sampling_same_alone_among_15_and_cached(start_server):
+    """Issue 4 part 6 / issue 5 part 6: a seeded, sampled request (temperature 0.9, top_p)
+    gives the same tokens and bit-equal logprobs alone, among 15 concurrent sampled requests,
+    and when its prompt comes from the prefix cache."""
+    srv = start_server("--max-seqs", "16", "--deterministic")
+    model = model_of(srv)
+    # Long enough (> 2 blocks of 16 tokens) for whole prompt blocks to be cached.
+    body = seeded_body(model, "You are a poet who writes short, vivid lines about nature, "
+                       "weather and the sea. Write one sentence about the sea.", 1234)
+    text0, lp0, u0 = seeded(srv, body)
+    # The same request again: its prompt blocks come from the prefix cache.
+    text1, lp1, u1 = seeded(srv, body)
+    cached = (u1.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    assert cached > 0, u1
+    assert (text1, lp1) == (text0, lp0)
+    # Among 15 other sampled requests with their own seeds, all in flight together.
+    others = [seeded_body(model, PROMPTS[i], 100 + i) for i in range(15)]
+    bodies = [body] + others
+    got = run_threads(lambda b: seeded(srv, b), [(b,) for b in bodies])
+    assert (got[0][0], got[0][1]) == (text0, lp0)
+    m = srv.metrics()
+    assert m["gemmad_sched_batch_sequences_sum"] > m["gemmad_sched_batch_sequences_count"]
+    # And each of the others equals its own solo run.
+    for b, (t, lp, _) in zip(others[:4], got[1:5]):
+        assert seeded(srv, b)[:2] == (t, lp), b["messages"][0]["content"]
+
+
+def test_seeded_sampling_same_after_preemption(start_server):
+    """Issue 4 part 6: seeded, sampled requests that are preempted (KV exhausted) and
+    recomputed give the same tokens and logprobs as alone."""
+    srv = start_server("--max-seqs", "4", "--ctx-size", "128", "--kv-tokens", "160",
+                       "--prefix-cache", "0", "--deterministic")
+    model = model_of(srv)
+    bodies = [seeded_body(model, p, 7 + i, max_tokens=40) for i, p in enumerate(PROMPTS[:4])]
+    ref = [seeded(srv, b)[:2] for b in bodies]
+    got = run_threads(lambda b: seeded(srv, b)[:2], [(b,) for b in bodies])
+    assert srv.metrics()["gemmad_sched_preemptions_total"] > 0
+    for b, want, have in zip(bodies, ref, got):
+        assert have == want, b["messages"][0]["content"]

@@ -87,6 +87,13 @@ static void test_flags_forms(void) {
     T_ASSERTF(config_load(&c, 8, argv, NULL, err, sizeof err) == 0, "%s", err);
     T_ASSERT(c.ctx_size == 2048 && c.max_tokens == 100 && !strcmp(c.device, "cpu"));
     T_ASSERT(c.prefix_cache == 0);
+    /* a bare boolean flag means on; one followed by a boolean word takes that word */
+    char *argv3[] = {"gemmad", "--deterministic", "--prefix-cache", "no", "--port", "9", NULL};
+    T_ASSERTF(config_load(&c, 6, argv3, NULL, err, sizeof err) == 0, "%s", err);
+    T_ASSERT(c.deterministic == 1 && c.prefix_cache == 0 && c.port == 9);
+    char *argv4[] = {"gemmad", "--prefix-cache", NULL};
+    T_ASSERTF(config_load(&c, 2, argv4, NULL, err, sizeof err) == 0, "%s", err);
+    T_ASSERT(c.prefix_cache == 1);
     char *argv2[] = {"gemmad", "--port", "1", "--help", NULL};
     T_ASSERT(config_load(&c, 4, argv2, NULL, err, sizeof err) == CONFIG_HELP);
 }
