@@ -75,7 +75,7 @@ static const struct cfg_opt cfg_opts[] = {
     {"session_ttl_s", CFG_DBL, OFF(session_ttl_s), 0, 0, 86400 * 7, NULL,
      "seconds a finished session's KV blocks stay warm"},
     {"deterministic", CFG_BOOL, OFF(deterministic), 0, 0, 1, NULL,
-     "results independent of batching and thread count (1/0; slower)"},
+     "batch- and thread-invariant results on CUDA too (no cuBLAS); CPU always is (1/0)"},
     {"device", CFG_ENUM, OFF(device), SZ(device), 0, 0, "auto|cpu|cuda",
      "compute device (auto: CUDA when available)"},
     {"api_keys_file", CFG_STR, OFF(api_keys_file), SZ(api_keys_file), 0, 0, NULL,

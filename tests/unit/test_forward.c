@@ -179,6 +179,42 @@ static void test_batched_vs_alone(void) {
     model_free(m);
 }
 
+/* The same prompt and decode step with 1, 2 and 3 compute threads: identical logits (the
+ * CPU path promises thread-count invariance, which --deterministic relies on). */
+static void test_thread_count_invariant(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab;
+    const int n = quick() ? 20 : 45;
+    int32_t *ids = make_prompt(m, "Threads must not change a single bit of these logits.", n);
+    float *ref = malloc((size_t)V * 2 * sizeof(float)), *got = malloc((size_t)V * 2 * sizeof(float));
+    T_ASSERT(ref && got);
+    const int bs = 16, nf = 6;
+    const int threads[] = {1, 2, 3};
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+        float *out = ti == 0 ? ref : got;
+        struct env e;
+        int ns = kvs_swa_ring_blocks(m, bs, 96);
+        env_init(&e, m, bs, nf, ns, 64, 1, threads[ti]);
+        struct tseq s;
+        tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+        feed(&e, &s, ids, n, 0, 64, out);
+        int32_t t = argmax(out, V);
+        feed(&e, &s, &t, 1, n, 1, out + V);
+        env_free(&e);
+        if (ti > 0) {
+            char what[64];
+            snprintf(what, sizeof what, "prefill: 1 vs %d threads", threads[ti]);
+            assert_same(ref, got, V, what);
+            snprintf(what, sizeof what, "decode: 1 vs %d threads", threads[ti]);
+            assert_same(ref + V, got + V, V, what);
+        }
+    }
+    free(ref);
+    free(got);
+    free(ids);
+    model_free(m);
+}
+
 /* The same prompt whole and in chunks of 1, 7 and 64 tokens: identical last logits. */
 static void test_chunked_prefill(void) {
     struct model *m = load_or_skip();
@@ -307,6 +343,7 @@ int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_batched_vs_alone),
         T_CASE(test_chunked_prefill),
+        T_CASE(test_thread_count_invariant),
         T_CASE(test_sliding_window_chunked),
         T_CASE(test_invalid_steps),
         T_CASE(test_cuda_without_build),
