@@ -58,6 +58,8 @@ struct cli_opts {
     enum kern_isa isa;       /* --isa: kernel instruction set (AUTO = best) */
     int prompt_tokens;       /* bench */
     int bench_gen;
+    int ctx;                 /* kvmem: session length in tokens */
+    int block_size;          /* kvmem: KV block size */
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -91,6 +93,8 @@ static const char *usage_text =
     "  logits   -m MODEL (-p PROMPT | --tokens ID,...) [--top K] [--all] [--chat]\n"
     "  taps     -m MODEL (-p PROMPT | --tokens ID,...)   per-layer hidden-state summaries\n"
     "  bench    -m MODEL [--prompt-tokens 512] [--gen 128]\n"
+    "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
+    "           KV memory of one session, with and without the sliding-window ring\n"
     "options: -t/--threads N, --batch N (prefill chunk, default 512), --kv-type "
     "f16|q8_0|f32,\n"
     "         --device cpu|cuda|auto, --isa ref|avx2|avx512|auto, --log-level L\n";
@@ -127,6 +131,8 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     o->isa = KERN_ISA_AUTO;
     o->prompt_tokens = 512;
     o->bench_gen = 128;
+    o->ctx = 32768;
+    o->block_size = 16;
     if (argc < 2) usage_die("missing command");
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage_text, stdout);
@@ -134,7 +140,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     }
     o->cmd = argv[1];
     if (strcmp(o->cmd, "tokenize") && strcmp(o->cmd, "generate") && strcmp(o->cmd, "logits") &&
-        strcmp(o->cmd, "taps") && strcmp(o->cmd, "bench"))
+        strcmp(o->cmd, "taps") && strcmp(o->cmd, "bench") && strcmp(o->cmd, "kvmem"))
         usage_die("unknown command '%s'", o->cmd);
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -161,6 +167,9 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
         else if (!strcmp(a, "--prompt-tokens"))
             o->prompt_tokens = (int)parse_long(a, NEXT(), 1, 1 << 20);
         else if (!strcmp(a, "--gen")) o->bench_gen = (int)parse_long(a, NEXT(), 1, 1 << 20);
+        else if (!strcmp(a, "--ctx")) o->ctx = (int)parse_long(a, NEXT(), 1, 1 << 24);
+        else if (!strcmp(a, "--block-size"))
+            o->block_size = (int)parse_long(a, NEXT(), 1, 1 << 16);
         else if (!strcmp(a, "--kv-type")) {
             const char *v = NEXT();
             if (kvs_dtype_parse(v, &o->kv_type) != 0)
@@ -596,6 +605,37 @@ static int cmd_bench(const struct cli_opts *o) {
     return 0;
 }
 
+/* KV memory one session of o->ctx tokens needs: every layer keeping every position, and
+ * the layout the scheduler uses (global layers keep every position; sliding-window layers a
+ * ring of blocks covering the window plus one step of up to --batch new tokens). */
+static int cmd_kvmem(const struct cli_opts *o) {
+    double load_s;
+    struct model *m = load(o, &load_s);
+    const int bs = o->block_size;
+    const size_t blocks = ((size_t)o->ctx + (size_t)bs - 1) / (size_t)bs;
+    const size_t full = kvs_block_bytes(m, o->kv_type, bs, KVS_FULL);
+    const size_t swa = kvs_block_bytes(m, o->kv_type, bs, KVS_SWA);
+    const int batch = o->batch ? o->batch : 512;
+    size_t ring = (size_t)kvs_swa_ring_blocks(m, bs, batch);
+    if (ring > blocks) ring = blocks;
+    int n_swa = 0, n_full = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        if (m->cfg.layer[l].kv_layer != l) continue; /* shares another layer's cache */
+        if (m->cfg.layer[l].sliding && m->cfg.sliding_window > 0) n_swa++;
+        else n_full++;
+    }
+    const double mib = 1024.0 * 1024.0;
+    const double without = (double)((full + swa) * blocks) / mib;
+    const double with = (double)(full * blocks + swa * ring) / mib;
+    printf("{\"ctx\": %d, \"kv_type\": \"%s\", \"block_size\": %d, \"global_layers\": %d, "
+           "\"sliding_layers\": %d, \"sliding_window\": %d, \"ring_blocks\": %zu, "
+           "\"without_ring_mib\": %.1f, \"with_ring_mib\": %.1f, \"saving\": %.2f}\n",
+           o->ctx, kvs_dtype_name(o->kv_type), bs, n_full, n_swa, m->cfg.sliding_window, ring,
+           without, with, without > 0 ? 1.0 - with / without : 0.0);
+    model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     struct cli_opts o;
     log_set_level(LOG_WARN);
@@ -606,5 +646,6 @@ int main(int argc, char **argv) {
     if (!strcmp(o.cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(o.cmd, "logits")) return cmd_logits(&o);
     if (!strcmp(o.cmd, "taps")) return cmd_taps(&o);
+    if (!strcmp(o.cmd, "kvmem")) return cmd_kvmem(&o);
     return cmd_bench(&o);
 }

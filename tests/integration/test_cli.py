@@ -116,3 +116,23 @@ def test_taps_and_bench():
     d = json.loads(p.stdout)
     for k in ("prefill_tok_s", "decode_tok_s", "rss_mib", "load_s"):
         assert d[k] > 0
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="bundled model missing (make model)")
+def test_kvmem_sliding_window_ring():
+    """Issue 4 part 2: the memory a 32k-token session needs with and without the
+    sliding-window ring. Gemma 3 270M: 18 layers, 1 KV head of 256 dims for K and V, so each
+    position costs 1 KiB per layer in f16: 18 x 32768 KiB = 576 MiB when every layer keeps
+    every position; with the ring only the 3 global layers do (96 MiB) and the 15 sliding
+    layers keep a ring of blocks covering the 512-token window plus one 512-token step."""
+    p = run("kvmem", "-m", MODEL, "--ctx", "32768")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert (r["global_layers"], r["sliding_layers"], r["sliding_window"]) == (3, 15, 512)
+    assert r["without_ring_mib"] == pytest.approx(576.0)
+    ring_tokens = r["ring_blocks"] * r["block_size"]
+    assert 1024 <= ring_tokens <= 1024 + 2 * r["block_size"], r
+    assert r["with_ring_mib"] == pytest.approx(96.0 + 15 * ring_tokens / 1024, abs=0.05)
+    q8 = json.loads(run("kvmem", "-m", MODEL, "--kv-type", "q8_0").stdout)
+    # q8_0: 34 bytes per 32 values instead of 64
+    assert q8["without_ring_mib"] == pytest.approx(576.0 * 34 / 64)
