@@ -1,16 +1,23 @@
 /*
  * forward_attn — RoPE, K/V cache writes and attention for the CPU forward pass.
  *
- * Attention runs per (row, KV head): the query heads that share that KV head walk the
- * visible positions once, in ascending order, with an online softmax, so there is never a
- * score matrix and the result for a row depends only on its query and the cache contents.
- * Keys and values are always read back from the cache (also those written in this very
- * step), so a prompt cut into chunks sees exactly the same (rounded) keys as a whole one.
+ * Attention runs per tile: up to ATTN_TILE_QV query vectors (consecutive rows of one
+ * sequence x the g query heads sharing one KV head) walk the visible key positions in blocks
+ * of ATTN_BLOCK aligned to absolute positions; each block's K and V rows are converted to f32
+ * once per tile and handed to the SIMD tile kernel (engine/kernels/attn.h), which keeps an
+ * online softmax per query vector (one rescale per block). There is never a score matrix,
+ * and a row's result depends only on its query, its position and the cache contents, not on
+ * the tile, batch or chunk it is computed in. Tiles are spread over the pool by estimated
+ * cost (visible keys), not by row count. Keys and values are always read back from the cache
+ * (also those written in this very step), so a prompt cut into chunks sees exactly the same
+ * (rounded) keys as a whole one.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "engine/forward_int.h"
+#include "engine/kernels/attn.h"
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
 
@@ -157,114 +164,178 @@ void fwd_kv_write(struct fwd_ctx *c, int layer) {
 
 /* ---- attention ---- */
 
+/* Query rows per tile: ATTN_TILE_QV query vectors (at least one row). More rows share each
+ * converted key block; fewer give the pool finer pieces to balance. */
+static int attn_tile_rows(int g) {
+    int r = ATTN_TILE_QV / g;
+    return r < 1 ? 1 : r > 32 ? 32 : r;
+}
+
+/* Per-chunk scratch (floats) for the largest layer, laid out by attn_tile_run. */
 size_t fwd_attn_scratch_floats(const struct model *m) {
     size_t mx = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
-        size_t g = (size_t)(lc->n_head / lc->n_head_kv);
-        size_t n = g * (size_t)lc->head_dim + (size_t)lc->head_dim + (size_t)lc->head_dim_v +
-                   g * (size_t)lc->head_dim_v + 2 * g + 16;
+        const size_t g = (size_t)(lc->n_head / lc->n_head_kv);
+        const size_t R = (size_t)attn_tile_rows((int)g), nq = R * g;
+        const size_t hd = (size_t)lc->head_dim, hdv = (size_t)lc->head_dim_v;
+        size_t n = nq * hd + nq * hdv + 2 * nq + ATTN_BLOCK * (hd + hdv) + 2 * ATTN_BLOCK +
+                   2 * R + 10 * 16; /* + up16 padding of 9 regions */
         if (n > mx) mx = n;
     }
     return (mx + 15) & ~(size_t)15;
 }
 
-/* Fixed-order dot product (8 partial sums), so a row's scores never depend on the batch. */
-static inline float dot(const float *a, const float *b, int n) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 struct attn_job {
     struct fwd_ctx *c;
-    int layer;      /* the layer computing attention (its queries) */
-    int kvl;        /* the layer whose cache it reads */
-    int units;      /* n_rows * n_head_kv */
+    const struct attn_ops *ops;
+    int layer;       /* the layer computing attention (its queries) */
+    int kvl;         /* the layer whose cache it reads */
+    int g, nkv, hd, hdv;
+    int window;      /* sliding window (positions), 0 = none */
+    int tile_rows;   /* rows per tile */
+    int64_t total;   /* summed cost of all tiles (times nkv) */
+    int n_tasks;
 };
 
-static void attn_unit(const struct attn_job *J, int unit, float *scr) {
-    struct fwd_ctx *c = J->c;
-    const struct model *m = c->m;
-    const struct model_layer_cfg *lc = &m->cfg.layer[J->layer];
-    const struct kvs_pool *p = c->kv;
-    const enum kvs_dtype dt = p->dtype;
-    const int nkv = lc->n_head_kv, g = lc->n_head / nkv;
-    const int hd = lc->head_dim, hdv = lc->head_dim_v;
-    const int r = unit / nkv, kvh = unit % nkv;
-    const int pos = c->row_pos[r];
-    const struct kvs_seq *s = c->seqs[c->row_seq[r]].kv;
-    const float cap = m->cfg.attn_softcap;
-
-    float *qg = scr;                          /* [g][hd] */
-    float *kf = qg + (size_t)g * hd;          /* [hd] */
-    float *vf = kf + hd;                      /* [hd_v] */
-    float *acc = vf + hdv;                    /* [g][hd_v] */
-    float *mx = acc + (size_t)g * hdv;        /* [g] running max */
-    float *sum = mx + g;                      /* [g] running denominator */
-
-    const float *qrow = c->q + (size_t)r * (size_t)lc->n_head * (size_t)hd;
-    for (int j = 0; j < g; j++) {
-        const float *src = qrow + (size_t)(kvh * g + j) * (size_t)hd;
-        float *dst = qg + (size_t)j * hd;
-        /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
-        if (dt == KVS_F16)
-            for (int d = 0; d < hd; d++) dst[d] = h2f(f2h(src[d]));
-        else
-            memcpy(dst, src, (size_t)hd * sizeof(float));
-        mx[j] = -INFINITY;
-        sum[j] = 0.0f;
-    }
-    memset(acc, 0, (size_t)g * (size_t)hdv * sizeof(float));
-
-    int j0 = 0;
-    if (lc->sliding && m->cfg.sliding_window > 0) {
-        j0 = pos - m->cfg.sliding_window + 1;
-        if (j0 < 0) j0 = 0;
-    }
-    for (int jp = j0; jp <= pos; jp++) {
-        load_seg(dt, kv_row(p, J->kvl, 0, s, jp), kvh * hd, kf, hd);
-        load_seg(dt, kv_row(p, J->kvl, 1, s, jp), kvh * hdv, vf, hdv);
-        for (int j = 0; j < g; j++) {
-            float sc = dot(qg + (size_t)j * hd, kf, hd);
-            if (cap > 0.0f) sc = cap * tanhf(sc * (1.0f / cap));
-            float *a = acc + (size_t)j * hdv;
-            if (sc > mx[j]) {
-                const float corr = expf(mx[j] - sc); /* 0 on the first position */
-                sum[j] *= corr;
-                for (int d = 0; d < hdv; d++) a[d] *= corr;
-                mx[j] = sc;
-            }
-            const float pr = expf(sc - mx[j]);
-            sum[j] += pr;
-            for (int d = 0; d < hdv; d++) a[d] += pr * vf[d];
-        }
-    }
-    float *orow = c->att + (size_t)r * (size_t)lc->n_head * (size_t)hdv;
-    for (int j = 0; j < g; j++) {
-        const float inv = 1.0f / sum[j];
-        float *dst = orow + (size_t)(kvh * g + j) * (size_t)hdv;
-        const float *a = acc + (size_t)j * hdv;
-        for (int d = 0; d < hdv; d++) dst[d] = a[d] * inv;
-    }
+/* First position row r may see. */
+static inline int attn_row_lo(const struct attn_job *J, int r) {
+    const int pos = J->c->row_pos[r];
+    const int lo = J->window > 0 ? pos - J->window + 1 : 0;
+    return lo < 0 ? 0 : lo;
 }
 
+/* End (exclusive) of the tile that starts at row r0: at most tile_rows rows, one sequence. */
+static int attn_tile_end_row(const struct attn_job *J, int r0) {
+    const struct fwd_ctx *c = J->c;
+    int r = r0 + 1;
+    while (r < c->n_rows && r - r0 < J->tile_rows && c->row_seq[r] == c->row_seq[r0]) r++;
+    return r;
+}
+
+/* Work estimate of one tile for one KV head: score + P.V work of every query vector plus the
+ * conversion of the keys it spans. Causal rows cost in proportion to their visible keys. */
+static int64_t attn_tile_cost(const struct attn_job *J, int r0, int r1) {
+    int64_t cost = 0;
+    int lo = INT32_MAX, hi = -1;
+    for (int r = r0; r < r1; r++) {
+        const int a = attn_row_lo(J, r), b = J->c->row_pos[r];
+        cost += (int64_t)(b - a + 1 + ATTN_KGROUP) * J->g;
+        lo = a < lo ? a : lo;
+        hi = b > hi ? b : hi;
+    }
+    return cost + (hi - lo + 1) + 64;
+}
+
+/* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh. */
+static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
+    struct fwd_ctx *c = J->c;
+    const struct kvs_pool *p = c->kv;
+    const enum kvs_dtype dt = p->dtype;
+    const struct kvs_seq *s = c->seqs[c->row_seq[r0]].kv;
+    const int g = J->g, hd = J->hd, hdv = J->hdv, nh = g * J->nkv;
+    const int R = r1 - r0, nq = R * g;
+
+    float *qt = scr;                                        /* [nq][hd] */
+    float *acc = qt + up16((size_t)nq * hd);                /* [nq][hdv] */
+    float *mx = acc + up16((size_t)nq * hdv);               /* [nq] */
+    float *sum = mx + up16((size_t)nq);                     /* [nq] */
+    float *kb = sum + up16((size_t)nq);                     /* [ATTN_BLOCK][hd] */
+    float *vb = kb + up16((size_t)ATTN_BLOCK * hd);         /* [ATTN_BLOCK][hdv] */
+    float *sb = vb + up16((size_t)ATTN_BLOCK * hdv);        /* [2 * ATTN_BLOCK] */
+    int32_t *lo = (int32_t *)(sb + up16(2 * ATTN_BLOCK));   /* [R] */
+    int32_t *hi = lo + up16((size_t)R);                     /* [R] */
+
+    int tlo = INT32_MAX, thi = -1;
+    for (int i = 0; i < R; i++) {
+        lo[i] = attn_row_lo(J, r0 + i);
+        hi[i] = c->row_pos[r0 + i];
+        tlo = lo[i] < tlo ? lo[i] : tlo;
+        thi = hi[i] > thi ? hi[i] : thi;
+        const float *qrow = c->q + ((size_t)(r0 + i) * (size_t)nh + (size_t)kvh * g) * hd;
+        float *dst = qt + (size_t)i * g * hd;
+        /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
+        if (dt == KVS_F16)
+            for (int d = 0; d < g * hd; d++) dst[d] = h2f(f2h(qrow[d]));
+        else
+            memcpy(dst, qrow, (size_t)g * hd * sizeof(float));
+    }
+    const struct attn_tile t = {R, g, hd, hdv, c->m->cfg.attn_softcap, lo, hi, qt, acc, mx,
+                                sum};
+    attn_tile_begin(&t);
+
+    for (int b0 = tlo & ~(ATTN_BLOCK - 1); b0 <= thi; b0 += ATTN_BLOCK) {
+        const int j0 = tlo > b0 ? tlo - b0 : 0;
+        const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
+        for (int j = j0; j <= j1; j++) {
+            const uint8_t *kr = kv_row(p, J->kvl, 0, s, b0 + j);
+            const uint8_t *vr = kv_row(p, J->kvl, 1, s, b0 + j);
+            float *kd = kb + (size_t)j * hd, *vd = vb + (size_t)j * hdv;
+            if (dt == KVS_F16) {
+                J->ops->cvt_f16((const uint16_t *)kr + (size_t)kvh * hd, kd, hd);
+                J->ops->cvt_f16((const uint16_t *)vr + (size_t)kvh * hdv, vd, hdv);
+            } else {
+                load_seg(dt, kr, kvh * hd, kd, hd);
+                load_seg(dt, vr, kvh * hdv, vd, hdv);
+            }
+        }
+        /* Keys the SIMD kernels may read for group alignment but nobody sees: finite. */
+        const int g0 = j0 & ~(ATTN_KGROUP - 1), g1 = j1 | (ATTN_KGROUP - 1);
+        if (g0 < j0) memset(kb + (size_t)g0 * hd, 0, (size_t)(j0 - g0) * hd * sizeof(float));
+        if (g1 > j1)
+            memset(kb + (size_t)(j1 + 1) * hd, 0, (size_t)(g1 - j1) * hd * sizeof(float));
+        const struct attn_block blk = {b0, kb, vb, sb};
+        J->ops->block(&t, &blk);
+    }
+    attn_tile_end(&t, c->att + ((size_t)r0 * nh + (size_t)kvh * g) * hdv, (size_t)nh * hdv);
+}
+
+/* Task `task` runs the tiles whose cost midpoint falls in its share of the total, so pieces
+ * are balanced by work (later causal rows see more keys), not by row count. Every task
+ * walks the (cheap) tile list; the pool hands tasks out dynamically. */
 static void attn_task(void *arg, int task, int n_tasks) {
     const struct attn_job *J = arg;
-    const int u0 = (int)((int64_t)J->units * task / n_tasks);
-    const int u1 = (int)((int64_t)J->units * (task + 1) / n_tasks);
+    const struct fwd_ctx *c = J->c;
     float *scr = J->c->attn_scratch + (size_t)task * J->c->attn_stride;
-    for (int u = u0; u < u1; u++) attn_unit(J, u, scr);
+    int64_t cum = 0;
+    for (int r0 = 0; r0 < c->n_rows;) {
+        const int r1 = attn_tile_end_row(J, r0);
+        const int64_t cost = attn_tile_cost(J, r0, r1);
+        for (int kvh = 0; kvh < J->nkv; kvh++) {
+            const int64_t mid = cum + cost / 2;
+            const int owner = (int)(mid * n_tasks / J->total);
+            if (owner == task) attn_tile_run(J, r0, r1, kvh, scr);
+            cum += cost;
+        }
+        r0 = r1;
+    }
 }
 
 /* att[r][h*hd_v..] = softmax(q·K^T) V over the positions row r may see. */
 void fwd_attention(struct fwd_ctx *c, int layer) {
-    const struct model_layer_cfg *lc = &c->m->cfg.layer[layer];
-    struct attn_job J = {c, layer, lc->kv_layer, c->n_rows * lc->n_head_kv};
-    int n = c->attn_chunks < J.units ? c->attn_chunks : J.units;
-    pool_run(c->pool, attn_task, &J, n);
+    const struct model *m = c->m;
+    const struct model_layer_cfg *lc = &m->cfg.layer[layer];
+    struct attn_job J = {0};
+    J.c = c;
+    J.ops = attn_ops_for(kern_active_isa());
+    J.layer = layer;
+    J.kvl = lc->kv_layer;
+    J.nkv = lc->n_head_kv;
+    J.g = lc->n_head / lc->n_head_kv;
+    J.hd = lc->head_dim;
+    J.hdv = lc->head_dim_v;
+    J.window = lc->sliding && m->cfg.sliding_window > 0 ? m->cfg.sliding_window : 0;
+    J.tile_rows = attn_tile_rows(J.g);
+    int n_tiles = 0;
+    for (int r0 = 0; r0 < c->n_rows;) {
+        const int r1 = attn_tile_end_row(&J, r0);
+        J.total += attn_tile_cost(&J, r0, r1) * J.nkv;
+        n_tiles += J.nkv;
+        r0 = r1;
+    }
+    if (n_tiles == 0) return;
+    J.n_tasks = c->attn_chunks < n_tiles ? c->attn_chunks : n_tiles;
+    pool_run(c->pool, attn_task, &J, J.n_tasks);
 }
