@@ -70,6 +70,21 @@ static float *gelu_table_create(void) {
     return t;
 }
 
+/* The Q/K/V projections of layer l as one matmul group (K and V only when the layer owns
+ * its cache; V is copied from K when k_eq_v). Returns the number of outputs. */
+static int qkv_outs(const struct fwd_ctx *c, int l, struct kern_mm_out *o) {
+    const struct model_layer_cfg *lc = &c->m->cfg.layer[l];
+    const struct model_layer_w *w = &c->m->layer[l];
+    int n = 0;
+    o[n++] = (struct kern_mm_out){&w->wq, c->q, lc->n_head * lc->head_dim};
+    if (lc->has_kv) {
+        o[n++] = (struct kern_mm_out){&w->wk, c->k, lc->n_head_kv * lc->head_dim};
+        if (!lc->k_eq_v)
+            o[n++] = (struct kern_mm_out){&w->wv, c->v, lc->n_head_kv * lc->head_dim_v};
+    }
+    return n;
+}
+
 /* ---- create / destroy ---- */
 
 static void *xalloc(size_t n, int *fail) {
@@ -181,6 +196,14 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
         act = max_act(&w->up, M, act);
         act = max_act(&w->down, M, act);
         act = max_act(&w->inp_gate, M, act);
+        struct kern_mm_out grp[3];
+        int ng = qkv_outs(c, l, grp);
+        size_t b_grp = kern_act_bytes_group(grp, ng, M);
+        if (b_grp > act) act = b_grp;
+        grp[0] = (struct kern_mm_out){&w->gate, NULL, 0};
+        grp[1] = (struct kern_mm_out){&w->up, NULL, 0};
+        b_grp = kern_act_bytes_group(grp, 2, M);
+        if (b_grp > act) act = b_grp;
         act = max_act(&w->proj, M, act);
     }
     act = max_act(&m->output, M, act);
@@ -318,18 +341,20 @@ static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_s
 /* ---- the layer ---- */
 
 struct geglu_job {
-    const struct fwd_ctx *c;
-    float *g;
-    const float *u;
-    size_t n;
+    const float *tab; /* the fp16 GELU table */
+    float *g;         /* [T][n_ff] gate in, GeGLU out */
+    const float *u;   /* [T][n_ff] up */
+    int T, n_ff;
 };
 
-static void geglu_task(void *arg, int task, int n_tasks) {
+/* g = GELU(g) * u for columns [o0, o1) of every row (the epilogue of the gate/up group). */
+static void geglu_rows(void *arg, int64_t o0, int64_t o1) {
     const struct geglu_job *J = arg;
-    const size_t i0 = J->n * (size_t)task / (size_t)n_tasks;
-    const size_t i1 = J->n * (size_t)(task + 1) / (size_t)n_tasks;
-    const float *tab = J->c->gelu_tab;
-    for (size_t i = i0; i < i1; i++) J->g[i] = gelu_tab(tab, J->g[i]) * J->u[i];
+    for (int r = 0; r < J->T; r++) {
+        float *g = J->g + (size_t)r * (size_t)J->n_ff;
+        const float *u = J->u + (size_t)r * (size_t)J->n_ff;
+        for (int64_t i = o0; i < o1; i++) g[i] = gelu_tab(J->tab, g[i]) * u[i];
+    }
 }
 
 /* Per-layer inputs of Gemma 4 (facts §4.4 PLE): P[r][l] = (RMS(proj(x0)/sqrt(E)) +
@@ -360,23 +385,22 @@ static void layer_forward(struct fwd_ctx *c, int l) {
     const struct model_layer_w *w = &m->layer[l];
     const int T = c->n_rows, E = cfg->n_embd;
     const int hd = lc->head_dim, hdv = lc->head_dim_v;
-    const int nq = lc->n_head * hd, nk = lc->n_head_kv * hd, nv = lc->n_head_kv * hdv;
+    const int nq = lc->n_head * hd, nv = lc->n_head_kv * hdv;
     const float eps = cfg->eps;
     struct pool *pool = c->pool;
 
-    /* attention */
+    /* attention: Q, K and V in one pool run */
     rms_rows(c->h, c->x, w->attn_norm, T, E, eps);
-    kern_matmul(pool, &w->wq, c->h, T, c->q, nq, c->act);
+    struct kern_mm_out qkv[3];
+    int n_qkv = qkv_outs(c, l, qkv);
+    kern_matmul_group(pool, qkv, n_qkv, c->h, T, c->act, NULL, NULL);
     if (w->q_norm) rms_rows(c->q, c->q, w->q_norm, T * lc->n_head, hd, eps);
     fwd_rope_apply(c, l, c->q, lc->n_head, hd);
     if (cfg->attn_scale != 1.0f)
         for (size_t i = 0; i < (size_t)T * (size_t)nq; i++) c->q[i] *= cfg->attn_scale;
     if (lc->has_kv) {
-        kern_matmul(pool, &w->wk, c->h, T, c->k, nk, c->act);
         if (lc->k_eq_v)
             memcpy(c->v, c->k, (size_t)T * (size_t)nv * sizeof(float)); /* raw K, pre-norm */
-        else
-            kern_matmul(pool, &w->wv, c->h, T, c->v, nv, c->act);
         if (w->k_norm) rms_rows(c->k, c->k, w->k_norm, T * lc->n_head_kv, hd, eps);
         if (cfg->v_norm) rms_rows(c->v, c->v, NULL, T * lc->n_head_kv, hdv, eps);
         fwd_rope_apply(c, l, c->k, lc->n_head_kv, hd);
@@ -389,10 +413,10 @@ static void layer_forward(struct fwd_ctx *c, int l) {
 
     /* feed-forward */
     rms_rows(c->h, c->x, w->ffn_norm, T, E, eps);
-    kern_matmul(pool, &w->gate, c->h, T, c->ff_g, lc->n_ff, c->act);
-    kern_matmul(pool, &w->up, c->h, T, c->ff_u, lc->n_ff, c->act);
-    struct geglu_job gj = {c, c->ff_g, c->ff_u, (size_t)T * (size_t)lc->n_ff};
-    pool_run(pool, geglu_task, &gj, pool_size(pool));
+    /* gate and up in one pool run, GeGLU on each task's rows as soon as both are done */
+    const struct kern_mm_out gu[2] = {{&w->gate, c->ff_g, lc->n_ff}, {&w->up, c->ff_u, lc->n_ff}};
+    struct geglu_job gj = {c->gelu_tab, c->ff_g, c->ff_u, T, lc->n_ff};
+    kern_matmul_group(pool, gu, 2, c->h, T, c->act, geglu_rows, &gj);
     kern_matmul(pool, &w->down, c->ff_g, T, c->t, E, c->act);
     if (w->post_ffw_norm) rms_rows(c->t, c->t, w->post_ffw_norm, T, E, eps);
     for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] += c->t[i];

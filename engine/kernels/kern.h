@@ -51,6 +51,30 @@ void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X,
 void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
                       float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1);
 
+/* Several weights applied to the same input X in ONE pool run (one fork/join instead of
+ * one per weight): Y_i[m * ldy_i + o] = W_i[o] . X[m] for every output i. Each distinct
+ * activation type among the weights is quantized once. Every output element is computed
+ * exactly as kern_matmul computes it, so the bits are the same as n separate calls.
+ *
+ * With epi == NULL the outputs' rows are simply concatenated into one range of work. With
+ * epi set, all weights must have the same n_out: a task computes rows [o0, o1) of every
+ * output (for all M activation rows), then calls epi(epi_arg, o0, o1) on the same thread,
+ * which may combine those rows elementwise (e.g. GeGLU of gate and up) while they are hot.
+ * The ranges the epilogue sees depend on the split; it must be elementwise in o. */
+struct kern_mm_out {
+    const struct kern_weight *w; /* n_in must be the same for every output of a group */
+    float *Y;                    /* Y[m * ldy + o] */
+    int ldy;                     /* floats */
+};
+typedef void (*kern_epi_fn)(void *arg, int64_t o0, int64_t o1);
+
+#define KERN_GROUP_MAX 4 /* outputs per group */
+
+/* Scratch bytes kern_matmul_group needs for M rows (the sum over the distinct act types). */
+size_t kern_act_bytes_group(const struct kern_mm_out *outs, int n_outs, int M);
+void kern_matmul_group(struct pool *pool, const struct kern_mm_out *outs, int n_outs,
+                       const float *X, int M, void *act_scratch, kern_epi_fn epi, void *epi_arg);
+
 /* Prefill through OpenBLAS (added by the kern owner): with kern_set_blas(1), kern_matmul
  * calls with M >= KERN_BLAS_MIN_M rows (64 for the K-quants, never for Q6_K: where it was
  * measured faster) dequantize weight tiles to f32 in per-thread scratch allocated here, once,

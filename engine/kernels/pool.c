@@ -8,7 +8,11 @@
  *
  * Waiting is a short spin on the atomics (back-to-back runs inside one forward pass cost no
  * system call), then a condition-variable sleep. The mutex guards only the sleep/wake
- * hand-over; `gen` is re-checked under it, so no wake-up is lost.
+ * hand-over. A run touches the mutex only when somebody sleeps: a worker announces itself in
+ * `sleepers` (under the mutex, then re-checks `gen`), and the caller bumps `gen` before it
+ * reads `sleepers`; both are sequentially consistent, so either the worker sees the new run
+ * or the caller sees the sleeper and broadcasts under the mutex, which the worker holds until
+ * it is inside pthread_cond_wait. `caller_sleeps` does the same for the join.
  */
 #define _GNU_SOURCE
 #include "engine/kernels/pool.h"
@@ -48,6 +52,8 @@ struct pool {
     atomic_int next;   /* next task number to hand out */
     atomic_int active; /* workers that have not finished the current run */
     atomic_int stop;   /* 1: workers exit */
+    atomic_int sleepers;      /* workers asleep (or about to be) on wake_cv */
+    atomic_int caller_sleeps; /* 1 while the caller is asleep (or about to be) on done_cv */
 };
 
 /* Takes and runs tasks until none is left. */
@@ -73,15 +79,16 @@ static void *pool_worker(void *vp) {
         }
         if (g == seen && !atomic_load_explicit(&p->stop, memory_order_acquire)) {
             pthread_mutex_lock(&p->lock);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-                   !atomic_load_explicit(&p->stop, memory_order_acquire))
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->wake_cv, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->lock);
         }
         if (g == seen) break; /* stop requested and no new run */
         seen = g;
         pool_drain(p);
-        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
+        if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_sleeps)) {
             pthread_mutex_lock(&p->lock);
             pthread_cond_signal(&p->done_cv);
             pthread_mutex_unlock(&p->lock);
@@ -101,6 +108,8 @@ int pool_create(int n_threads, struct pool **out) {
     atomic_init(&p->next, 0);
     atomic_init(&p->active, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_sleeps, 0);
     if ((rc = pthread_mutex_init(&p->lock, NULL))) goto fail_mutex;
     if ((rc = pthread_cond_init(&p->wake_cv, NULL))) goto fail_wake;
     if ((rc = pthread_cond_init(&p->done_cv, NULL))) goto fail_done;
@@ -166,10 +175,12 @@ void pool_run(struct pool *p, pool_fn fn, void *arg, int n_tasks) {
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->active, p->n_threads - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->lock);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake_cv);
-    pthread_mutex_unlock(&p->lock);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes the run, ordered before `sleepers` */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake_cv);
+        pthread_mutex_unlock(&p->lock);
+    }
 
     pool_drain(p);
 
@@ -178,8 +189,10 @@ void pool_run(struct pool *p, pool_fn fn, void *arg, int n_tasks) {
         POOL_RELAX();
     }
     pthread_mutex_lock(&p->lock);
-    while (atomic_load_explicit(&p->active, memory_order_acquire) > 0)
+    atomic_store(&p->caller_sleeps, 1);
+    while (atomic_load(&p->active) > 0)
         pthread_cond_wait(&p->done_cv, &p->lock);
+    atomic_store(&p->caller_sleeps, 0);
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -147,6 +147,43 @@ static void test_destroy_idle_and_fresh(void) {
     free(c);
 }
 
+/* The last task of a run is slow (about the spin length), so the caller often gives up
+ * spinning and sleeps on the join while a worker finishes it. */
+static void slow_last_task(void *arg, int task, int n_tasks) {
+    if (task == n_tasks - 1) {
+        struct timespec ts = {0, 300 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    count_task(arg, task, n_tasks);
+}
+
+/* Gaps between runs around the spin length, so workers alternate between spinning and
+ * sleeping when a run is published, and callers between spinning and sleeping on the join:
+ * a lost wake-up on either side would hang here (the harness's timeout catches it). */
+static void test_sleep_wake_handover(void) {
+    const int runs = getenv("GEMMAD_TEST_QUICK") ? 100 : 400;
+    for (int nt = 2; nt <= 3; nt++) {
+        struct pool *p = NULL;
+        T_ASSERT(pool_create(nt, &p) == 0);
+        struct counts *c = counts_new();
+        for (int r = 0; r < runs; r++) {
+            struct timespec gap = {0, (long)(r % 9) * 50 * 1000}; /* 0 .. 400 us */
+            nanosleep(&gap, NULL);
+            const int n = 1 + r % 5;
+            for (int i = 0; i < n; i++)
+                atomic_store(&c->hit[i], 0);
+            c->expect_n = n;
+            pool_run(p, r % 2 ? slow_last_task : count_task, c, n);
+            T_ASSERT(atomic_load(&c->bad_n) == 0);
+            for (int i = 0; i < n; i++)
+                T_ASSERTF(atomic_load(&c->hit[i]) == 1, "run %d task %d ran %d times", r, i,
+                          atomic_load(&c->hit[i]));
+        }
+        pool_destroy(p);
+        free(c);
+    }
+}
+
 /* A run published before the workers have even started must not be missed. */
 static void test_run_right_after_create(void) {
     struct counts *c = counts_new();
@@ -203,6 +240,7 @@ int main(int argc, char **argv) {
         T_CASE(test_tasks_spread_and_caller_participates),
         T_CASE(test_destroy_idle_and_fresh),
         T_CASE(test_run_right_after_create),
+        T_CASE(test_sleep_wake_handover),
         T_CASE(test_results_visible_after_run),
         T_CASE(test_create_invalid_and_default),
         {0},
