@@ -179,7 +179,7 @@ size_t fwd_attn_scratch_floats(const struct model *m) {
         const size_t g = (size_t)(lc->n_head / lc->n_head_kv);
         const size_t R = (size_t)attn_tile_rows((int)g), nq = R * g;
         const size_t hd = (size_t)lc->head_dim, hdv = (size_t)lc->head_dim_v;
-        size_t n = nq * hd + nq * hdv + 2 * nq + ATTN_BLOCK * (hd + hdv) + 2 * ATTN_BLOCK +
+        size_t n = nq * hd + nq * hdv + 2 * nq + ATTN_BLOCK * (hd + hdv) + 4 * ATTN_BLOCK +
                    2 * R + 10 * 16; /* + up16 padding of 9 regions */
         if (n > mx) mx = n;
     }
@@ -244,8 +244,8 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
     float *sum = mx + up16((size_t)nq);                     /* [nq] */
     float *kb = sum + up16((size_t)nq);                     /* [ATTN_BLOCK][hd] */
     float *vb = kb + up16((size_t)ATTN_BLOCK * hd);         /* [ATTN_BLOCK][hdv] */
-    float *sb = vb + up16((size_t)ATTN_BLOCK * hdv);        /* [2 * ATTN_BLOCK] */
-    int32_t *lo = (int32_t *)(sb + up16(2 * ATTN_BLOCK));   /* [R] */
+    float *sb = vb + up16((size_t)ATTN_BLOCK * hdv);        /* [4 * ATTN_BLOCK] */
+    int32_t *lo = (int32_t *)(sb + up16(4 * ATTN_BLOCK));   /* [R] */
     int32_t *hi = lo + up16((size_t)R);                     /* [R] */
 
     int tlo = INT32_MAX, thi = -1;

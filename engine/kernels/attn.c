@@ -9,9 +9,10 @@
 
 static const struct attn_ops g_ref = {attn_block_ref, attn_cvt_f16_ref, "scalar"};
 static const struct attn_ops g_avx2 = {attn_block_avx2, attn_cvt_f16_avx2, "avx2"};
+static const struct attn_ops g_avx512 = {attn_block_avx512, attn_cvt_f16_avx2, "avx512"};
 
 const struct attn_ops *attn_ops_for(enum kern_isa isa) {
-    /* AVX-512 machines run the AVX2 kernel (there is no AVX-512 attention kernel yet). */
+    if (isa == KERN_ISA_AVX512 && kern_isa_supported(KERN_ISA_AVX512)) return &g_avx512;
     if ((isa == KERN_ISA_AVX2 || isa == KERN_ISA_AVX512) && kern_isa_supported(KERN_ISA_AVX2))
         return &g_avx2;
     return &g_ref;

@@ -16,7 +16,8 @@
  *   acc = acc * c + sum_j p_j v_j  (j ascending);  m = m'.
  * attn_tile_end writes acc / l.
  *
- * Kernels: attn_ref.c (scalar reference), attn_avx2.c (AVX2 + FMA + F16C). The instruction
+ * Kernels: attn_ref.c (scalar reference), attn_avx2.c (AVX2 + FMA + F16C), attn_avx512.c
+ * (AVX-512; it reuses the AVX2 F16 conversion). The instruction
  * set follows kern_active_isa(); results differ between instruction sets within the error
  * bound tests/unit/test_attn.c states, and are deterministic for a given one.
  *
@@ -30,9 +31,9 @@
 
 #include "engine/kernels/kern.h"
 
-#define ATTN_BLOCK 32    /* keys per block; blocks start at multiples of this position */
+#define ATTN_BLOCK 16    /* keys per block (K and V blocks stay in L1); blocks start at multiples */
 #define ATTN_KGROUP 4    /* SIMD kernels score keys in aligned groups of this many */
-#define ATTN_TILE_QV 64  /* at most this many query vectors (rows * g) per tile, unless g > */
+#define ATTN_TILE_QV 64  /* query vectors (rows * g) per tile, at least one row */
 
 /* One tile: n_rows query rows x g heads = n_rows * g query vectors, vector i = row i / g. */
 struct attn_tile {
@@ -58,7 +59,7 @@ struct attn_block {
     int b0;              /* absolute position of row 0, a multiple of ATTN_BLOCK */
     const float *k;      /* [ATTN_BLOCK][hd] */
     const float *v;      /* [ATTN_BLOCK][hdv] */
-    float *s;            /* scratch [2 * ATTN_BLOCK] */
+    float *s;            /* scratch [4 * ATTN_BLOCK] */
 };
 
 typedef void (*attn_block_fn)(const struct attn_tile *t, const struct attn_block *b);
@@ -68,7 +69,7 @@ typedef void (*attn_cvt_f16_fn)(const uint16_t *src, float *dst, int n);
 struct attn_ops {
     attn_block_fn block;     /* one key block, see above */
     attn_cvt_f16_fn cvt_f16; /* cache rows to f32 */
-    const char *name;        /* "scalar", "avx2" */
+    const char *name;        /* "scalar", "avx2", "avx512" */
 };
 
 /* The kernels for `isa` (the best this build and CPU have at or below it). */
@@ -80,10 +81,11 @@ void attn_tile_begin(const struct attn_tile *t);
 /* out[r * ld_row + h * hdv + d] = acc / l for row r, head h (ld_row in floats). */
 void attn_tile_end(const struct attn_tile *t, float *out, size_t ld_row);
 
-/* The per-ISA kernels (attn_ref.c, attn_avx2.c). */
+/* The per-ISA kernels (attn_ref.c, attn_avx2.c, attn_avx512.c). */
 void attn_block_ref(const struct attn_tile *t, const struct attn_block *b);
 void attn_cvt_f16_ref(const uint16_t *src, float *dst, int n);
 void attn_block_avx2(const struct attn_tile *t, const struct attn_block *b);
 void attn_cvt_f16_avx2(const uint16_t *src, float *dst, int n);
+void attn_block_avx512(const struct attn_tile *t, const struct attn_block *b);
 
 #endif

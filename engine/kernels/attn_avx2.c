@@ -134,7 +134,7 @@ static float softmax_block(float *s, int lo, int hi, float cap, float *m, float 
     }
     const float mb = hmax8(mx);
     const float mn = mb > *m ? mb : *m;
-    const float corr = expf(*m - mn); /* 0 on the first block */
+    const float corr = mn == *m ? 1.0f : expf(*m - mn); /* 0 on the first block */
     const __m256 vm = _mm256_set1_ps(mn);
     __m256 sum[NV];
     for (int v = 0; v < NV; v++) {

@@ -41,7 +41,8 @@ void attn_block_ref(const struct attn_tile *t, const struct attn_block *b) {
                 if (sc > mb) mb = sc;
             }
             const float mn = mb > t->m[i] ? mb : t->m[i];
-            const float corr = expf(t->m[i] - mn); /* 0 on the first block */
+            /* 0 on the first block; exactly expf(0) = 1 while the max stays */
+            const float corr = mn == t->m[i] ? 1.0f : expf(t->m[i] - mn);
             float sum = 0.0f;
             for (int j = lo; j <= hi; j++) {
                 s[j] = expf(s[j] - mn);
