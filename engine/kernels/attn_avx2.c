@@ -7,7 +7,8 @@
  * which query vector it was paired with or which other keys share its group.
  * Softmax: vector exp (Cephes polynomial, ~2 ulp), masked lanes are exactly 0, the block
  * sum is a fixed tree over the ATTN_BLOCK lanes of the block.
- * P.V: for each query vector, 64 output dims in 8 registers, keys in ascending order.
+ * P.V: two query vectors of one row share each V load (32 dims x 2 in 8 registers), else 64
+ * dims in 8 registers; per element always acc * corr, then the keys in ascending order.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -155,9 +156,9 @@ static float softmax_block(float *s, int lo, int hi, float cap, float *m, float 
     return corr;
 }
 
-/* acc = acc * corr + sum_{j=lo..hi} p_j v_j, keys ascending. */
+/* acc[0..hdv) = acc * corr + sum_{j=lo..hi} p_j v_j, keys ascending; V rows ldv apart. */
 static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int hi,
-               float corr) {
+               float corr, int ldv) {
     const __m256 c = _mm256_set1_ps(corr);
     int d = 0;
     for (; d + 64 <= hdv; d += 64) {
@@ -171,7 +172,7 @@ static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int 
         __m256 a7 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 56), c);
         for (int j = lo; j <= hi; j++) {
             const __m256 pj = _mm256_broadcast_ss(p + j);
-            const float *vr = v + (size_t)j * (size_t)hdv + d;
+            const float *vr = v + (size_t)j * (size_t)ldv + d;
             a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr), a0);
             a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8), a1);
             a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 16), a2);
@@ -194,13 +195,57 @@ static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int 
         __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), c);
         for (int j = lo; j <= hi; j++)
             a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j),
-                                _mm256_loadu_ps(v + (size_t)j * (size_t)hdv + d), a);
+                                _mm256_loadu_ps(v + (size_t)j * (size_t)ldv + d), a);
         _mm256_storeu_ps(acc + d, a);
     }
     for (; d < hdv; d++) {
         float a = acc[d] * corr;
-        for (int j = lo; j <= hi; j++) a = fmaf(p[j], v[(size_t)j * (size_t)hdv + d], a);
+        for (int j = lo; j <= hi; j++) a = fmaf(p[j], v[(size_t)j * (size_t)ldv + d], a);
         acc[d] = a;
+    }
+}
+
+/* pv for two query vectors with the same [lo, hi]: each V load feeds both; per element the
+ * same chain as pv (acc * corr, then keys ascending), so pairing never changes bits. */
+static void pv_pair(float *acc0, float *acc1, const float *p0, const float *p1, float c0,
+                    float c1, const float *v, int hdv, int lo, int hi) {
+    const __m256 vc0 = _mm256_set1_ps(c0), vc1 = _mm256_set1_ps(c1);
+    int d = 0;
+    for (; d + 32 <= hdv; d += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d), vc0);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 8), vc0);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 16), vc0);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 24), vc0);
+        __m256 b0 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d), vc1);
+        __m256 b1 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 8), vc1);
+        __m256 b2 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 16), vc1);
+        __m256 b3 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 24), vc1);
+        for (int j = lo; j <= hi; j++) {
+            const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
+            const float *vr = v + (size_t)j * (size_t)hdv + d;
+            const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+            const __m256 v2 = _mm256_loadu_ps(vr + 16), v3 = _mm256_loadu_ps(vr + 24);
+            a0 = _mm256_fmadd_ps(x, v0, a0);
+            a1 = _mm256_fmadd_ps(x, v1, a1);
+            a2 = _mm256_fmadd_ps(x, v2, a2);
+            a3 = _mm256_fmadd_ps(x, v3, a3);
+            b0 = _mm256_fmadd_ps(y, v0, b0);
+            b1 = _mm256_fmadd_ps(y, v1, b1);
+            b2 = _mm256_fmadd_ps(y, v2, b2);
+            b3 = _mm256_fmadd_ps(y, v3, b3);
+        }
+        _mm256_storeu_ps(acc0 + d, a0);
+        _mm256_storeu_ps(acc0 + d + 8, a1);
+        _mm256_storeu_ps(acc0 + d + 16, a2);
+        _mm256_storeu_ps(acc0 + d + 24, a3);
+        _mm256_storeu_ps(acc1 + d, b0);
+        _mm256_storeu_ps(acc1 + d + 8, b1);
+        _mm256_storeu_ps(acc1 + d + 16, b2);
+        _mm256_storeu_ps(acc1 + d + 24, b3);
+    }
+    if (d < hdv) { /* the rest one vector at a time, from element d on */
+        pv(acc0 + d, p0, v + d, hdv - d, lo, hi, c0, hdv);
+        pv(acc1 + d, p1, v + d, hdv - d, lo, hi, c1, hdv);
     }
 }
 
@@ -233,14 +278,15 @@ void attn_block_avx2(const struct attn_tile *t, const struct attn_block *b) {
             scores2(q0, NULL, b->k, hd, j0, j1, s0, NULL);
         else
             scores2(q0 + hd, NULL, b->k, hd, j0, j1, s1, NULL);
-        if (in0) {
-            const float corr = softmax_block(s0, lo0, hi0, t->softcap, &t->m[i], &t->l[i]);
-            pv(t->acc + (size_t)i * (size_t)hdv, s0, b->v, hdv, lo0, hi0, corr);
-        }
-        if (in1) {
-            const float corr =
-                softmax_block(s1, lo1, hi1, t->softcap, &t->m[i + 1], &t->l[i + 1]);
-            pv(t->acc + (size_t)(i + 1) * (size_t)hdv, s1, b->v, hdv, lo1, hi1, corr);
+        float *acc0 = t->acc + (size_t)i * (size_t)hdv, *acc1 = acc0 + hdv;
+        float c0 = 0.0f, c1 = 0.0f;
+        if (in0) c0 = softmax_block(s0, lo0, hi0, t->softcap, &t->m[i], &t->l[i]);
+        if (in1) c1 = softmax_block(s1, lo1, hi1, t->softcap, &t->m[i + 1], &t->l[i + 1]);
+        if (in0 && in1 && lo0 == lo1 && hi0 == hi1) {
+            pv_pair(acc0, acc1, s0, s1, c0, c1, b->v, hdv, lo0, hi0);
+        } else {
+            if (in0) pv(acc0, s0, b->v, hdv, lo0, hi0, c0, hdv);
+            if (in1) pv(acc1, s1, b->v, hdv, lo1, hi1, c1, hdv);
         }
     }
 }
