@@ -4,75 +4,187 @@
  * (two 32-element chunks per register). F16/BF16 and the activation quantizers come from
  * the AVX2 table, which kern_init installs first (see kern_impl.h).
  *
- * As in kern_avx2.c, vec_dot is the 1x1 instance of the same tile template as gemm, so the
- * two agree bit for bit. The float steps (lane layout, fused scale per block pair, final
- * sum) differ from the AVX2 kernels, so AVX-512 and AVX2 results may differ in the last
- * bits; each stays within the reference bound.
+ * vec_dot, the one-activation gemm and the batched gemm are separate loops here (the batched
+ * ones unpack each weight block once into a stack buffer and sweep it over up to
+ * KERN_GEMM_MAX_ACTS activations), but every path performs the same integer lanes and the
+ * same float steps per (row, activation, block) in the same order, so gemm gives vec_dot's
+ * bits for every pair (tests/unit/test_kern.c checks all tile shapes). The float steps
+ * (lane layout, fused scale per block pair, final sum) differ from the AVX2 kernels, so
+ * AVX-512 and AVX2 results may differ in the last bits; each stays within the reference
+ * bound.
  */
 #include "engine/kernels/kern_impl.h"
 #include "engine/kernels/kern_x86.h"
+
+#include <stddef.h>
 
 KX_AI float kz_hsum16(__m512 v) {
     return kx_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
+/* Tile shapes and blocking of the Q4_0/Q5_0/Q8_0 gemm (see kz_gemm_q8f). */
+#ifndef KZ_TR
+#define KZ_TR 4 /* weight rows per tile */
+#endif
+#ifndef KZ_TC
+#define KZ_TC 4 /* activations per tile */
+#endif
+#ifndef KZ_TR1
+#define KZ_TR1 1 /* weight rows at a time with one activation */
+#endif
+#define KZ_GR 16 /* rows prepared at once */
+#define KZ_GC 8  /* activations prepared at once */
+#define KZ_KP 16 /* block pairs prepared at once (W: 32 KiB, A: 24 KiB) */
+#define KZ_KP1 64 /* block pairs of the one activation prepared at once (12 KiB) */
+#define KZ_MAXR 8
+_Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0, "tiles must divide the blocks");
+#define KZ_MAXC 8
+
 /* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0: two blocks per register ---------------------------------- */
 
-/* Weight blocks ib and ib+1 (ib+1 only when `two`) as 64 signed bytes and two scales. */
-KX_AI __m512i kz_q8f_load2(enum kx_q8f k, const uint8_t *p, int two, float *d0, float *d1) {
+/* The weights enter vpdpbusd as unsigned bytes u = q + off (Q4_0: the nibble itself, off 8;
+ * Q5_0: nibble | high bit << 4, off 16; Q8_0: q ^ 0x80, off 128), so no per-pair sign
+ * fix-up is needed; the offset comes back as -off * (4-byte group sums of a), the initial
+ * value of the accumulator, once per activation block and shared by every weight row.
+ * All of it is exact int32, so the lanes equal sum(q * a) over each 4-byte group.
+ *
+ * Per block pair and (row, activation) the float steps are fixed: s = the 16 int32 lanes
+ * (block 0 in lanes 0-7, block 1 in 8-15), acc = fma(float(s), dw * da, acc) with dw, da
+ * the two blocks' scales spread over their lanes, and kz_hsum16(acc) at the end. Every
+ * path below (vec_dot, one activation, tiles over prepared blocks) performs exactly these
+ * steps in this order, so they agree bit for bit. */
+
+KX_AI int kz_q8f_off(enum kx_q8f k) {
+    return k == KX_Q4_0 ? 8 : k == KX_Q5_0 ? 16 : 128;
+}
+
+/* [h0 x8 | h1 x8] as floats (fp16 -> f32 is exact); h1 = 0 when p1 is NULL. */
+KX_AI __m512 kz_scales2(const void *p0, const void *p1) {
+    uint16_t h0, h1 = 0;
+    memcpy(&h0, p0, 2);
+    if (p1) memcpy(&h1, p1, 2);
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)h1), _mm_set1_epi16((short)h0)));
+}
+
+/* Weight blocks ib, ib+1 (ib+1 only when `two`, else zero) as unsigned u and scales. */
+KX_AI void kz_w2(enum kx_q8f k, const uint8_t *p, int two, __m512i *u, __m512 *dw) {
     const size_t bs = kx_q8f_size(k);
-    __m256i lo = kx_q8f_load(k, p, d0);
-    __m256i hi = _mm256_setzero_si256();
-    *d1 = 0.0f;
-    if (two) hi = kx_q8f_load(k, p + bs, d1);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    *dw = kz_scales2(p, two ? p + bs : NULL);
+    if (k == KX_Q8_0) {
+        const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+        const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + bs + 2))
+                               : _mm256_set1_epi8((char)0x80);
+        *u = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                              _mm512_set1_epi8((char)0x80));
+        return;
+    }
+    const size_t qo = k == KX_Q4_0 ? offsetof(struct block_q4_0, qs)
+                                   : offsetof(struct block_q5_0, qs);
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + qo));
+    const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(p + bs + qo)) : _mm_setzero_si128();
+    /* 128-bit lanes q0, q0, q1, q1; the odd lanes take the high nibbles (elements 16..31) */
+    __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(q0), 0xFF00, q1);
+    x = _mm512_mask_srli_epi16(x, 0xFF00FF00u, x, 4);
+    __m512i v = _mm512_and_si512(x, _mm512_set1_epi8(0x0F));
+    if (k == KX_Q5_0) {
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, p + offsetof(struct block_q5_0, qh), 4);
+        if (two) memcpy(&h1, p + bs + offsetof(struct block_q5_0, qh), 4);
+        const __mmask64 hb = (__mmask64)h0 | (__mmask64)h1 << 32; /* bit i: element i */
+        v = _mm512_mask_add_epi8(v, hb, v, _mm512_set1_epi8(16));
+    }
+    *u = v;
 }
 
-KX_AI __m512i kz_act_load2(const struct block_q8_0 *ab, int two, float *d0, float *d1) {
-    __m256i lo = _mm256_loadu_si256((const __m256i *)ab[0].qs);
-    __m256i hi = two ? _mm256_loadu_si256((const __m256i *)ab[1].qs) : _mm256_setzero_si256();
-    *d0 = kx_h2f(ab[0].d);
-    *d1 = two ? kx_h2f(ab[1].d) : 0.0f;
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+/* Activation blocks ib, ib+1 (zero past the row): bytes, -off * group sums, and scales. */
+KX_AI void kz_a2(enum kx_q8f k, const struct block_q8_0 *ab, int two, __m512i *av, __m512i *neg,
+                 __m512 *da) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)ab[0].qs);
+    const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)ab[1].qs) : _mm256_setzero_si256();
+    *av = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __m512i s =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)kz_q8f_off(k)), *av);
+    *neg = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+    *da = kz_scales2(&ab[0].d, two ? &ab[1].d : NULL);
 }
 
-KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, const uint8_t *w,
-                       size_t ws, const uint8_t *a, size_t as, float *y, size_t ldy) {
+/* The per-pair step shared by every path. */
+KX_AI __m512 kz_q8f_step(__m512 acc, __m512i u, __m512 dw, __m512i av, __m512i neg, __m512 da) {
+    const __m512i s = _mm512_dpbusd_epi32(neg, u, av);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, da), acc);
+}
+
+/* One prepared weight block pair (128 bytes) and activation block pair (192 bytes). */
+struct kz_wp {
+    __m512i u;
+    __m512 d;
+};
+struct kz_ap {
+    __m512i a, neg;
+    __m512 d;
+};
+
+/* vec_dot: the 1x1 case straight from the rows. */
+KX_AI float kz_dot_q8f(enum kx_q8f k, int64_t n, const uint8_t *w, const uint8_t *a) {
     const size_t bs = kx_q8f_size(k);
     const int64_t nb = n / 32;
-    __m512 acc[KX_MAXR][KX_MAXC];
+    const struct block_q8_0 *ab = (const void *)a;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib += 2) {
+        const int two = ib + 1 < nb;
+        __m512i u, av, neg;
+        __m512 dw, da;
+        kz_w2(k, w + (size_t)ib * bs, two, &u, &dw);
+        kz_a2(k, ab + ib, two, &av, &neg, &da);
+        acc = kz_q8f_step(acc, u, dw, av, neg, da);
+    }
+    return kz_hsum16(acc);
+}
+
+/* NR weight rows straight from memory against one prepared activation: pairs [0, np) of
+ * A, accumulators acc[0..NR). */
+KX_AI void kz_rows1_q8f(enum kx_q8f k, const int NR, int64_t nb, int64_t ib0, int np,
+                        const uint8_t *w, size_t ws, const struct kz_ap *A, __m512 *acc) {
+    const size_t bs = kx_q8f_size(k);
+    __m512 s[KZ_MAXR];
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++)
+        s[r] = acc[r];
+    for (int p = 0; p < np; p++) {
+        const int64_t ib = ib0 + 2 * p;
+        const int two = ib + 1 < nb;
+        KX_UNROLL(8)
+        for (int r = 0; r < NR; r++) {
+            __m512i u;
+            __m512 dw;
+            kz_w2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &u, &dw);
+            s[r] = kz_q8f_step(s[r], u, dw, A[p].a, A[p].neg, A[p].d);
+        }
+    }
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++)
+        acc[r] = s[r];
+}
+
+/* NR x NC tile over prepared pairs: W[r * KZ_KP + p], A[c * KZ_KP + p], p < np;
+ * accumulators acc[r * KZ_GC + c] in and out. */
+KX_AI void kz_tile_q8f(const int NR, const int NC, int np, const struct kz_wp *W,
+                       const struct kz_ap *A, __m512 *acc) {
+    __m512 s[KZ_MAXR][KZ_MAXC];
     KX_UNROLL(8)
     for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm512_setzero_ps();
+            s[r][c] = acc[r * KZ_GC + c];
     }
-    for (int64_t ib = 0; ib < nb; ib += 2) {
-        const int two = ib + 1 < nb;
-        __m512i wa[KX_MAXR];
-        __mmask64 neg[KX_MAXR];
-        float dw0[KX_MAXR], dw1[KX_MAXR];
-        KX_UNROLL(8)
-        for (int r = 0; r < NR; r++) {
-            __m512i v =
-                kz_q8f_load2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &dw0[r], &dw1[r]);
-            wa[r] = _mm512_abs_epi8(v);
-            neg[r] = _mm512_movepi8_mask(v);
-        }
+    for (int p = 0; p < np; p++) {
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
-            float da0, da1;
-            const __m512i av = kz_act_load2(
-                (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_0)), two,
-                &da0, &da1);
+            const struct kz_ap *ap = &A[c * KZ_KP + p];
             KX_UNROLL(8)
             for (int r = 0; r < NR; r++) {
-                /* a with w's sign, so that |w| can be the unsigned operand of vpdpbusd */
-                __m512i sa = _mm512_mask_sub_epi8(av, neg[r], _mm512_setzero_si512(), av);
-                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa[r], sa);
-                __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dw0[r] * da0),
-                                              _mm256_set1_ps(dw1[r] * da1), 1);
-                acc[r][c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][c]);
+                const struct kz_wp *wp = &W[r * KZ_KP + p];
+                s[r][c] = kz_q8f_step(s[r][c], wp->u, wp->d, ap->a, ap->neg, ap->d);
             }
         }
     }
@@ -80,9 +192,110 @@ KX_AI void kz_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++)
-            y[(size_t)c * ldy + r] = kz_hsum16(acc[r][c]);
+            acc[r * KZ_GC + c] = s[r][c];
     }
 }
+
+/* Prepares pairs [0, np) from block ib0 of rows [0, nr) into W, zero rows up to nrp. */
+KX_AI void kz_prep_w(enum kx_q8f k, int64_t nb, int64_t ib0, int np, const uint8_t *w, size_t ws,
+                     int nr, int nrp, struct kz_wp *W) {
+    const size_t bs = kx_q8f_size(k);
+    for (int r = 0; r < nrp; r++)
+        for (int p = 0; p < np; p++) {
+            const int64_t ib = ib0 + 2 * p;
+            struct kz_wp *o = &W[r * KZ_KP + p];
+            if (r < nr)
+                kz_w2(k, w + (size_t)r * ws + (size_t)ib * bs, ib + 1 < nb, &o->u, &o->d);
+            else
+                o->u = _mm512_setzero_si512(), o->d = _mm512_setzero_ps();
+        }
+}
+
+/* gemm: one activation -> rows KZ_TR1 at a time straight from memory, the activation
+ * prepared once per KZ_KP1 pairs; more -> blocks of KZ_GR rows x KZ_GC activations, both
+ * sides prepared once per KZ_KP pairs (zero-padded to whole tiles), KZ_TR x KZ_TC tiles. */
+KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int nw, const void *a,
+                       size_t as, int na, float *y, int ldy) {
+    const int64_t nb = n / 32;
+    const uint8_t *wp = w, *ap = a;
+    if (na == 1) {
+        struct kz_ap A[KZ_KP1];
+        __m512 acc[KZ_GR];
+        for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
+            const int nr = nw - r0 < KZ_GR ? nw - r0 : KZ_GR;
+            for (int r = 0; r < nr; r++)
+                acc[r] = _mm512_setzero_ps();
+            for (int64_t ib0 = 0; ib0 < nb; ib0 += 2 * KZ_KP1) {
+                const int np = (int)((nb - ib0 + 1) / 2 < KZ_KP1 ? (nb - ib0 + 1) / 2 : KZ_KP1);
+                for (int p = 0; p < np; p++) {
+                    const int64_t ib = ib0 + 2 * p;
+                    kz_a2(k, (const struct block_q8_0 *)ap + ib, ib + 1 < nb, &A[p].a, &A[p].neg,
+                          &A[p].d);
+                }
+                const uint8_t *wr = wp + (size_t)r0 * ws;
+                int r = 0;
+                for (; r + KZ_TR1 <= nr; r += KZ_TR1)
+                    kz_rows1_q8f(k, KZ_TR1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r);
+                for (; r < nr; r++)
+                    kz_rows1_q8f(k, 1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r);
+            }
+            for (int r = 0; r < nr; r++)
+                y[r0 + r] = kz_hsum16(acc[r]);
+        }
+        return;
+    }
+    struct kz_wp W[KZ_GR * KZ_KP];
+    struct kz_ap A[KZ_GC * KZ_KP];
+    __m512 acc[KZ_GR * KZ_GC];
+    /* Rows of at most KZ_KP pairs are prepared once for all activations. */
+    const int whole = nb <= 2 * KZ_KP;
+    for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
+        const int nr = nw - r0 < KZ_GR ? nw - r0 : KZ_GR;
+        const int nrp = (nr + KZ_TR - 1) / KZ_TR * KZ_TR; /* padded with zero rows */
+        const uint8_t *wr = wp + (size_t)r0 * ws;
+        if (whole) kz_prep_w(k, nb, 0, (int)((nb + 1) / 2), wr, ws, nr, nrp, W);
+        for (int c0 = 0; c0 < na; c0 += KZ_GC) {
+            const int nc = na - c0 < KZ_GC ? na - c0 : KZ_GC;
+            const int ncp = (nc + KZ_TC - 1) / KZ_TC * KZ_TC;
+            for (int i = 0; i < KZ_GR * KZ_GC; i++)
+                acc[i] = _mm512_setzero_ps();
+            for (int64_t ib0 = 0; ib0 < nb; ib0 += 2 * KZ_KP) {
+                const int np = (int)((nb - ib0 + 1) / 2 < KZ_KP ? (nb - ib0 + 1) / 2 : KZ_KP);
+                if (!whole) kz_prep_w(k, nb, ib0, np, wr, ws, nr, nrp, W);
+                for (int c = 0; c < ncp; c++)
+                    for (int p = 0; p < np; p++) {
+                        const int64_t ib = ib0 + 2 * p;
+                        struct kz_ap *o = &A[c * KZ_KP + p];
+                        if (c < nc)
+                            kz_a2(k, (const struct block_q8_0 *)(ap + (size_t)(c0 + c) * as) + ib,
+                                  ib + 1 < nb, &o->a, &o->neg, &o->d);
+                        else
+                            o->a = o->neg = _mm512_setzero_si512(), o->d = _mm512_setzero_ps();
+                    }
+                for (int r = 0; r < nrp; r += KZ_TR)
+                    for (int c = 0; c < ncp; c += KZ_TC)
+                        kz_tile_q8f(KZ_TR, KZ_TC, np, W + r * KZ_KP, A + c * KZ_KP,
+                                    acc + r * KZ_GC + c);
+            }
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nr; r++)
+                    y[(size_t)(c0 + c) * (size_t)ldy + (size_t)(r0 + r)] =
+                        kz_hsum16(acc[r * KZ_GC + c]);
+        }
+    }
+}
+
+#define KZ_DEFINE_Q8F(name, kind)                                                                  \
+    static float kz_dot_##name(int64_t n, const void *w, const void *a) {                          \
+        return kz_dot_q8f(kind, n, w, a);                                                          \
+    }                                                                                              \
+    static void kz_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,         \
+                               size_t as, int na, float *y, int ldy) {                             \
+        kz_gemm_q8f(kind, n, w, ws, nw, a, as, na, y, ldy);                                        \
+    }
+KZ_DEFINE_Q8F(q4_0, KX_Q4_0)
+KZ_DEFINE_Q8F(q5_0, KX_Q5_0)
+KZ_DEFINE_Q8F(q8_0, KX_Q8_0)
 
 /* ---- Q4_K / Q5_K / Q6_K x Q8_K: the AVX2 unpack, products two chunks at a time ------------ */
 
@@ -122,14 +335,162 @@ KX_AI __m256i kz_kq_sumi(enum kx_kq k, const struct kz_kblk *wb, const struct bl
 #define KZ_BASE(x) ((x).b)
 KX_DEFINE_TILE_KQ(kz_tile_kq, struct kz_kblk, kz_kq_unpack, kz_kq_sumi, KZ_BASE)
 
+/* ---- K-quants, two or more activations: prepared super-blocks ------------------------------
+ *
+ * The same integer lanes and float steps as kz_tile_kq (so the same bits as vec_dot), laid
+ * out for reuse: each weight super-block is unpacked once into struct kz_kw for up to
+ * KZ_KGC activations, and the pair's two float accumulators of kz_tile_kq (8 lanes of
+ * scale products, 4 lanes of mins) live side by side in one 512-bit register: lanes 0-7
+ * take fma(d * da, float(sumi), .), lanes 8-11 fma(-da * dmin, float(mins . bsums), .),
+ * lanes 12-15 stay zero. */
+
+#define KZ_KQP 2   /* super-blocks of 16 rows prepared at once (20 KiB) */
+#define KZ_KGC 64  /* activations sharing one preparation (accumulators: 64 KiB) */
+#define KZ_KTR 4   /* tile: weight rows */
+#define KZ_KTC 4   /* tile: activations */
+_Static_assert(KZ_GR % KZ_KTR == 0 && KZ_KGC % KZ_KTC == 0, "tiles must divide the blocks");
+
+struct kz_kw {
+    __m512i q[4];  /* chunk pairs (2j, 2j+1) as unsigned bytes */
+    __m512i sc[4]; /* their int16 scales per maddubs lane */
+    __m512 dv;     /* [d x8 | dmin x4 | 0 x4] */
+    __m256i sc16;  /* Q6_K: the 16 sub-block scales as int16 */
+    __m128i mins;  /* Q4_K/Q5_K: the 8 mins as int16 */
+};
+
+KX_AI void kz_kw_prep(enum kx_kq k, const uint8_t *p, struct kz_kw *o) {
+    struct kz_kblk b;
+    kz_kq_unpack(k, p, &b);
+    KX_UNROLL(8)
+    for (int j = 0; j < 4; j++) {
+        o->q[j] = b.q[j];
+        o->sc[j] = b.sc[j];
+    }
+    o->dv = _mm512_maskz_mov_ps(0x0FFF, _mm512_mask_mov_ps(_mm512_set1_ps(b.b.d), 0xFF00,
+                                                          _mm512_set1_ps(b.b.dmin)));
+    o->sc16 = b.b.sc16;
+    o->mins = b.b.mins;
+}
+
+/* NR x NC tile over super-blocks [0, nsb) of prepared rows W[r * KZ_KQP + s] and the
+ * activation rows act[c] from super-block sb0 on; accumulators acc[r * KZ_KGC + c]. */
+KX_AI void kz_ktile(enum kx_kq k, const int NR, const int NC, int nsb, const struct kz_kw *W,
+                    const struct block_q8_K *const *act, int64_t sb0, __m512 *acc) {
+    __m512 s[KZ_MAXR][KZ_MAXC];
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            s[r][c] = acc[r * KZ_KGC + c];
+    }
+    for (int sb = 0; sb < nsb; sb++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++) {
+            const struct block_q8_K *ab = act[c] + sb0 + sb;
+            __m512i av[4];
+            KX_UNROLL(4)
+            for (int j = 0; j < 4; j++)
+                av[j] = _mm512_loadu_si512((const void *)(ab->qs + 64 * j));
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+            const __m128i bh =
+                _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            const __m512 da = _mm512_maskz_mov_ps(
+                0x0FFF, _mm512_mask_mov_ps(_mm512_set1_ps(ab->d), 0xFF00, _mm512_set1_ps(-ab->d)));
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++) {
+                const struct kz_kw *wb = &W[r * KZ_KQP + sb];
+                __m512i si = _mm512_setzero_si512();
+                KX_UNROLL(4)
+                for (int j = 0; j < 4; j++)
+                    si = _mm512_dpwssd_epi32(si, _mm512_maddubs_epi16(wb->q[j], av[j]), wb->sc[j]);
+                __m256i s8 =
+                    _mm256_add_epi32(_mm512_castsi512_si256(si), _mm512_extracti64x4_epi64(si, 1));
+                __m512i v;
+                if (k == KX_Q6_K) {
+                    s8 = _mm256_sub_epi32(s8, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 5));
+                    v = _mm512_zextsi256_si512(s8);
+                } else {
+                    v = _mm512_inserti32x4(_mm512_zextsi256_si512(s8), _mm_madd_epi16(wb->mins, bh),
+                                           2);
+                }
+                s[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(wb->dv, da), _mm512_cvtepi32_ps(v), s[r][c]);
+            }
+        }
+    }
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            acc[r * KZ_KGC + c] = s[r][c];
+    }
+}
+
+/* gemm for two or more activations: per KZ_GR rows and KZ_KGC activations, super-blocks
+ * in chunks of KZ_KQP are prepared once and swept over every activation. Tiles past the
+ * last row read zero rows, past the last activation a copy of it (results dropped). */
+KX_AI void kz_gemm_kq_batch(enum kx_kq k, int64_t n, const uint8_t *w, size_t ws, int nw,
+                            const uint8_t *a, size_t as, int na, float *y, int ldy) {
+    const size_t bs = kx_kq_size(k);
+    const int64_t nsb = n / QK_K;
+    struct kz_kw W[KZ_GR * KZ_KQP];
+    __m512 acc[KZ_GR * KZ_KGC];
+    const struct block_q8_K *act[KZ_KGC];
+    for (int c0 = 0; c0 < na; c0 += KZ_KGC) {
+        const int nc = na - c0 < KZ_KGC ? na - c0 : KZ_KGC;
+        const int ncp = (nc + KZ_KTC - 1) / KZ_KTC * KZ_KTC;
+        for (int c = 0; c < ncp; c++)
+            act[c] = (const void *)(a + (size_t)(c0 + (c < nc ? c : nc - 1)) * as);
+        for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
+            const int nr = nw - r0 < KZ_GR ? nw - r0 : KZ_GR;
+            const int nrp = (nr + KZ_KTR - 1) / KZ_KTR * KZ_KTR;
+            for (int r = 0; r < nrp; r++)
+                for (int c = 0; c < ncp; c++)
+                    acc[r * KZ_KGC + c] = _mm512_setzero_ps();
+            for (int64_t sb0 = 0; sb0 < nsb; sb0 += KZ_KQP) {
+                const int ns = (int)(nsb - sb0 < KZ_KQP ? nsb - sb0 : KZ_KQP);
+                for (int r = 0; r < nrp; r++)
+                    for (int sb = 0; sb < ns; sb++) {
+                        if (r < nr)
+                            kz_kw_prep(k, w + (size_t)(r0 + r) * ws + (size_t)(sb0 + sb) * bs,
+                                       &W[r * KZ_KQP + sb]);
+                        else
+                            memset(&W[r * KZ_KQP + sb], 0, sizeof(W[0]));
+                    }
+                for (int r = 0; r < nrp; r += KZ_KTR)
+                    for (int c = 0; c < ncp; c += KZ_KTC)
+                        kz_ktile(k, KZ_KTR, KZ_KTC, ns, W + r * KZ_KQP, act + c, sb0,
+                                 acc + r * KZ_KGC + c);
+            }
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nr; r++) {
+                    const __m512 v = acc[r * KZ_KGC + c];
+                    const float main = kx_hsum8(_mm512_castps512_ps256(v));
+                    y[(size_t)(c0 + c) * (size_t)ldy + (size_t)(r0 + r)] =
+                        k == KX_Q6_K ? main : main + kx_hsum4(_mm512_extractf32x4_ps(v, 2));
+                }
+        }
+    }
+}
+
 /* ---- instantiation (same scheme as kern_avx2.c) ------------------------------------------- */
 
-KX_DEFINE(kz, q4_0, kz_tile_q8f, KX_Q4_0, 1, 2, 4)
-KX_DEFINE(kz, q5_0, kz_tile_q8f, KX_Q5_0, 1, 2, 4)
-KX_DEFINE(kz, q8_0, kz_tile_q8f, KX_Q8_0, 1, 2, 4)
-KX_DEFINE(kz, q4_K, kz_tile_kq, KX_Q4_K, 1, 2, 4)
-KX_DEFINE(kz, q5_K, kz_tile_kq, KX_Q5_K, 1, 2, 4)
-KX_DEFINE(kz, q6_K, kz_tile_kq, KX_Q6_K, 1, 2, 4)
+/* vec_dot and one activation: kz_tile_kq (rows one at a time, unpacked and multiplied in
+ * one pass); more activations: kz_gemm_kq_batch. */
+#define KZ_DEFINE_KQ(name, kind)                                                                   \
+    KX_DEFINE(kz1, name, kz_tile_kq, kind, 1, 1, 1)                                                \
+    static float kz_dot_##name(int64_t n, const void *w, const void *a) {                          \
+        return kz1_dot_##name(n, w, a);                                                            \
+    }                                                                                              \
+    static void kz_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,         \
+                               size_t as, int na, float *y, int ldy) {                             \
+        if (na == 1)                                                                               \
+            kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
+        else                                                                                       \
+            kz_gemm_kq_batch(kind, n, w, ws, nw, a, as, na, y, ldy);                               \
+    }
+KZ_DEFINE_KQ(q4_K, KX_Q4_K)
+KZ_DEFINE_KQ(q5_K, KX_Q5_K)
+KZ_DEFINE_KQ(q6_K, KX_Q6_K)
 
 void kern_register_avx512(struct kern_ops *ops) {
     static const struct {

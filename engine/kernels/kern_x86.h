@@ -585,7 +585,10 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
 
 /* Defines <pfx>_dot_<name> (vec_dot: the 1x1 tile) and <pfx>_gemm_<name>: a sweep of tiles
  * of TR x TC (weight rows x activation rows; TR1 x 1 when there is one activation row), edge
- * tiles in every smaller shape. Shapes are picked per kernel by measurement. */
+ * tiles in every smaller shape. Shapes are picked per kernel by measurement. Activations are
+ * taken KX_GC at a time, all rows for each group, so the group stays in L1 while the rows'
+ * blocks are reused. */
+#define KX_GC 8
 #define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                              \
     static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                       \
         float y;                                                                                   \
@@ -596,13 +599,16 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
                                   size_t as, int na, float *y, int ldy) {                          \
         const uint8_t *wp = w, *ap = a;                                                            \
         const int tr = na == 1 ? (TR1) : (TR), tc = (TC);                                          \
-        for (int r = 0; r < nw; r += tr) {                                                         \
-            const int nr = nw - r < tr ? nw - r : tr;                                              \
-            for (int c = 0; c < na; c += tc) {                                                     \
-                const int nc = na - c < tc ? na - c : tc;                                          \
-                const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;                \
-                float *y0 = y + (size_t)c * (size_t)ldy + r;                                       \
-                KX_SWITCH(nr, nc, TILE, kind, TR1, TR, TC)                                         \
+        for (int c0 = 0; c0 < na; c0 += KX_GC) {                                                   \
+            const int c1 = na - c0 < KX_GC ? na : c0 + KX_GC;                                      \
+            for (int r = 0; r < nw; r += tr) {                                                     \
+                const int nr = nw - r < tr ? nw - r : tr;                                          \
+                for (int c = c0; c < c1; c += tc) {                                                \
+                    const int nc = c1 - c < tc ? c1 - c : tc;                                      \
+                    const uint8_t *w0 = wp + (size_t)r * ws, *a0 = ap + (size_t)c * as;            \
+                    float *y0 = y + (size_t)c * (size_t)ldy + r;                                   \
+                    KX_SWITCH(nr, nc, TILE, kind, TR1, TR, TC)                                     \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }

@@ -4,7 +4,12 @@
  *
  * Built and run by tests/bench/bench_engine.py (see docs/BENCHMARKS.md):
  *   bench_kern [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json]   kernels
+ *              [--m 1,16,64] [--cpu] [--isa avx2|avx512|scalar]
  *   bench_kern --bandwidth [--threads N] [--json]               read bandwidth only
+ *
+ * --m sets the activation row counts (up to 512). --cpu times kern_matmul on one thread by
+ * that thread's CPU time, which other processes on a shared machine disturb less than the
+ * wall clock (--threads then only sizes the bandwidth probe). --isa forces the kernel set.
  *
  * Weights are random bytes with valid scales, copied enough times to overflow the last
  * level cache and visited in turn, so every call reads its weights from DRAM as a forward
@@ -26,6 +31,7 @@
 #include "engine/kernels/quant.h"
 
 #define COLD_BYTES ((size_t)96 << 20) /* > any L3 we expect: weights cycle through this */
+#define MAX_M 512                      /* most activation rows --m accepts */
 
 /* Wall clock, or this thread's CPU time for the one-thread comparisons (less disturbed by
  * other processes on a shared machine). */
@@ -209,7 +215,9 @@ static double bench_ggml(const struct kern_weight *w, int copies, const float *X
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, json = 0, bw_only = 0;
+    int threads = 2, json = 0, bw_only = 0, cpu = 0;
+    enum kern_isa isa = KERN_ISA_AUTO;
+    int Ms[16] = {1, 16, 64}, n_ms = 3;
     double budget = 0.5;
     const char *ggml = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -225,10 +233,26 @@ int main(int argc, char **argv) {
             json = 1;
         else if (!strcmp(argv[i], "--bandwidth"))
             bw_only = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            cpu = 1;
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            i++;
+            isa = !strcmp(argv[i], "avx2")     ? KERN_ISA_AVX2
+                  : !strcmp(argv[i], "avx512") ? KERN_ISA_AVX512
+                  : !strcmp(argv[i], "scalar") ? KERN_ISA_REF
+                                               : KERN_ISA_AUTO;
+        }
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) {
+            n_ms = 0;
+            for (char *t = strtok(argv[++i], ","); t && n_ms < 16; t = strtok(NULL, ",")) {
+                int m = atoi(t);
+                if (m >= 1 && m <= MAX_M) Ms[n_ms++] = m;
+            }
+        }
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json] "
-                    "[--bandwidth]\n",
+                    "[--bandwidth] [--m LIST] [--cpu] [--isa NAME]\n",
                     argv[0]);
             return 2;
         }
@@ -241,17 +265,20 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (ggml && ggml_load(ggml) != 0) ggml = NULL;
-    if (kern_init(KERN_ISA_AUTO) != 0) return 1;
+    if (kern_init(isa) != 0) {
+        fprintf(stderr, "bench_kern: ISA %s not supported here\n", kern_isa_name(isa));
+        return 1;
+    }
     struct pool *pool = NULL, *pool1 = NULL;
     if (pool_create(threads, &pool) != 0 || pool_create(1, &pool1) != 0) return 1;
-    const int Ms[] = {1, 16, 64};
     if (json)
         printf("{\"isa\": \"%s\", \"threads\": %d, \"read_gb_s\": %.3f, \"cases\": [",
                kern_isa_name(kern_active_isa()), threads, bw);
     else
-        printf("isa %s, %d threads, read bandwidth %.2f GB/s\n%-12s %-5s %6s %7s %3s %9s %7s %8s "
+        printf("isa %s, %d threads%s, read bandwidth %.2f GB/s\n%-12s %-5s %6s %7s %3s %9s %7s %8s "
                "%7s %s\n",
-               kern_isa_name(kern_active_isa()), threads, bw, "matmul", "type", "n_in", "n_out",
+               kern_isa_name(kern_active_isa()), cpu ? 1 : threads,
+               cpu ? " (CPU time)" : "", bw, "matmul", "type", "n_in", "n_out",
                "M", "ms", "GB/s", "GMAC/s", "%bw", ggml ? "1-thread ms: gemmad ggml ratio" : "");
     int first = 1;
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
@@ -264,18 +291,23 @@ int main(int argc, char **argv) {
         const size_t wbytes = w.row_bytes * (size_t)w.n_out;
         int copies = (int)(COLD_BYTES / wbytes) + 1;
         uint8_t *wd = malloc(wbytes * (size_t)copies);
-        float *X = malloc(sizeof(float) * (size_t)(64 * sh->n_in));
-        float *Y = malloc(sizeof(float) * (size_t)(64 * sh->n_out));
+        int max_m = 1;
+        for (int mi = 0; mi < n_ms; mi++)
+            if (Ms[mi] > max_m) max_m = Ms[mi];
+        float *X = malloc(sizeof(float) * (size_t)max_m * (size_t)sh->n_in);
+        float *Y = malloc(sizeof(float) * (size_t)max_m * (size_t)sh->n_out);
         void *scratch = aligned_alloc(
-            64, (kern_act_bytes(&w, 64) + 4 * (size_t)sh->n_in * 64 + 63) & ~(size_t)63);
+            64, (kern_act_bytes(&w, max_m) + 4 * (size_t)sh->n_in * max_m + 63) & ~(size_t)63);
         if (!wd || !X || !Y || !scratch) return 1;
         fill_weights(sh->type, wd, wbytes * (size_t)copies);
-        for (int64_t i = 0; i < 64 * sh->n_in; i++)
+        for (int64_t i = 0; i < max_m * sh->n_in; i++)
             X[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
         w.data = wd;
-        for (size_t mi = 0; mi < sizeof(Ms) / sizeof(Ms[0]); mi++) {
+        for (int mi = 0; mi < n_ms; mi++) {
             const int M = Ms[mi];
-            double t = bench_one(pool, &w, copies, X, M, Y, scratch, budget);
+            if (cpu) g_clock = CLOCK_THREAD_CPUTIME_ID;
+            double t = bench_one(cpu ? pool1 : pool, &w, copies, X, M, Y, scratch, budget);
+            g_clock = CLOCK_MONOTONIC;
             double gbs = (double)wbytes / t / 1e9;
             double gmac = (double)sh->n_in * (double)sh->n_out * M / t / 1e9;
             double t1 = 0, tg = 0;

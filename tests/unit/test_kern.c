@@ -215,47 +215,60 @@ static void check_dots(enum kern_isa isa) {
     }
 }
 
-/* gemm over every tile shape up to the kern_impl.h bounds == vec_dot bit for bit. */
+/* gemm over every tile shape up to the kern_impl.h bounds == vec_dot bit for bit: all row
+ * counts, activation counts around the kernels' tile and block sizes, and row lengths with
+ * an odd number of 32-element blocks and past the kernels' K chunks (AVX-512: 32 and 128
+ * blocks). */
 static void check_gemm(enum kern_isa isa) {
     need_isa(isa);
     struct kern_ops ops;
     isa_ops(isa, &ops);
-    enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, N = 512 };
-    static uint8_t w[NR * N * 4] __attribute__((aligned(64)));
-    static uint8_t a[NA * N * 4] __attribute__((aligned(64)));
-    static float x[N], y[NA * (NR + 3)];
+    enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, NG = 4128, LDY = NR + 3 };
+    static const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 33, 63, NA};
+    static const int64_t ns_32[] = {512, 544, 1056, 4128}, ns_k[] = {512, 768, 4096};
+    static uint8_t w[NR * NG * 4] __attribute__((aligned(64)));
+    static uint8_t a[NA * NG * 4] __attribute__((aligned(64)));
+    static float x[NG], y[NA * LDY], want[NA * LDY];
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
         const struct quant_info *qi = quant_info(t);
         T_ASSERTF(ops.t[t].gemm != NULL, "%s: no gemm", qi->name);
-        /* activation rows padded past their size, 64-byte aligned as kern_matmul lays them */
-        const size_t wb = quant_row_size(t, N);
-        const size_t ab = (quant_row_size(qi->vec_dot_type, N) + 127) & ~(size_t)63;
-        for (int r = 0; r < NR; r++)
-            rnd_weights(t, w + (size_t)r * wb, N);
-        for (int c = 0; c < NA; c++) {
-            rnd_act(x, N, 0);
-            if (ops.t[t].quant_act)
-                ops.t[t].quant_act(x, a + (size_t)c * ab, N);
-            else
-                T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a + (size_t)c * ab, N) == 0);
-        }
-        const int ldy = NR + 3;
-        for (int nr = 1; nr <= NR; nr++)
-            for (int na = 1; na <= NA; na++) {
-                for (int i = 0; i < NA * ldy; i++)
-                    y[i] = -12345.0f;
-                ops.t[t].gemm(N, w, wb, nr, a, ab, na, y, ldy);
-                for (int c = 0; c < NA; c++)
-                    for (int r = 0; r < ldy; r++) {
-                        float want = -12345.0f;
-                        if (c < na && r < nr)
-                            want = ops.t[t].vec_dot(N, w + (size_t)r * wb, a + (size_t)c * ab);
-                        T_ASSERTF(memcmp(&want, &y[c * ldy + r], 4) == 0,
-                                  "%s tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g", qi->name, nr, na,
-                                  c, r, y[c * ldy + r], want);
-                    }
+        const int kq = qi->blck == QK_K;
+        for (int ni = 0; ni < (kq ? 3 : 4); ni++) {
+            const int64_t n = kq ? ns_k[ni] : ns_32[ni];
+            /* activation rows padded past their size, 64-byte aligned as kern_matmul lays
+             * them out */
+            const size_t wb = quant_row_size(t, n);
+            const size_t ab = (quant_row_size(qi->vec_dot_type, n) + 127) & ~(size_t)63;
+            T_ASSERT(wb * NR <= sizeof(w) && ab * NA <= sizeof(a));
+            for (int r = 0; r < NR; r++)
+                rnd_weights(t, w + (size_t)r * wb, n);
+            for (int c = 0; c < NA; c++) {
+                rnd_act(x, n, 0);
+                if (ops.t[t].quant_act)
+                    ops.t[t].quant_act(x, a + (size_t)c * ab, n);
+                else
+                    T_ASSERT(quant_act_row_ref(qi->vec_dot_type, x, a + (size_t)c * ab, n) == 0);
             }
+            for (int c = 0; c < NA; c++)
+                for (int r = 0; r < NR; r++)
+                    want[c * LDY + r] = ops.t[t].vec_dot(n, w + (size_t)r * wb, a + (size_t)c * ab);
+            for (int nr = 1; nr <= NR; nr++)
+                for (size_t ai = 0; ai < sizeof(nas) / sizeof(nas[0]); ai++) {
+                    const int na = nas[ai];
+                    if (na > NA) continue;
+                    for (int i = 0; i < NA * LDY; i++)
+                        y[i] = -12345.0f;
+                    ops.t[t].gemm(n, w, wb, nr, a, ab, na, y, LDY);
+                    for (int c = 0; c < NA; c++)
+                        for (int r = 0; r < LDY; r++) {
+                            const float wv = c < na && r < nr ? want[c * LDY + r] : -12345.0f;
+                            T_ASSERTF(memcmp(&wv, &y[c * LDY + r], 4) == 0,
+                                      "%s n=%lld tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g",
+                                      qi->name, (long long)n, nr, na, c, r, y[c * LDY + r], wv);
+                        }
+                }
+        }
     }
 }
 
