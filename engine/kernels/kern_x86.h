@@ -259,6 +259,109 @@ KX_AI void kx_tile_q8f(enum kx_q8f k, const int NR, const int NC, int64_t n, con
     }
 }
 
+/* ---- Q4_0 / Q5_0 / Q8_0, two or more activations: prepared weight blocks ----------------
+ *
+ * kx_tile_q8f's arithmetic, reorganised for reuse: the weight blocks of up to 16 rows are
+ * unpacked once (signed bytes, their absolute values, the scale as a float) for all the
+ * activations of the call, the activation scales converted once, and NR x NC tiles then
+ * run the same per-block steps in the same order, so the bits equal vec_dot's. */
+
+#define KX_BR 16 /* rows prepared at once */
+#define KX_BC 8  /* activations swept per pass over the prepared rows (L1) */
+#define KX_BK 32 /* blocks prepared at once (16 rows: 32 KiB) */
+
+struct kx_wb {
+    __m256i w, wabs; /* the block's 32 values as int8, and |w| */
+};
+
+/* NR x NC tile over blocks [0, nbk) of W[r * KX_BK + b] (scales Wd) and the activation
+ * rows act[c] from block ib0 on (scales Ad[c * KX_BK + b]); accumulators acc[r * KX_BC + c]. */
+KX_AI void kx_ptile_q8f(const int NR, const int NC, int nbk, const struct kx_wb *W,
+                        const float *Wd, const struct block_q8_0 *const *act, const float *Ad,
+                        int64_t ib0, __m256 *acc) {
+    __m256 s[KX_MAXR][KX_MAXC];
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            s[r][c] = acc[r * KX_BC + c];
+    }
+    for (int b = 0; b < nbk; b++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)act[c][ib0 + b].qs);
+            const __m256 da = _mm256_broadcast_ss(&Ad[c * KX_BK + b]);
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++) {
+                const struct kx_wb *wb = &W[r * KX_BK + b];
+                s[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_broadcast_ss(&Wd[r * KX_BK + b]), da),
+                                          kx_dot_i8(wb->wabs, wb->w, av), s[r][c]);
+            }
+        }
+    }
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            acc[r * KX_BC + c] = s[r][c];
+    }
+}
+
+/* gemm for two or more activations, TR x TC tiles (TR divides KX_BR, TC divides KX_BC).
+ * Tiles past the last row read zero rows, past the last activation a copy of it (results
+ * dropped). */
+KX_AI void kx_gemm_q8f_batch(enum kx_q8f k, const int TR, const int TC, int64_t n,
+                             const uint8_t *w, size_t ws, int nw, const uint8_t *a, size_t as,
+                             int na, float *y, int ldy) {
+    const size_t bs = kx_q8f_size(k);
+    const int64_t nb = n / 32;
+    struct kx_wb W[KX_BR * KX_BK];
+    float Wd[KX_BR * KX_BK], Ad[KX_BC * KX_BK];
+    __m256 acc[KX_BR * KX_BC];
+    const struct block_q8_0 *act[KX_BC];
+    for (int r0 = 0; r0 < nw; r0 += KX_BR) {
+        const int nr = nw - r0 < KX_BR ? nw - r0 : KX_BR;
+        const int nrp = (nr + TR - 1) / TR * TR;
+        for (int c0 = 0; c0 < na; c0 += KX_BC) {
+            const int nc = na - c0 < KX_BC ? na - c0 : KX_BC;
+            const int ncp = (nc + TC - 1) / TC * TC;
+            for (int c = 0; c < ncp; c++)
+                act[c] = (const void *)(a + (size_t)(c0 + (c < nc ? c : nc - 1)) * as);
+            for (int i = 0; i < nrp * KX_BC; i++)
+                acc[i] = _mm256_setzero_ps();
+            for (int64_t ib0 = 0; ib0 < nb; ib0 += KX_BK) {
+                const int nbk = (int)(nb - ib0 < KX_BK ? nb - ib0 : KX_BK);
+                /* The rows are prepared once per call when they fit one chunk. */
+                if (c0 == 0 || nb > KX_BK)
+                    for (int r = 0; r < nrp; r++)
+                        for (int b = 0; b < nbk; b++) {
+                            struct kx_wb *o = &W[r * KX_BK + b];
+                            if (r < nr) {
+                                o->w = kx_q8f_load(
+                                    k, w + (size_t)(r0 + r) * ws + (size_t)(ib0 + b) * bs,
+                                    &Wd[r * KX_BK + b]);
+                                o->wabs = _mm256_sign_epi8(o->w, o->w);
+                            } else {
+                                o->w = o->wabs = _mm256_setzero_si256();
+                                Wd[r * KX_BK + b] = 0.0f;
+                            }
+                        }
+                for (int c = 0; c < ncp; c++)
+                    for (int b = 0; b < nbk; b++)
+                        Ad[c * KX_BK + b] = kx_h2f(act[c][ib0 + b].d);
+                for (int r = 0; r < nrp; r += TR)
+                    for (int c = 0; c < ncp; c += TC)
+                        kx_ptile_q8f(TR, TC, nbk, W + r * KX_BK, Wd + r * KX_BK, act + c,
+                                     Ad + c * KX_BK, ib0, acc + r * KX_BC + c);
+            }
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nr; r++)
+                    y[(size_t)(c0 + c) * (size_t)ldy + (size_t)(r0 + r)] =
+                        kx_hsum8(acc[r * KX_BC + c]);
+        }
+    }
+}
+
 /* ---- Q4_K / Q5_K / Q6_K weights x Q8_K activations -------------------------------------- */
 
 enum kx_kq { KX_Q4_K, KX_Q5_K, KX_Q6_K };
