@@ -76,9 +76,10 @@ struct fwd_ctx {
     int max_rot;
     float *rope_cs;
 
-    /* Attention: work is cut into chunks of (row, kv head) units, one scratch each. */
+    /* Attention: tiles (rows of one sequence x one KV head) are split by cost into at most
+     * attn_chunks pool tasks, each with its own scratch (fwd_attn_scratch_floats). */
     int attn_chunks;
-    size_t attn_stride;         /* floats per chunk */
+    size_t attn_stride;         /* floats per chunk, a multiple of 16 (64-byte aligned) */
     float *attn_scratch;
 
     /* LM head */
