@@ -344,10 +344,16 @@ KX_DEFINE_TILE_KQ(kz_tile_kq, struct kz_kblk, kz_kq_unpack, kz_kq_sumi, KZ_BASE)
  * take fma(d * da, float(sumi), .), lanes 8-11 fma(-da * dmin, float(mins . bsums), .),
  * lanes 12-15 stay zero. */
 
-#define KZ_KQP 2   /* super-blocks of 16 rows prepared at once (20 KiB) */
-#define KZ_KGC 64  /* activations sharing one preparation (accumulators: 64 KiB) */
-#define KZ_KTR 4   /* tile: weight rows */
-#define KZ_KTC 4   /* tile: activations */
+#ifndef KZ_KQP
+#define KZ_KQP 4 /* super-blocks of 16 rows prepared at once (40 KiB; 2: 10-20% slower) */
+#endif
+#define KZ_KGC 64 /* activations sharing one preparation (accumulators: 64 KiB) */
+#ifndef KZ_KTR
+#define KZ_KTR 4 /* tile: weight rows */
+#endif
+#ifndef KZ_KTC
+#define KZ_KTC 4 /* tile: activations */
+#endif
 _Static_assert(KZ_GR % KZ_KTR == 0 && KZ_KGC % KZ_KTC == 0, "tiles must divide the blocks");
 
 struct kz_kw {

@@ -217,15 +217,15 @@ static void check_dots(enum kern_isa isa) {
 
 /* gemm over every tile shape up to the kern_impl.h bounds == vec_dot bit for bit: all row
  * counts, activation counts around the kernels' tile and block sizes, and row lengths with
- * an odd number of 32-element blocks and past the kernels' K chunks (AVX-512: 32 and 128
- * blocks). */
+ * an odd number of 32-element blocks and past the kernels' K chunks (32 and 128 blocks,
+ * 4 super-blocks). */
 static void check_gemm(enum kern_isa isa) {
     need_isa(isa);
     struct kern_ops ops;
     isa_ops(isa, &ops);
     enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, NG = 4128, LDY = NR + 3 };
     static const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 33, 63, NA};
-    static const int64_t ns_32[] = {512, 544, 1056, 4128}, ns_k[] = {512, 768, 4096};
+    static const int64_t ns_32[] = {512, 544, 1056, 4128}, ns_k[] = {512, 768, 4352};
     static uint8_t w[NR * NG * 4] __attribute__((aligned(64)));
     static uint8_t a[NA * NG * 4] __attribute__((aligned(64)));
     static float x[NG], y[NA * LDY], want[NA * LDY];
