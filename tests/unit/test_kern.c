@@ -223,7 +223,7 @@ static void check_gemm(enum kern_isa isa) {
     need_isa(isa);
     struct kern_ops ops;
     isa_ops(isa, &ops);
-    enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, NG = 4128, LDY = NR + 3 };
+    enum { NR = KERN_GEMM_MAX_ROWS, NA = KERN_GEMM_MAX_ACTS, NG = 4352, LDY = NR + 3 };
     static const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 33, 63, NA};
     static const int64_t ns_32[] = {512, 544, 1056, 4128}, ns_k[] = {512, 768, 4352};
     static uint8_t w[NR * NG * 4] __attribute__((aligned(64)));
@@ -238,6 +238,7 @@ static void check_gemm(enum kern_isa isa) {
             const int64_t n = kq ? ns_k[ni] : ns_32[ni];
             /* activation rows padded past their size, 64-byte aligned as kern_matmul lays
              * them out */
+            T_ASSERT(n <= NG);
             const size_t wb = quant_row_size(t, n);
             const size_t ab = (quant_row_size(qi->vec_dot_type, n) + 127) & ~(size_t)63;
             T_ASSERT(wb * NR <= sizeof(w) && ab * NA <= sizeof(a));
