@@ -14,6 +14,16 @@ some of them. So the asserted bounds are llama.cpp's own self-consistency (top-1
 its agreement with itself; greedy: at least its count minus one prompt, since one near-tie
 flips a whole 32-token continuation). The issue's targets (99%, 9/10) are printed with the
 result and are NOT met by llama.cpp itself.
+
+Second restatement (session 2, stated here and in the closing note): the top-1 bound is now
+llama.cpp's self-consistency minus 10 positions (1.6%), plus a new, strict check: gemmad
+must agree at EVERY position where llama.cpp's top-1 leads its runner-up by at least
+CLEAR_MARGIN logits. Why: the fixture was made on an AMD AVX2 machine; on an Intel AVX-512
+machine llama.cpp itself scores 630/640 (ubatch 512) and 620/640 (ubatch 1) against it, and
+gemmad's count moves between 613 and 625 with nothing but the summation order of its
+kernels (AVX2 vs AVX-512 tiles, attention block size). Every disagreement seen, ours or
+llama.cpp's, was at a margin below 0.9 logits (llama.cpp's own: below 0.61). A real bug
+(wrong RoPE, norm or scale) fails both checks by far.
 """
 import json
 import os
@@ -25,6 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLI = os.environ.get("GEMMAD_CLI", os.path.join(ROOT, "build", "gemmad-cli"))
 MODEL = os.environ.get("GEMMAD_TEST_MODEL", os.path.join(ROOT, "models",
                                                           "gemma-3-270m-q4_k_m.gguf"))
+# llama.cpp's top-1 must be ours wherever it leads its runner-up by this many logits.
+CLEAR_MARGIN = 1.0
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "parity", "parity_gemma3_270m.json")
 
 pytestmark = [
@@ -80,8 +92,8 @@ def test_greedy_continuations(fixture):
 
 
 def test_teacher_forced_top5(fixture):
-    agree = total = 0
-    diffs = []
+    agree = total = clear = 0
+    diffs, clear_bad = [], []
     for c in fixture["cases"]:
         rows = cli("logits", "-m", MODEL, "--tokens", ",".join(map(str, c["tf_tokens"])),
                    "--all", "--top", "5")
@@ -89,6 +101,10 @@ def test_teacher_forced_top5(fixture):
         for ours, ref in zip(rows, c["tf_top"]):
             total += 1
             agree += ours[0]["id"] == ref[0][0]
+            if ref[0][1] - ref[1][1] >= CLEAR_MARGIN:
+                clear += 1
+                if ours[0]["id"] != ref[0][0]:
+                    clear_bad.append((c["prompt"][:24], len(diffs), ref[:2], ours[:2]))
             mine = {e["id"]: e["logit"] for e in ours}
             for tid, logit in ref:
                 if tid in mine:
@@ -101,4 +117,8 @@ def test_teacher_forced_top5(fixture):
     print("issue target 99%%: %s; llama.cpp vs itself: %d/%d = %.2f%%" %
           ("met" if pct >= 99.0 else "NOT met", selfc["tf_top1_agree"], selfc["tf_total"],
            100.0 * selfc["tf_top1_agree"] / selfc["tf_total"]))
-    assert agree >= selfc["tf_top1_agree"] * total // selfc["tf_total"]
+    floor = selfc["tf_top1_agree"] * total // selfc["tf_total"] - 10
+    print("clear positions (llama.cpp margin >= %.1f): %d/%d agree" %
+          (CLEAR_MARGIN, clear - len(clear_bad), clear))
+    assert not clear_bad, "disagree where llama.cpp's choice is clear: %s" % clear_bad[:5]
+    assert agree >= floor, (agree, floor)
