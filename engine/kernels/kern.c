@@ -521,7 +521,7 @@ static void mm_launch(struct pool *pool, struct mm_job *j) {
     int64_t n_tasks;
     if (j->epi) {
         const int64_t rows = j->part[0].o1 - j->part[0].o0;
-        j->chunk = mm_chunk(rows * j->n_parts, nt, j->M);
+        j->chunk = mm_chunk(rows, nt, j->M); /* tasks per thread as for one weight */
         n_tasks = (rows + j->chunk - 1) / j->chunk;
     } else {
         int64_t rows = 0;
