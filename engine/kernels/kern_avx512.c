@@ -37,7 +37,8 @@ KX_AI float kz_hsum16(__m512 v) {
 #define KZ_KP 16 /* block pairs prepared at once (W: 32 KiB, A: 24 KiB) */
 #define KZ_KP1 64 /* block pairs of the one activation prepared at once (12 KiB) */
 #define KZ_MAXR 8
-_Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0, "tiles must divide the blocks");
+_Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0 && KZ_TR <= KZ_MAXR && KZ_TC <= KZ_MAXC,
+               "tiles must fit the accumulator array and divide the blocks");
 #define KZ_MAXC 8
 
 /* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0: two blocks per register ---------------------------------- */
@@ -354,7 +355,9 @@ KX_DEFINE_TILE_KQ(kz_tile_kq, struct kz_kblk, kz_kq_unpack, kz_kq_sumi, KZ_BASE)
 #ifndef KZ_KTC
 #define KZ_KTC 4 /* tile: activations */
 #endif
-_Static_assert(KZ_GR % KZ_KTR == 0 && KZ_KGC % KZ_KTC == 0, "tiles must divide the blocks");
+_Static_assert(KZ_GR % KZ_KTR == 0 && KZ_KGC % KZ_KTC == 0 && KZ_KTR <= KZ_MAXR &&
+                   KZ_KTC <= KZ_MAXC,
+               "tiles must fit the accumulator array and divide the blocks");
 
 struct kz_kw {
     __m512i q[4];  /* chunk pairs (2j, 2j+1) as unsigned bytes */
