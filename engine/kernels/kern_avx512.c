@@ -36,10 +36,10 @@ KX_AI float kz_hsum16(__m512 v) {
 #define KZ_GC 8  /* activations prepared at once */
 #define KZ_KP 16 /* block pairs prepared at once (W: 32 KiB, A: 24 KiB) */
 #define KZ_KP1 64 /* block pairs of the one activation prepared at once (12 KiB) */
-#define KZ_MAXR 8
+#define KZ_MAXR 8 /* largest tile, either kind */
+#define KZ_MAXC 8
 _Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0 && KZ_TR <= KZ_MAXR && KZ_TC <= KZ_MAXC,
                "tiles must fit the accumulator array and divide the blocks");
-#define KZ_MAXC 8
 
 /* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0: two blocks per register ---------------------------------- */
 
