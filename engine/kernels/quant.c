@@ -679,14 +679,19 @@ static float dot_q3_K(int64_t n, const void *w, const void *a) {
         q3k_scales(x[i].scales, S);
         const uint8_t *q3 = x[i].qs, *hm = x[i].hmask;
         const int8_t *q8 = y[i].qs;
-        uint8_t m = 1;
         int isum = 0, is = 0;
-        for (int h = 0; h < 2; h++, q3 += 32) {
-            for (int shift = 0; shift < 8; shift += 2, m <<= 1, q8 += 32) {
+        /* Written with explicit indices and bit positions: GCC 12 miscompiles the equivalent
+         * loop with running pointers and a `m <<= 1` high-bit mask when it vectorises for
+         * -march=icelake-server/cooperlake (wrong sums; test_quant caught it). */
+        for (int h = 0; h < 2; h++) {
+            for (int sh = 0; sh < 4; sh++) {
                 for (int half = 0; half < 2; half++) {
                     int s = 0;
-                    for (int l = 16 * half; l < 16 * half + 16; l++)
-                        s += q8[l] * (((q3[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                    for (int l = 16 * half; l < 16 * half + 16; l++) {
+                        const int qv = (q3[32 * h + l] >> (2 * sh)) & 3;
+                        const int hb = (hm[l] >> (4 * h + sh)) & 1;
+                        s += q8[128 * h + 32 * sh + l] * (qv - (hb ? 0 : 4));
+                    }
                     isum += (S[is++] - 32) * s;
                 }
             }
