@@ -194,6 +194,26 @@ static int32_t top_p_cut(struct smp_ctx *c, const float *l, float m, const float
 
 /* ---- sampling ----------------------------------------------------------------------- */
 
+/* The first index of the largest value (NaNs never win; 0 when nothing beats -inf). Two
+ * passes: the maximum in 16 independent lanes (the compiler turns them into vector max
+ * instructions, `x > m ? x : m` is exactly maxps), then the first index holding it. The
+ * plain compare-and-branch loop cost ~1 ns per id, 0.26 ms per token on a 262k vocabulary,
+ * paid serially on the scheduler thread for every sequence of a step. */
+int32_t smp_argmax(const float *l, int n) {
+    float m16[16];
+    for (int j = 0; j < 16; j++) m16[j] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) m16[j] = l[i + j] > m16[j] ? l[i + j] : m16[j];
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++) m = m16[j] > m ? m16[j] : m;
+    for (; i < n; i++) m = l[i] > m ? l[i] : m;
+    if (m == -INFINITY) return 0;
+    for (i = 0; i < n; i++)
+        if (l[i] == m) return i;
+    return 0;
+}
+
 int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
                    float *l, const int32_t *hist, int n_hist, int n_out, const int32_t *ban,
                    int n_ban) {
@@ -206,12 +226,7 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
     for (int i = 0; i < n_ban; i++)
         if (ban[i] >= 0 && ban[i] < nv) l[ban[i]] = -INFINITY;
 
-    if (!(sp->temperature > 0)) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < nv; i++)
-            if (l[i] > l[best]) best = i;
-        return best;
-    }
+    if (!(sp->temperature > 0)) return smp_argmax(l, nv);
 
     float inv_t = 1.0f / sp->temperature, m = -INFINITY;
     for (int i = 0; i < nv; i++) {

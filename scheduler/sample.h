@@ -37,6 +37,9 @@ void smp_ctx_destroy(struct smp_ctx *c);
 /* Pick a token. logits [n_vocab] are modified in place. hist[0..n_hist) is the prompt
  * followed by the output; its last n_out entries are the output. ban[0..n_ban) ids are
  * never chosen. Draws exactly one number from rng when temperature > 0, none otherwise. */
+/* First index of the largest logit (greedy choice); NaNs never win, 0 if nothing beats -inf. */
+int32_t smp_argmax(const float *logits, int n);
+
 int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
                    float *logits, const int32_t *hist, int n_hist, int n_out,
                    const int32_t *ban, int n_ban);

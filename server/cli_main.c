@@ -366,10 +366,7 @@ static void runner_feed(struct runner *r, const int32_t *ids, int n, enum fwd_lo
 /* ---- sampling: the scheduler's sampler (scheduler/sample.h) ---- */
 
 static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    return smp_argmax(x, n);
 }
 
 /* ---- commands ---- */

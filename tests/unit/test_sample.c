@@ -63,6 +63,41 @@ static void test_greedy_and_ties(void) {
     smp_ctx_destroy(c);
 }
 
+/* smp_argmax (two-pass, vectorisable) against the plain first-maximum loop: random
+ * vocabularies of every length 1..70 and 262,144, ties, -inf, NaNs, max in the tail. */
+static void test_argmax_matches_loop(void) {
+    const int big = 262144;
+    float *l = malloc((size_t)big * sizeof(float));
+    T_ASSERT(l);
+    uint32_t x = 12345;
+    for (int trial = 0; trial < 400; trial++) {
+        int n = trial < 70 ? trial + 1 : (trial % 4 == 0 ? big : 1 + trial * 37 % 5000);
+        for (int i = 0; i < n; i++) {
+            x = x * 1664525u + 1013904223u;
+            l[i] = (float)(x >> 8 & 0xffff) / 4096.0f - 8.0f; /* coarse: many ties */
+            if ((x & 0xff) == 7) l[i] = NAN;
+            if ((x & 0xff) == 9) l[i] = -INFINITY;
+        }
+        int32_t want = 0;
+        int any = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (l[i] == l[i] && (!any || l[i] > l[want])) {
+                if (!any && l[i] == -INFINITY) continue;
+                want = i;
+                any = 1;
+            }
+        T_ASSERTF(smp_argmax(l, n) == want, "n %d: got %d want %d", n, smp_argmax(l, n),
+                  want);
+    }
+    for (int i = 0; i < 100; i++) l[i] = -INFINITY;
+    T_ASSERT(smp_argmax(l, 100) == 0);
+    l[0] = NAN;
+    T_ASSERT(smp_argmax(l, 100) == 0);
+    l[99] = 1.0f;
+    T_ASSERT(smp_argmax(l, 100) == 99);
+    free(l);
+}
+
 static void test_temperature_distribution(void) {
     struct smp_ctx *c = ctx(3);
     struct sched_sampling sp = greedy();
@@ -239,7 +274,7 @@ static void test_logprobs(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_rng), T_CASE(test_greedy_and_ties), T_CASE(test_temperature_distribution),
+        T_CASE(test_rng), T_CASE(test_greedy_and_ties), T_CASE(test_argmax_matches_loop), T_CASE(test_temperature_distribution),
         T_CASE(test_top_k_top_p_min_p), T_CASE(test_top_p_large_vocab), T_CASE(test_penalties),
         T_CASE(test_logit_bias), T_CASE(test_seed_determinism), T_CASE(test_logprobs), {0}};
     return t_main(argc, argv, cases);
