@@ -84,6 +84,7 @@ class Server:
     def __init__(self, name, argv, port, ready_path):
         self.name, self.port = name, port
         self.log = open(os.path.join("/tmp", f"bench-{name}-{port}.log"), "w")
+        t0 = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -93,6 +94,7 @@ class Server:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
                 c.request("GET", ready_path)
                 if c.getresponse().status == 200:
+                    self.ready_s = time.perf_counter() - t0  # start -> model loaded, serving
                     return
             except OSError:
                 pass
@@ -273,6 +275,8 @@ def main():
                             str(port), "--threads", str(a.threads), "--max-seqs",
                             str(max(levels)), "--ctx-size", str(max(ctx, 512)),
                             "--prefix-cache", "0"], port, "/health")
+    results["gemmad_ready_s"] = srv.ready_s
+    print(f"gemmad ready (start -> /health 200) in {srv.ready_s:.3f} s", flush=True)
     try:
         name = model_id(port)
         one_request(port, list(range(lo, lo + 8)), 4, name)  # warm-up
@@ -306,6 +310,7 @@ def main():
                                               "-tb", str(a.threads), "-np", str(c),
                                               "-c", str(max(ctx, 512) * c), "--no-webui"],
                              port, "/health")
+                print(f"llama-server -np {c} ready in {srv.ready_s:.3f} s", flush=True)
                 try:
                     name = model_id(port)
                     one_request(port, list(range(lo, lo + 8)), 4, name)
@@ -330,8 +335,9 @@ def main():
         print(f"| {c} | {g['tok_s']:.1f} | {lt} | {ratio} | {g['ttft_p50']*1e3:.0f} / {g['ttft_p99']*1e3:.0f} | {ll} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({f"{k[0]}@{k[1]}": v for k, v in results.items()}, f, indent=1)
-    bad = [k for k, v in results.items() if v["errors"]]
+            json.dump({(f"{k[0]}@{k[1]}" if isinstance(k, tuple) else k): v
+                       for k, v in results.items()}, f, indent=1)
+    bad = [k for k, v in results.items() if isinstance(v, dict) and v["errors"]]
     return 1 if bad else 0
 
 
