@@ -98,7 +98,7 @@ class Server:
                     return
             except OSError:
                 pass
-            time.sleep(0.3)
+            time.sleep(0.01)
         self.stop()
         raise RuntimeError(f"{name} did not become ready")
 
