@@ -10,7 +10,8 @@
 #include <string.h>
 
 #define SMP_BUCKETS 1024
-#define SMP_SPAN 24.0f /* logits further than this below the max share the last bucket */
+#define SMP_SPAN 24.0f
+#define SMP_DRAW_BLOCK 256 /* ids per block mass in the draw (a multiple of 16) */ /* logits further than this below the max share the last bucket */
 
 struct smp_ctx {
     int n_vocab;
@@ -20,6 +21,7 @@ struct smp_ctx {
     float *val;     /* [n_vocab] unnormalised probabilities of kept ids (0 = dropped) */
     uint16_t *bucket; /* [n_vocab] top_p logit bucket */
     double *mass;   /* [SMP_BUCKETS + 1] top_p bucket masses */
+    double *blk;    /* [n_vocab / SMP_DRAW_BLOCK + 1] kept mass per draw block */
 };
 
 /* ---- RNG ---------------------------------------------------------------------------- */
@@ -66,7 +68,8 @@ int smp_ctx_create(int n_vocab, struct smp_ctx **out) {
     c->val = malloc((size_t)n_vocab * sizeof(float));
     c->bucket = malloc((size_t)n_vocab * sizeof(uint16_t));
     c->mass = malloc((SMP_BUCKETS + 1) * sizeof(double));
-    if (!c->idx || !c->cnt || !c->seen || !c->val || !c->bucket || !c->mass) {
+    c->blk = malloc(((size_t)n_vocab / SMP_DRAW_BLOCK + 1) * sizeof(double));
+    if (!c->idx || !c->cnt || !c->seen || !c->val || !c->bucket || !c->mass || !c->blk) {
         smp_ctx_destroy(c);
         return -1;
     }
@@ -82,6 +85,7 @@ void smp_ctx_destroy(struct smp_ctx *c) {
     free(c->val);
     free(c->bucket);
     free(c->mass);
+    free(c->blk);
     free(c);
 }
 
@@ -194,6 +198,126 @@ static int32_t top_p_cut(struct smp_ctx *c, const float *l, float m, const float
 
 /* ---- sampling ----------------------------------------------------------------------- */
 
+/* e^x for x <= 0, 0 below -87 (and for -inf): Cephes' expf range reduction and degree-6
+ * polynomial, within 2 ulp of expf. The scalar form and the 16-lane form (GNU C vector
+ * extensions, so the compiler emits SIMD for whatever the target has) do the same float
+ * operations, so an id's value does not depend on which form computed it. expf itself is a
+ * library call per id: ~1.2 ms per 262k-id step. Rounding to an integer uses the 1.5 * 2^23
+ * trick (round to nearest even), which also yields n's bits. */
+#define SMP_EXP_MAGIC 12582912.0f /* 1.5 * 2^23 */
+#define SMP_EXP_P(p, r)                                                                  \
+    do {                                                                                 \
+        p = p * (r) + 1.3981999507e-3f;                                                  \
+        p = p * (r) + 8.3334519073e-3f;                                                  \
+        p = p * (r) + 4.1665795894e-2f;                                                  \
+        p = p * (r) + 1.6666665459e-1f;                                                  \
+        p = p * (r) + 5.0000001201e-1f;                                                  \
+        p = p * ((r) * (r)) + (r) + 1.0f;                                                \
+    } while (0)
+
+static inline __attribute__((always_inline)) float exp_le0(float x) {
+    const int under = x < -87.0f;
+    x = under ? -87.0f : x;
+    const float t = x * 1.44269504088896341f + SMP_EXP_MAGIC;
+    const float fx = t - SMP_EXP_MAGIC;
+    const float r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    SMP_EXP_P(p, r);
+    int32_t tb, mb;
+    const float magic = SMP_EXP_MAGIC;
+    memcpy(&tb, &t, 4);
+    memcpy(&mb, &magic, 4);
+    const uint32_t bits = (uint32_t)(tb - mb + 127) << 23; /* n in [-126, 0] */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return under ? 0.0f : p * two_n;
+}
+
+typedef float smp_v16f __attribute__((vector_size(64)));
+typedef int32_t smp_v16i __attribute__((vector_size(64)));
+
+/* *out = e^x lane by lane (by pointer: no vector-typed arguments or returns, whose ABI
+ * depends on the instruction set the file is built for). */
+static inline __attribute__((always_inline)) void exp_le0_v(const smp_v16f *xp, smp_v16f *out) {
+    smp_v16f x = *xp;
+    const smp_v16f lo = (smp_v16f){0} - 87.0f;
+    const smp_v16i under = x < lo;
+    x = (smp_v16f)(((smp_v16i)x & ~under) | ((smp_v16i)lo & under));
+    const smp_v16f magic = (smp_v16f){0} + SMP_EXP_MAGIC;
+    const smp_v16f t = x * 1.44269504088896341f + magic;
+    const smp_v16f fx = t - magic;
+    const smp_v16f r = x - fx * 0.693359375f + fx * 2.12194440e-4f;
+    smp_v16f p = (smp_v16f){0} + 1.9875691500e-4f;
+    SMP_EXP_P(p, r);
+    const smp_v16i bits = ((smp_v16i)t - (smp_v16i)magic + 127) << 23;
+    const smp_v16f y = p * (smp_v16f)bits;
+    *out = (smp_v16f)((smp_v16i)y & ~under);
+}
+
+float smp_exp_le0(float x) {
+    return exp_le0(x);
+}
+
+#define SMP_LANES 16
+
+/* sum of e^(l[i] - m) over all i (16 vector lanes, then double). */
+static double exp_sum(const float *l, int n, float m) {
+    smp_v16f zv = {0};
+    int i = 0;
+    for (; i + SMP_LANES <= n; i += SMP_LANES) {
+        smp_v16f x, v;
+        memcpy(&x, l + i, sizeof x);
+        x -= m;
+        exp_le0_v(&x, &v);
+        zv += v;
+    }
+    double z = 0;
+    for (int j = 0; j < SMP_LANES; j++) z += zv[j];
+    for (; i < n; i++) z += exp_le0(l[i] - m);
+    return z;
+}
+
+/* l[i] *= inv_t for all i; returns the maximum (NaNs never win). */
+static float scale_max(float *l, int n, float inv_t) {
+    float m16[SMP_LANES];
+    for (int j = 0; j < SMP_LANES; j++) m16[j] = -INFINITY;
+    int i = 0;
+    for (; i + SMP_LANES <= n; i += SMP_LANES)
+        for (int j = 0; j < SMP_LANES; j++) {
+            const float v = l[i + j] * inv_t;
+            l[i + j] = v;
+            m16[j] = v > m16[j] ? v : m16[j];
+        }
+    float m = -INFINITY;
+    for (int j = 0; j < SMP_LANES; j++) m = m16[j] > m ? m16[j] : m;
+    for (; i < n; i++) {
+        l[i] *= inv_t;
+        m = l[i] > m ? l[i] : m;
+    }
+    return m;
+}
+
+/* e[i] = e^(l[i] - m) for all i; returns their sum (16 float lanes, then double). */
+static double exp_all(const float *l, float *e, int n, float m) {
+    smp_v16f zv = {0};
+    int i = 0;
+    for (; i + SMP_LANES <= n; i += SMP_LANES) {
+        smp_v16f x, v;
+        memcpy(&x, l + i, sizeof x);
+        x -= m;
+        exp_le0_v(&x, &v);
+        memcpy(e + i, &v, sizeof v);
+        zv += v;
+    }
+    double z = 0;
+    for (int j = 0; j < SMP_LANES; j++) z += zv[j];
+    for (; i < n; i++) {
+        e[i] = exp_le0(l[i] - m);
+        z += e[i];
+    }
+    return z;
+}
+
 /* The first index of the largest value (NaNs never win; 0 when nothing beats -inf). Two
  * passes: the maximum in 16 independent lanes (the compiler turns them into vector max
  * instructions, `x > m ? x : m` is exactly maxps), then the first index holding it. The
@@ -228,11 +352,7 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
 
     if (!(sp->temperature > 0)) return smp_argmax(l, nv);
 
-    float inv_t = 1.0f / sp->temperature, m = -INFINITY;
-    for (int i = 0; i < nv; i++) {
-        l[i] *= inv_t;
-        if (l[i] > m) m = l[i];
-    }
+    const float m = scale_max(l, nv, 1.0f / sp->temperature);
     if (m == -INFINITY) return 0; /* everything banned: nothing sensible to draw */
 
     /* The kept set is {i : i == cut or better(i, cut)} for a cut token found in O(n): the
@@ -248,38 +368,79 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
             if (better(l, cut, c->idx[i])) cut = c->idx[i];
     }
     double z = 0;
-    for (int i = 0; i < nv; i++) {
-        e[i] = (cut < 0 || i == cut || better(l, i, cut)) ? expf(l[i] - m) : 0.0f;
-        z += e[i];
+    if (cut < 0) {
+        z = exp_all(l, e, nv, m);
+    } else {
+        for (int i = 0; i < nv; i++) {
+            e[i] = (i == cut || better(l, i, cut)) ? exp_le0(l[i] - m) : 0.0f;
+            z += e[i];
+        }
     }
     if (sp->top_p > 0 && sp->top_p < 1) cut = top_p_cut(c, l, m, e, z, sp->top_p);
     /* min_p: keep p >= min_p * p_max, i.e. logit >= m + log(min_p). */
     float floor_l = sp->min_p > 0 && sp->min_p <= 1 ? m + logf(sp->min_p) : -INFINITY;
+    /* Keep set applied to e[]; per block of SMP_DRAW_BLOCK ids its mass, so that the draw
+     * walks block masses first and then one block. */
+    /* i is kept iff i == cut or better(l, i, cut) — i.e. l > lc, or l == lc and i <= cut —
+     * and l >= floor_l. Without a cut every id passes the first test (lc = -inf: -inf ids
+     * have e = 0 anyway, NaN ids fail every comparison, as in the scalar form). */
+    const float lc = cut >= 0 ? l[cut] : -INFINITY;
+    const int ci = cut >= 0 ? cut : nv;
+    const int nblk = (nv + SMP_DRAW_BLOCK - 1) / SMP_DRAW_BLOCK;
     double zk = 0;
-    for (int i = 0; i < nv; i++) {
-        if (e[i] > 0 && l[i] >= floor_l && (cut < 0 || i == cut || better(l, i, cut)))
-            zk += e[i];
-        else
-            e[i] = 0;
+    for (int b = 0; b < nblk; b++) {
+        const int i0 = b * SMP_DRAW_BLOCK;
+        const int i1 = i0 + SMP_DRAW_BLOCK < nv ? i0 + SMP_DRAW_BLOCK : nv;
+        float z16[SMP_LANES] = {0};
+        int i = i0;
+        for (; i + SMP_LANES <= i1; i += SMP_LANES)
+            for (int j = 0; j < SMP_LANES; j++) {
+                const float lv = l[i + j];
+                const int keep = (lv > lc || (lv == lc && i + j <= ci)) && lv >= floor_l;
+                const float v = keep ? e[i + j] : 0.0f;
+                e[i + j] = v;
+                z16[j] += v;
+            }
+        for (; i < i1; i++) {
+            const float lv = l[i];
+            if (!((lv > lc || (lv == lc && i <= ci)) && lv >= floor_l)) e[i] = 0;
+            z16[i % SMP_LANES] += e[i];
+        }
+        double bm = 0;
+        for (int j = 0; j < SMP_LANES; j++) bm += z16[j];
+        c->blk[b] = bm;
+        zk += bm;
     }
-    double r = smp_rng_uniform(rng) * zk, acc = 0;
+    const double r = smp_rng_uniform(rng) * zk;
+    double acc = 0;
     int32_t pick = -1;
-    for (int i = 0; i < nv; i++) {
-        if (e[i] == 0) continue;
-        acc += e[i];
-        pick = i;
-        if (acc > r) break;
+    for (int b = 0; b < nblk && pick < 0; b++) {
+        if (c->blk[b] == 0) continue;
+        const int last_blk = b == nblk - 1;
+        if (acc + c->blk[b] <= r && !last_blk) {
+            acc += c->blk[b];
+            continue;
+        }
+        const int i0 = b * SMP_DRAW_BLOCK;
+        const int i1 = i0 + SMP_DRAW_BLOCK < nv ? i0 + SMP_DRAW_BLOCK : nv;
+        for (int i = i0; i < i1; i++) {
+            if (e[i] == 0) continue;
+            acc += e[i];
+            pick = i;
+            if (acc > r) break;
+        }
+        if (acc <= r && !last_blk) pick = -1; /* rounding: the block fell short, go on */
     }
+    if (pick < 0) /* rounding left r beyond the last mass: the last kept id */
+        for (int i = nv - 1; i >= 0 && pick < 0; i--)
+            if (e[i] > 0) pick = i;
     return pick >= 0 ? pick : (cut >= 0 ? cut : 0);
 }
 
 float smp_logprobs(const float *l, int nv, int32_t token, int n_top, struct sched_top *top) {
-    float m = -INFINITY;
-    for (int i = 0; i < nv; i++)
-        if (l[i] > m) m = l[i];
-    double s = 0;
-    for (int i = 0; i < nv; i++) s += expf(l[i] - m);
-    double lse = (double)m + log(s);
+    const float la = l[smp_argmax(l, nv)];
+    const float m = la > -INFINITY ? la : -INFINITY;
+    double lse = (double)m + log(exp_sum(l, nv, m));
     if (n_top > 20) n_top = 20;
     int have = 0;
     int32_t best[20];

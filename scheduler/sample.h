@@ -37,6 +37,9 @@ void smp_ctx_destroy(struct smp_ctx *c);
 /* Pick a token. logits [n_vocab] are modified in place. hist[0..n_hist) is the prompt
  * followed by the output; its last n_out entries are the output. ban[0..n_ban) ids are
  * never chosen. Draws exactly one number from rng when temperature > 0, none otherwise. */
+/* e^x for x <= 0 (0 below -87 and for -inf), within 2 ulp of expf; vectorisable. */
+float smp_exp_le0(float x);
+
 /* First index of the largest logit (greedy choice); NaNs never win, 0 if nothing beats -inf. */
 int32_t smp_argmax(const float *logits, int n);
 

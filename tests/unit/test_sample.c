@@ -98,6 +98,20 @@ static void test_argmax_matches_loop(void) {
     free(l);
 }
 
+/* smp_exp_le0 against expf on [-87, 0]: relative error within a few ulp; 0 below -87. */
+static void test_exp_le0(void) {
+    double worst = 0;
+    for (int k = 0; k <= 870000; k++) {
+        const float x = -87.0f * (float)k / 870000.0f;
+        const double want = exp((double)x), got = smp_exp_le0(x);
+        const double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    T_ASSERTF(worst < 5e-7, "max relative error %g", worst);
+    T_ASSERT(smp_exp_le0(0.0f) == 1.0f);
+    T_ASSERT(smp_exp_le0(-88.0f) == 0.0f && smp_exp_le0(-INFINITY) == 0.0f);
+}
+
 static void test_temperature_distribution(void) {
     struct smp_ctx *c = ctx(3);
     struct sched_sampling sp = greedy();
@@ -274,7 +288,7 @@ static void test_logprobs(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_rng), T_CASE(test_greedy_and_ties), T_CASE(test_argmax_matches_loop), T_CASE(test_temperature_distribution),
+        T_CASE(test_rng), T_CASE(test_greedy_and_ties), T_CASE(test_argmax_matches_loop), T_CASE(test_exp_le0), T_CASE(test_temperature_distribution),
         T_CASE(test_top_k_top_p_min_p), T_CASE(test_top_p_large_vocab), T_CASE(test_penalties),
         T_CASE(test_logit_bias), T_CASE(test_seed_determinism), T_CASE(test_logprobs), {0}};
     return t_main(argc, argv, cases);
