@@ -260,23 +260,6 @@ float smp_exp_le0(float x) {
 
 #define SMP_LANES 16
 
-/* sum of e^(l[i] - m) over all i (16 vector lanes, then double). */
-static double exp_sum(const float *l, int n, float m) {
-    smp_v16f zv = {0};
-    int i = 0;
-    for (; i + SMP_LANES <= n; i += SMP_LANES) {
-        smp_v16f x, v;
-        memcpy(&x, l + i, sizeof x);
-        x -= m;
-        exp_le0_v(&x, &v);
-        zv += v;
-    }
-    double z = 0;
-    for (int j = 0; j < SMP_LANES; j++) z += zv[j];
-    for (; i < n; i++) z += exp_le0(l[i] - m);
-    return z;
-}
-
 /* l[i] *= inv_t for all i; returns the maximum (NaNs never win). */
 static float scale_max(float *l, int n, float inv_t) {
     float m16[SMP_LANES];
@@ -297,7 +280,8 @@ static float scale_max(float *l, int n, float inv_t) {
     return m;
 }
 
-/* e[i] = e^(l[i] - m) for all i; returns their sum (16 float lanes, then double). */
+/* e[i] = e^(l[i] - m) for all i (e may be NULL: sum only); returns the sum (16 vector
+ * lanes, then double). */
 static double exp_all(const float *l, float *e, int n, float m) {
     smp_v16f zv = {0};
     int i = 0;
@@ -306,14 +290,15 @@ static double exp_all(const float *l, float *e, int n, float m) {
         memcpy(&x, l + i, sizeof x);
         x -= m;
         exp_le0_v(&x, &v);
-        memcpy(e + i, &v, sizeof v);
+        if (e) memcpy(e + i, &v, sizeof v);
         zv += v;
     }
     double z = 0;
     for (int j = 0; j < SMP_LANES; j++) z += zv[j];
     for (; i < n; i++) {
-        e[i] = exp_le0(l[i] - m);
-        z += e[i];
+        const float v = exp_le0(l[i] - m);
+        if (e) e[i] = v;
+        z += v;
     }
     return z;
 }
@@ -440,7 +425,7 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
 float smp_logprobs(const float *l, int nv, int32_t token, int n_top, struct sched_top *top) {
     const float la = l[smp_argmax(l, nv)];
     const float m = la > -INFINITY ? la : -INFINITY;
-    double lse = (double)m + log(exp_sum(l, nv, m));
+    double lse = (double)m + log(exp_all(l, NULL, nv, m));
     if (n_top > 20) n_top = 20;
     int have = 0;
     int32_t best[20];
