@@ -258,12 +258,15 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
 }
 
 /* Decode (M = 1) streams every weight byte once from DRAM, and the hardware prefetchers stop
- * at each 4 KiB page, so the first lines of every page arrive late. The driver therefore
- * hands the kernel a few rows at a time (about KERN_PF_STEP bytes) and before each call
- * prefetches the bytes KERN_PF_DIST ahead of them: a steady trickle of a dozen or so
- * prefetches per call, few enough not to fill the line-fill buffers. Measured on the Gemma 3
- * 270M LM head (Q8_0, one thread, Xeon with AVX-512): 26 ms -> 17-19 ms; bursts of 40+ lines
- * (4+ rows at once) or distances of 4 KiB and more gained little or lost. */
+ * at each 4 KiB page, so the first lines of every page arrive late. A kernel that prefetches
+ * inside its row loop (gemm_pf: the AVX-512 Q4_0/Q5_0/Q8_0 ones) gets whole tasks, so it
+ * prepares the activation once per task; the driver only prefetches the task's first
+ * KERN_PF_DIST bytes. The others get a few rows at a time (about KERN_PF_STEP bytes), and
+ * before each call the driver prefetches the bytes KERN_PF_DIST ahead of them: a steady
+ * trickle of a dozen or so prefetches per call, few enough not to fill the line-fill
+ * buffers. Measured on the Gemma 3 270M LM head (Q8_0, one thread, Xeon with AVX-512):
+ * 26 ms -> 17-19 ms; bursts of 40+ lines (4+ rows at once) or distances of 4 KiB and more
+ * gained little or lost. */
 #define KERN_PF_DIST 2048
 #define KERN_PF_STEP 1024
 
@@ -281,15 +284,19 @@ static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
     int step = KERN_GEMM_MAX_ROWS;
     const uint8_t *wend = wdata + (size_t)j->w->n_out * rb;
     if (M == 1) {
-        step = (int)((KERN_PF_STEP + rb - 1) / rb);
-        if (step > KERN_GEMM_MAX_ROWS) step = KERN_GEMM_MAX_ROWS;
+        if (j->ops->gemm_pf && r1 > r0) {
+            step = (int)(r1 - r0);
+        } else {
+            step = (int)((KERN_PF_STEP + rb - 1) / rb);
+            if (step > KERN_GEMM_MAX_ROWS) step = KERN_GEMM_MAX_ROWS;
+        }
         const uint8_t *p0 = wdata + (size_t)r0 * rb;
         mm_prefetch(p0, p0 + KERN_PF_DIST < wend ? p0 + KERN_PF_DIST : wend);
     }
     for (int64_t r = r0; r < r1; r += step) {
         int nr = (int)(r1 - r < step ? r1 - r : step);
         const uint8_t *wr = wdata + (size_t)r * rb;
-        if (M == 1) {
+        if (M == 1 && !j->ops->gemm_pf) {
             const uint8_t *p0 = wr + KERN_PF_DIST, *p1 = p0 + (size_t)nr * rb;
             mm_prefetch(p0, p1 < wend ? p1 : wend);
         }

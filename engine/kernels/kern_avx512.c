@@ -30,7 +30,10 @@ KX_AI float kz_hsum16(__m512 v) {
 #define KZ_TC 4 /* activations per tile */
 #endif
 #ifndef KZ_TR1
-#define KZ_TR1 1 /* weight rows at a time with one activation */
+#define KZ_TR1 4 /* weight rows at a time with one activation */
+#endif
+#ifndef KZ_PF_PASSES
+#define KZ_PF_PASSES 2 /* one activation: prefetch distance in passes of KZ_TR1 rows */
 #endif
 #define KZ_GR 16 /* rows prepared at once */
 #define KZ_GC 8  /* activations prepared at once */
@@ -38,7 +41,8 @@ KX_AI float kz_hsum16(__m512 v) {
 #define KZ_KP1 64 /* block pairs of the one activation prepared at once (12 KiB) */
 #define KZ_MAXR 8 /* largest tile, either kind */
 #define KZ_MAXC 8
-_Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0 && KZ_TR <= KZ_MAXR && KZ_TC <= KZ_MAXC,
+_Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0 && KZ_TR <= KZ_MAXR && KZ_TC <= KZ_MAXC &&
+                   KZ_TR1 <= KZ_MAXR,
                "tiles must fit the accumulator array and divide the blocks");
 
 /* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0: two blocks per register ---------------------------------- */
@@ -64,7 +68,11 @@ KX_AI __m512 kz_scales2(const void *p0, const void *p1) {
     uint16_t h0, h1 = 0;
     memcpy(&h0, p0, 2);
     if (p1) memcpy(&h1, p1, 2);
-    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)h1), _mm_set1_epi16((short)h0)));
+    /* one conversion of [h0, h1], then one permute spreads it (fewer shuffles than two
+     * 16-bit broadcasts and an insert) */
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(f));
 }
 
 /* Weight blocks ib, ib+1 (ib+1 only when `two`, else zero) as unsigned u and scales. */
@@ -143,9 +151,12 @@ KX_AI float kz_dot_q8f(enum kx_q8f k, int64_t n, const uint8_t *w, const uint8_t
 }
 
 /* NR weight rows straight from memory against one prepared activation: pairs [0, np) of
- * A, accumulators acc[0..NR). */
+ * A from block ib0, accumulators acc[0..NR). With pf > 0 every (row, pair) step also
+ * prefetches the bytes pf ahead of the ones it reads (a Q8_0 pair spans 68 bytes: two
+ * lines), a steady trickle spread over the pass instead of bursts. */
 KX_AI void kz_rows1_q8f(enum kx_q8f k, const int NR, int64_t nb, int64_t ib0, int np,
-                        const uint8_t *w, size_t ws, const struct kz_ap *A, __m512 *acc) {
+                        const uint8_t *w, size_t ws, const struct kz_ap *A, __m512 *acc,
+                        size_t pf) {
     const size_t bs = kx_q8f_size(k);
     __m512 s[KZ_MAXR];
     KX_UNROLL(8)
@@ -156,9 +167,14 @@ KX_AI void kz_rows1_q8f(enum kx_q8f k, const int NR, int64_t nb, int64_t ib0, in
         const int two = ib + 1 < nb;
         KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
+            const uint8_t *wb = w + (size_t)r * ws + (size_t)ib * bs;
+            if (pf) {
+                __builtin_prefetch(wb + pf, 0, 3);
+                if (2 * bs > 64) __builtin_prefetch(wb + pf + 64, 0, 3);
+            }
             __m512i u;
             __m512 dw;
-            kz_w2(k, w + (size_t)r * ws + (size_t)ib * bs, two, &u, &dw);
+            kz_w2(k, wb, two, &u, &dw);
             s[r] = kz_q8f_step(s[r], u, dw, A[p].a, A[p].neg, A[p].d);
         }
     }
@@ -212,14 +228,48 @@ KX_AI void kz_prep_w(enum kx_q8f k, int64_t nb, int64_t ib0, int np, const uint8
         }
 }
 
-/* gemm: one activation -> rows KZ_TR1 at a time straight from memory, the activation
- * prepared once per KZ_KP1 pairs; more -> blocks of KZ_GR rows x KZ_GC activations, both
- * sides prepared once per KZ_KP pairs (zero-padded to whole tiles), KZ_TR x KZ_TC tiles. */
+/* One activation, rows of at most 2 * KZ_KP1 blocks: the activation is prepared once per
+ * call and the rows stream past it KZ_TR1 at a time (each prepared pair feeds KZ_TR1 steps),
+ * prefetching KZ_PF_PASSES passes ahead (kern.c hands over whole tasks, see gemm_pf). */
+KX_AI void kz_gemm1_q8f(enum kx_q8f k, int64_t nb, const uint8_t *w, size_t ws, int nw,
+                        const struct block_q8_0 *ab, float *y) {
+    struct kz_ap A[KZ_KP1];
+    const int np = (int)((nb + 1) / 2);
+    for (int p = 0; p < np; p++)
+        kz_a2(k, ab + 2 * p, 2 * p + 1 < nb, &A[p].a, &A[p].neg, &A[p].d);
+    const size_t pf = (size_t)KZ_PF_PASSES * KZ_TR1 * ws;
+    int r = 0;
+    for (; r + KZ_TR1 <= nw; r += KZ_TR1) {
+        __m512 acc[KZ_TR1];
+        KX_UNROLL(8)
+        for (int i = 0; i < KZ_TR1; i++)
+            acc[i] = _mm512_setzero_ps();
+        kz_rows1_q8f(k, KZ_TR1, nb, 0, np, w + (size_t)r * ws, ws, A, acc, pf);
+        KX_UNROLL(8)
+        for (int i = 0; i < KZ_TR1; i++)
+            y[r + i] = kz_hsum16(acc[i]);
+    }
+    for (; r < nw; r++) {
+        __m512 acc = _mm512_setzero_ps();
+        kz_rows1_q8f(k, 1, nb, 0, np, w + (size_t)r * ws, ws, A, &acc, pf);
+        y[r] = kz_hsum16(acc);
+    }
+}
+
+/* gemm: one activation -> kz_gemm1_q8f, or for longer rows KZ_GR rows at a time with the
+ * activation prepared once per KZ_KP1 pairs (rows of more than 4096 elements; not tuned); more -> blocks of KZ_GR rows x KZ_GC
+ * activations, both sides prepared once per KZ_KP pairs (zero-padded to whole tiles),
+ * KZ_TR x KZ_TC tiles. */
 KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int nw, const void *a,
                        size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32;
     const uint8_t *wp = w, *ap = a;
+    if (na == 1 && nb <= 2 * KZ_KP1) {
+        kz_gemm1_q8f(k, nb, wp, ws, nw, (const struct block_q8_0 *)ap, y);
+        return;
+    }
     if (na == 1) {
+        const size_t pf = (size_t)KZ_PF_PASSES * KZ_TR1 * ws; /* rows ahead, same blocks */
         struct kz_ap A[KZ_KP1];
         __m512 acc[KZ_GR];
         for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
@@ -236,9 +286,9 @@ KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int n
                 const uint8_t *wr = wp + (size_t)r0 * ws;
                 int r = 0;
                 for (; r + KZ_TR1 <= nr; r += KZ_TR1)
-                    kz_rows1_q8f(k, KZ_TR1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r);
+                    kz_rows1_q8f(k, KZ_TR1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r, pf);
                 for (; r < nr; r++)
-                    kz_rows1_q8f(k, 1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r);
+                    kz_rows1_q8f(k, 1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r, pf);
             }
             for (int r = 0; r < nr; r++)
                 y[r0 + r] = kz_hsum16(acc[r]);
@@ -514,5 +564,6 @@ void kern_register_avx512(struct kern_ops *ops) {
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;
         ops->t[tab[i].t].gemm = tab[i].gemm;
+        ops->t[tab[i].t].gemm_pf = tab[i].t == QT_Q4_0 || tab[i].t == QT_Q5_0 || tab[i].t == QT_Q8_0;
     }
 }

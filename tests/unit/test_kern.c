@@ -273,6 +273,44 @@ static void check_gemm(enum kern_isa isa) {
     }
 }
 
+/* A gemm with gemm_pf takes any number of rows with one activation (kern_matmul hands it
+ * whole tasks): up to 70 rows, every row past a whole pass too, against vec_dot's bits. */
+static void check_gemm_rows(enum kern_isa isa) {
+    need_isa(isa);
+    struct kern_ops ops;
+    isa_ops(isa, &ops);
+    enum { NRM = 70 };
+    static const int64_t ns[] = {512, 544, 4128};
+    static uint8_t w[NRM * 4128 * 2] __attribute__((aligned(64)));
+    static uint8_t a[4128 * 2] __attribute__((aligned(64)));
+    static float x[4128], y[NRM + 1], want[NRM];
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const uint32_t t = k_types[ti];
+        if (!ops.t[t].gemm_pf) continue;
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+            const int64_t n = ns[ni];
+            const size_t wb = quant_row_size(t, n);
+            T_ASSERT(wb * NRM <= sizeof(w));
+            for (int r = 0; r < NRM; r++)
+                rnd_weights(t, w + (size_t)r * wb, n);
+            rnd_act(x, n, 0);
+            ops.t[t].quant_act(x, a, n);
+            for (int r = 0; r < NRM; r++)
+                want[r] = ops.t[t].vec_dot(n, w + (size_t)r * wb, a);
+            for (int nr = 17; nr <= NRM; nr += 3) {
+                for (int r = 0; r <= NRM; r++)
+                    y[r] = -12345.0f;
+                ops.t[t].gemm(n, w, wb, nr, a, 0, 1, y, 1);
+                for (int r = 0; r <= NRM; r++) {
+                    const float wv = r < nr ? want[r] : -12345.0f;
+                    T_ASSERTF(memcmp(&wv, &y[r], 4) == 0, "%s n=%lld rows %d: y[%d] = %.9g, vec_dot %.9g",
+                              quant_info(t)->name, (long long)n, nr, r, y[r], wv);
+                }
+            }
+        }
+    }
+}
+
 static void test_avx2_quant_q8_0(void) {
     check_quant(KERN_ISA_AVX2, QT_Q8_0);
 }
@@ -299,6 +337,7 @@ static void test_avx512_vec_dot(void) {
 }
 static void test_avx512_gemm_bitexact(void) {
     check_gemm(KERN_ISA_AVX512);
+    check_gemm_rows(KERN_ISA_AVX512);
 }
 
 /* kern_matmul on the active ISA: M=1 row by row equals the rows of one M=13 call, on 1 and
