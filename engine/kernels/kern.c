@@ -259,7 +259,7 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
 
 /* Decode (M = 1) streams every weight byte once from DRAM, and the hardware prefetchers stop
  * at each 4 KiB page, so the first lines of every page arrive late. A kernel that prefetches
- * inside its row loop (gemm_pf: the AVX-512 Q4_0/Q5_0/Q8_0 ones) gets whole tasks, so it
+ * inside its row loop (gemm_task: the AVX-512 Q4_0/Q5_0/Q8_0 ones) gets whole tasks, so it
  * prepares the activation once per task; the driver only prefetches the task's first
  * KERN_PF_DIST bytes. The others get a few rows at a time (about KERN_PF_STEP bytes), and
  * before each call the driver prefetches the bytes KERN_PF_DIST ahead of them: a steady
@@ -275,18 +275,18 @@ static inline void mm_prefetch(const uint8_t *p, const uint8_t *end) {
         __builtin_prefetch(p, 0, 3);
 }
 
-/* Output rows [r0, r1) for all M activation rows: tiles of KERN_GEMM_MAX_ROWS weight rows,
- * each tile swept over all activations while it is hot in cache (M = 1: see above). */
+/* Output rows [r0, r1) for all M activation rows: tiles of KERN_GEMM_MAX_ROWS weight rows
+ * (or the whole range for gemm_task kernels), each tile swept over all activations while it
+ * is hot in cache (M = 1: see above). */
 static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
     const int64_t n = j->w->n_in;
     const size_t rb = j->w->row_bytes;
     const uint8_t *wdata = j->w->data;
-    int step = KERN_GEMM_MAX_ROWS;
+    /* whole tasks for kernels that take them (they prepare the activations once per call) */
+    int step = j->ops->gemm_task && r1 > r0 ? (int)(r1 - r0) : KERN_GEMM_MAX_ROWS;
     const uint8_t *wend = wdata + (size_t)j->w->n_out * rb;
     if (M == 1) {
-        if (j->ops->gemm_pf && r1 > r0) {
-            step = (int)(r1 - r0);
-        } else {
+        if (!j->ops->gemm_task) {
             step = (int)((KERN_PF_STEP + rb - 1) / rb);
             if (step > KERN_GEMM_MAX_ROWS) step = KERN_GEMM_MAX_ROWS;
         }
@@ -296,7 +296,7 @@ static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r += step) {
         int nr = (int)(r1 - r < step ? r1 - r : step);
         const uint8_t *wr = wdata + (size_t)r * rb;
-        if (M == 1 && !j->ops->gemm_pf) {
+        if (M == 1 && !j->ops->gemm_task) {
             const uint8_t *p0 = wr + KERN_PF_DIST, *p1 = p0 + (size_t)nr * rb;
             mm_prefetch(p0, p1 < wend ? p1 : wend);
         }

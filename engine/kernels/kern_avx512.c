@@ -42,7 +42,7 @@ KX_AI float kz_hsum16(__m512 v) {
 #define KZ_MAXR 8 /* largest tile, either kind */
 #define KZ_MAXC 8
 _Static_assert(KZ_GR % KZ_TR == 0 && KZ_GC % KZ_TC == 0 && KZ_TR <= KZ_MAXR && KZ_TC <= KZ_MAXC &&
-                   KZ_TR1 <= KZ_MAXR,
+                   KZ_TR1 <= KZ_MAXR && KERN_GEMM_MAX_ACTS % KZ_TC == 0,
                "tiles must fit the accumulator array and divide the blocks");
 
 /* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0: two blocks per register ---------------------------------- */
@@ -230,7 +230,7 @@ KX_AI void kz_prep_w(enum kx_q8f k, int64_t nb, int64_t ib0, int np, const uint8
 
 /* One activation, rows of at most 2 * KZ_KP1 blocks: the activation is prepared once per
  * call and the rows stream past it KZ_TR1 at a time (each prepared pair feeds KZ_TR1 steps),
- * prefetching KZ_PF_PASSES passes ahead (kern.c hands over whole tasks, see gemm_pf). */
+ * prefetching KZ_PF_PASSES passes ahead (kern.c hands over whole tasks, see gemm_task). */
 KX_AI void kz_gemm1_q8f(enum kx_q8f k, int64_t nb, const uint8_t *w, size_t ws, int nw,
                         const struct block_q8_0 *ab, float *y) {
     struct kz_ap A[KZ_KP1];
@@ -256,8 +256,51 @@ KX_AI void kz_gemm1_q8f(enum kx_q8f k, int64_t nb, const uint8_t *w, size_t ws, 
     }
 }
 
-/* gemm: one activation -> kz_gemm1_q8f, or for longer rows KZ_GR rows at a time with the
- * activation prepared once per KZ_KP1 pairs (rows of more than 4096 elements; not tuned); more -> blocks of KZ_GR rows x KZ_GC
+/* Two or more activations, rows of at most 2 * KZ_KP blocks: every activation is prepared
+ * once per call (up to KERN_GEMM_MAX_ACTS x KZ_KP pairs, 192 KiB of stack), every block of
+ * KZ_GR rows once, and the KZ_TR x KZ_TC tiles sweep the prepared rows over the activations
+ * KZ_GC at a time. kern.c hands such kernels whole tasks (gemm_task), so an activation is
+ * prepared once per task instead of once per 16 rows. */
+KX_AI void kz_gemm_whole_q8f(enum kx_q8f k, int64_t nb, const uint8_t *wp, size_t ws, int nw,
+                             const uint8_t *ap, size_t as, int na, float *y, int ldy) {
+    struct kz_wp W[KZ_GR * KZ_KP];
+    struct kz_ap A[KERN_GEMM_MAX_ACTS * KZ_KP];
+    __m512 acc[KZ_GR * KZ_GC];
+    const int np = (int)((nb + 1) / 2);
+    const int nap = (na + KZ_TC - 1) / KZ_TC * KZ_TC; /* padded with zero activations */
+    for (int c = 0; c < nap; c++)
+        for (int p = 0; p < np; p++) {
+            struct kz_ap *o = &A[c * KZ_KP + p];
+            if (c < na)
+                kz_a2(k, (const struct block_q8_0 *)(ap + (size_t)c * as) + 2 * p, 2 * p + 1 < nb,
+                      &o->a, &o->neg, &o->d);
+            else
+                o->a = o->neg = _mm512_setzero_si512(), o->d = _mm512_setzero_ps();
+        }
+    for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
+        const int nr = nw - r0 < KZ_GR ? nw - r0 : KZ_GR;
+        const int nrp = (nr + KZ_TR - 1) / KZ_TR * KZ_TR; /* padded with zero rows */
+        kz_prep_w(k, nb, 0, np, wp + (size_t)r0 * ws, ws, nr, nrp, W);
+        for (int c0 = 0; c0 < na; c0 += KZ_GC) {
+            const int nc = na - c0 < KZ_GC ? na - c0 : KZ_GC;
+            const int ncp = (nc + KZ_TC - 1) / KZ_TC * KZ_TC;
+            for (int i = 0; i < KZ_GR * KZ_GC; i++)
+                acc[i] = _mm512_setzero_ps();
+            for (int r = 0; r < nrp; r += KZ_TR)
+                for (int c = 0; c < ncp; c += KZ_TC)
+                    kz_tile_q8f(KZ_TR, KZ_TC, np, W + r * KZ_KP, A + (c0 + c) * KZ_KP,
+                                acc + r * KZ_GC + c);
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nr; r++)
+                    y[(size_t)(c0 + c) * (size_t)ldy + (size_t)(r0 + r)] =
+                        kz_hsum16(acc[r * KZ_GC + c]);
+        }
+    }
+}
+
+/* gemm: one activation -> kz_gemm1_q8f, or for rows of more than 4096 elements KZ_GR rows
+ * at a time with the activation prepared once per KZ_KP1 pairs (not tuned); more ->
+ * kz_gemm_whole_q8f, or for rows of more than 1024 elements blocks of KZ_GR rows x KZ_GC
  * activations, both sides prepared once per KZ_KP pairs (zero-padded to whole tiles),
  * KZ_TR x KZ_TC tiles. */
 KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int nw, const void *a,
@@ -293,6 +336,10 @@ KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int n
             for (int r = 0; r < nr; r++)
                 y[r0 + r] = kz_hsum16(acc[r]);
         }
+        return;
+    }
+    if (nb <= 2 * KZ_KP && na <= KERN_GEMM_MAX_ACTS) {
+        kz_gemm_whole_q8f(k, nb, wp, ws, nw, ap, as, na, y, ldy);
         return;
     }
     struct kz_wp W[KZ_GR * KZ_KP];
@@ -564,6 +611,6 @@ void kern_register_avx512(struct kern_ops *ops) {
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;
         ops->t[tab[i].t].gemm = tab[i].gemm;
-        ops->t[tab[i].t].gemm_pf = tab[i].t == QT_Q4_0 || tab[i].t == QT_Q5_0 || tab[i].t == QT_Q8_0;
+        ops->t[tab[i].t].gemm_task = tab[i].t == QT_Q4_0 || tab[i].t == QT_Q5_0 || tab[i].t == QT_Q8_0;
     }
 }

@@ -21,7 +21,7 @@
  *     whatever n_w_rows and n_acts are; it exists only to load each weight block once for
  *     several activation rows. kern_matmul calls it with tiles of up to KERN_GEMM_MAX_ROWS
  *     weight rows and KERN_GEMM_MAX_ACTS activation rows, and also with smaller edge tiles;
- *     a gemm with gemm_pf set also gets any number of weight rows with one activation.
+ *     a gemm with gemm_task set gets any number of weight rows instead.
  *   - Accuracy: against quant_vec_dot_ref, |fast - ref| / sum_i |w_i * a_i| < 1e-4 (the only
  *     slack is float summation order and FMA; integer block sums are exact).
  */
@@ -58,9 +58,10 @@ struct kern_type_ops {
     kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
     kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
     kern_dequant_fn dequant;     /* row -> f32 (BLAS prefill tiles, kern_get_row) */
-    int gemm_pf;                 /* 1: gemm with one activation prefetches its weight rows
-                                  * itself; kern_matmul then hands it whole tasks (else a
-                                  * few rows per call with its own prefetch, see mm_rows) */
+    int gemm_task;               /* 1: gemm takes any number of weight rows, and with one
+                                  * activation prefetches its weight rows itself;
+                                  * kern_matmul then hands it whole tasks (else tiles of
+                                  * KERN_GEMM_MAX_ROWS, or a few rows with one activation) */
 };
 
 /* The whole dispatch table, indexed by weight type id. */

@@ -215,6 +215,24 @@ static void check_dots(enum kern_isa isa) {
     }
 }
 
+/* Runs one gemm of nr rows x na activations into y (rows of ldy floats, n_buf of them,
+ * prefilled with a marker) and checks every slot: vec_dot's bits (want) inside the tile,
+ * the marker outside it. */
+static void check_tile(const struct kern_type_ops *o, uint32_t t, int64_t n, const uint8_t *w,
+                       size_t wb, int nr, const uint8_t *a, size_t ab, int na, float *y,
+                       const float *want, int ldy, int n_buf) {
+    for (int i = 0; i < n_buf * ldy; i++)
+        y[i] = -12345.0f;
+    o->gemm(n, w, wb, nr, a, ab, na, y, ldy);
+    for (int c = 0; c < n_buf; c++)
+        for (int r = 0; r < ldy; r++) {
+            const float wv = c < na && r < nr ? want[c * ldy + r] : -12345.0f;
+            T_ASSERTF(memcmp(&wv, &y[c * ldy + r], 4) == 0,
+                      "%s n=%lld tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g", quant_info(t)->name,
+                      (long long)n, nr, na, c, r, y[c * ldy + r], wv);
+        }
+}
+
 /* gemm over every tile shape up to the kern_impl.h bounds == vec_dot bit for bit: all row
  * counts, activation counts around the kernels' tile and block sizes, and row lengths with
  * an odd number of 32-element blocks and past the kernels' K chunks (32 and 128 blocks,
@@ -258,55 +276,43 @@ static void check_gemm(enum kern_isa isa) {
                 for (size_t ai = 0; ai < sizeof(nas) / sizeof(nas[0]); ai++) {
                     const int na = nas[ai];
                     if (na > NA) continue;
-                    for (int i = 0; i < NA * LDY; i++)
-                        y[i] = -12345.0f;
-                    ops.t[t].gemm(n, w, wb, nr, a, ab, na, y, LDY);
-                    for (int c = 0; c < NA; c++)
-                        for (int r = 0; r < LDY; r++) {
-                            const float wv = c < na && r < nr ? want[c * LDY + r] : -12345.0f;
-                            T_ASSERTF(memcmp(&wv, &y[c * LDY + r], 4) == 0,
-                                      "%s n=%lld tile %dx%d: y[%d][%d] = %.9g, vec_dot %.9g",
-                                      qi->name, (long long)n, nr, na, c, r, y[c * LDY + r], wv);
-                        }
+                    check_tile(&ops.t[t], t, n, w, wb, nr, a, ab, na, y, want, LDY, NA);
                 }
         }
     }
 }
 
-/* A gemm with gemm_pf takes any number of rows with one activation (kern_matmul hands it
- * whole tasks): up to 70 rows, every row past a whole pass too, against vec_dot's bits. */
+/* A gemm with gemm_task takes any number of rows (kern_matmul hands it whole tasks): up
+ * to 70 rows with 1, 5 and KERN_GEMM_MAX_ACTS activations, against vec_dot's bits. */
 static void check_gemm_rows(enum kern_isa isa) {
     need_isa(isa);
     struct kern_ops ops;
     isa_ops(isa, &ops);
-    enum { NRM = 70 };
-    static const int64_t ns[] = {512, 544, 4128};
-    static uint8_t w[NRM * 4128 * 2] __attribute__((aligned(64)));
-    static uint8_t a[4128 * 2] __attribute__((aligned(64)));
-    static float x[4128], y[NRM + 1], want[NRM];
+    enum { NRM = 70, NA = KERN_GEMM_MAX_ACTS, NLONG = 4128, LDY = NRM + 1 };
+    static const int64_t ns[] = {512, 544, NLONG};
+    static const int nas[] = {1, 5, NA};
+    static uint8_t w[NRM * NLONG * 2] __attribute__((aligned(64)));
+    static uint8_t a[NA * NLONG * 2] __attribute__((aligned(64)));
+    static float x[NLONG], y[NA * LDY], want[NA * LDY];
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
-        if (!ops.t[t].gemm_pf) continue;
+        if (!ops.t[t].gemm_task) continue;
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             const int64_t n = ns[ni];
             const size_t wb = quant_row_size(t, n);
-            T_ASSERT(wb * NRM <= sizeof(w));
+            const size_t ab = (quant_row_size(quant_info(t)->vec_dot_type, n) + 63) & ~(size_t)63;
+            T_ASSERT(wb * NRM <= sizeof(w) && ab * NA <= sizeof(a));
             for (int r = 0; r < NRM; r++)
                 rnd_weights(t, w + (size_t)r * wb, n);
-            rnd_act(x, n, 0);
-            ops.t[t].quant_act(x, a, n);
-            for (int r = 0; r < NRM; r++)
-                want[r] = ops.t[t].vec_dot(n, w + (size_t)r * wb, a);
-            for (int nr = 17; nr <= NRM; nr += 3) {
-                for (int r = 0; r <= NRM; r++)
-                    y[r] = -12345.0f;
-                ops.t[t].gemm(n, w, wb, nr, a, 0, 1, y, 1);
-                for (int r = 0; r <= NRM; r++) {
-                    const float wv = r < nr ? want[r] : -12345.0f;
-                    T_ASSERTF(memcmp(&wv, &y[r], 4) == 0, "%s n=%lld rows %d: y[%d] = %.9g, vec_dot %.9g",
-                              quant_info(t)->name, (long long)n, nr, r, y[r], wv);
-                }
+            for (int c = 0; c < NA; c++) {
+                rnd_act(x, n, 0);
+                ops.t[t].quant_act(x, a + (size_t)c * ab, n);
+                for (int r = 0; r < NRM; r++)
+                    want[c * LDY + r] = ops.t[t].vec_dot(n, w + (size_t)r * wb, a + (size_t)c * ab);
             }
+            for (size_t ai = 0; ai < sizeof(nas) / sizeof(nas[0]); ai++)
+                for (int nr = 17; nr <= NRM; nr += 3)
+                    check_tile(&ops.t[t], t, n, w, wb, nr, a, ab, nas[ai], y, want, LDY, NA);
         }
     }
 }
