@@ -25,9 +25,15 @@ def test_drain_finishes_stream(start_server):
     s = start_server("--drain-timeout-s", "60")
     mid = s.get("/v1/models").json()["data"][0]["id"]
     out = {}
-    t = threading.Thread(target=_stream, args=(s.url, mid, 16, out), daemon=True)
+    # Long enough (ignore_eos) to still be streaming when SIGTERM comes, also on a fast
+    # machine: 16 tokens once finished before the signal at ~60 tok/s and the server,
+    # drained of nothing, exited before the /health check.
+    t = threading.Thread(target=_stream, args=(s.url, mid, 400, out), daemon=True)
     t.start()
-    time.sleep(0.3)
+    deadline = time.time() + 30
+    while time.time() < deadline and s.metrics().get(
+            'gemmad_sched_sequences{state="running"}', 0) < 1:
+        time.sleep(0.05)
     s.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     h = s.get("/health")
