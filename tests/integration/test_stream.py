@@ -46,11 +46,15 @@ def test_keepalive_while_queued(start_server):
     ': keep-alive' comments meanwhile."""
     s = start_server("--max-seqs", "1", "--sse-keepalive-s", "0.1")
     mid = s.get("/v1/models").json()["data"][0]["id"]
-    long_body = {"model": mid, "messages": MSG, "max_tokens": 30, "ignore_eos": True,
+    # Long enough to be running while the second request waits, also on a fast machine.
+    long_body = {"model": mid, "messages": MSG, "max_tokens": 300, "ignore_eos": True,
                  "stream": True}
     t = threading.Thread(target=lambda: s.post("/v1/chat/completions", long_body), daemon=True)
     t.start()
-    time.sleep(0.5)
+    deadline = time.time() + 30
+    while time.time() < deadline and s.metrics().get(
+            'gemmad_sched_sequences{state="running"}', 0) < 1:
+        time.sleep(0.05)
     r = requests.post(s.url + "/v1/chat/completions", stream=True, timeout=120,
                       json={"model": mid, "messages": MSG, "max_tokens": 2, "stream": True})
     kinds = list(sse_events(r))
