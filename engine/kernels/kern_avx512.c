@@ -7,9 +7,8 @@
  * vec_dot, the one-activation gemm, the few-activation gemm (2-8 activations: rows stream
  * from memory with prefetch, each weight pair unpacked once for all activations) and the
  * batched gemm are separate loops here (the batched ones unpack each weight block once into a
- * stack buffer and sweep it over up to KERN_GEMM_MAX_ACTS activations; only the K-quants
- * and rows longer than 4096 elements leave the streaming paths to kern.c's small steps),
- * but every path performs the same integer lanes and the
+ * stack buffer and sweep it over up to KERN_GEMM_MAX_ACTS activations), but every path
+ * performs the same integer lanes and the
  * same float steps per (row, activation, block) in the same order, so gemm gives vec_dot's
  * bits for every pair (tests/unit/test_kern.c checks all tile shapes). The float steps
  * (lane layout, fused scale per block pair, final sum) differ from the AVX2 kernels, so
