@@ -283,7 +283,7 @@ static void check_gemm(enum kern_isa isa) {
 }
 
 /* A gemm with gemm_task takes any number of rows (kern_matmul hands it whole tasks): up
- * to 70 rows with 1-6, 8 and KERN_GEMM_MAX_ACTS activations (the one-activation, the
+ * to 70 rows with 1-6, 8, 12, 16 and KERN_GEMM_MAX_ACTS activations (the one-activation, the
  * few-activation streaming and the prepared-block paths), against vec_dot's bits. */
 static void check_gemm_rows(enum kern_isa isa) {
     need_isa(isa);
@@ -291,7 +291,7 @@ static void check_gemm_rows(enum kern_isa isa) {
     isa_ops(isa, &ops);
     enum { NRM = 70, NA = KERN_GEMM_MAX_ACTS, NLONG = 4128, LDY = NRM + 1 };
     static const int64_t ns[] = {512, 544, NLONG};
-    static const int nas[] = {1, 2, 3, 4, 5, 6, 8, NA};
+    static const int nas[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, NA};
     static uint8_t w[NRM * NLONG * 2] __attribute__((aligned(64)));
     static uint8_t a[NA * NLONG * 2] __attribute__((aligned(64)));
     static float x[NLONG], y[NA * LDY], want[NA * LDY];
