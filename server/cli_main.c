@@ -6,7 +6,7 @@
  *                       [--top-k K] [--top-p P] [--min-p P]
  *   gemmad-cli logits   -m MODEL (-p PROMPT | --tokens ID,ID,...) [--top K] [--all] [--chat]
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
- *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128]
+ *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
  *         --isa ref|avx2|avx512|auto (kernels), --log-level L.
  *
@@ -58,6 +58,7 @@ struct cli_opts {
     enum kern_isa isa;       /* --isa: kernel instruction set (AUTO = best) */
     int prompt_tokens;       /* bench */
     int bench_gen;
+    int seqs;                /* bench: sequences decoded together (1: the single-stream bench) */
     int ctx;                 /* kvmem: session length in tokens */
     int block_size;          /* kvmem: KV block size */
 };
@@ -92,7 +93,7 @@ static const char *usage_text =
     "           [--top-k K] [--top-p P] [--min-p P]\n"
     "  logits   -m MODEL (-p PROMPT | --tokens ID,...) [--top K] [--all] [--chat]\n"
     "  taps     -m MODEL (-p PROMPT | --tokens ID,...)   per-layer hidden-state summaries\n"
-    "  bench    -m MODEL [--prompt-tokens 512] [--gen 128]\n"
+    "  bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]\n"
     "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
     "           KV memory of one session, with and without the sliding-window ring\n"
     "options: -t/--threads N, --batch N (prefill chunk, default 512), --kv-type "
@@ -131,6 +132,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     o->isa = KERN_ISA_AUTO;
     o->prompt_tokens = 512;
     o->bench_gen = 128;
+    o->seqs = 1;
     o->ctx = 32768;
     o->block_size = 16;
     if (argc < 2) usage_die("missing command");
@@ -167,6 +169,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
         else if (!strcmp(a, "--prompt-tokens"))
             o->prompt_tokens = (int)parse_long(a, NEXT(), 1, 1 << 20);
         else if (!strcmp(a, "--gen")) o->bench_gen = (int)parse_long(a, NEXT(), 1, 1 << 20);
+        else if (!strcmp(a, "--seqs")) o->seqs = (int)parse_long(a, NEXT(), 1, 256);
         else if (!strcmp(a, "--ctx")) o->ctx = (int)parse_long(a, NEXT(), 1, 1 << 24);
         else if (!strcmp(a, "--block-size"))
             o->block_size = (int)parse_long(a, NEXT(), 1, 1 << 16);
@@ -558,6 +561,75 @@ static int cmd_taps(const struct cli_opts *o) {
     return 0;
 }
 
+/* --seqs N > 1: N sequences, each prefilled alone with its own prompt (the bench text
+ * started at a different token), then decoded greedily together, one fwd_run of N rows
+ * per step (what the scheduler does with N running streams). Reports the aggregate
+ * decode tok/s, N * gen / time, like llama.cpp's batched-bench. */
+static int cmd_bench_seqs(const struct cli_opts *o, struct model *m, const int32_t *base,
+                          int nt, double load_s, double rss_load) {
+    const int V = m->cfg.n_vocab, np = o->prompt_tokens, ng = o->bench_gen, ns = o->seqs;
+    const int max_ctx = np + ng + 1, nb_full = (max_ctx + CLI_BLOCK - 1) / CLI_BLOCK;
+    const int batch = o->batch < np ? np : o->batch;
+    const int nb_swa = kvs_swa_ring_blocks(m, CLI_BLOCK, batch);
+    char err[256] = "";
+    struct kvs_pool *kv = NULL;
+    if (kvs_create(m, o->kv_type, CLI_BLOCK, nb_full * ns, nb_swa * ns, &kv, err, sizeof err))
+        die("%s", err);
+    int32_t *tab = malloc(sizeof(int32_t) * (size_t)(nb_full + nb_swa + 1) * (size_t)ns);
+    struct kvs_seq *kseq = calloc((size_t)ns, sizeof *kseq);
+    struct fwd_seq *fs = calloc((size_t)ns, sizeof *fs);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)np * (size_t)ns);
+    int32_t *next = malloc(sizeof(int32_t) * (size_t)ns);
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)ns);
+    if (!tab || !kseq || !fs || !ids || !next || !logits) die("out of memory");
+    for (int s = 0; s < ns; s++) {
+        int32_t *t = tab + (size_t)s * (size_t)(nb_full + nb_swa + 1);
+        for (int i = 0; i < nb_full; i++) t[i] = s * nb_full + i;
+        for (int i = 0; i < nb_swa; i++) t[nb_full + i] = s * nb_swa + i;
+        kseq[s] = (struct kvs_seq){t, nb_full, nb_swa ? t + nb_full : NULL, nb_swa};
+        int32_t *p = ids + (size_t)s * (size_t)np;
+        p[0] = tok_bos(m->vocab);
+        for (int i = 1; i < np; i++) p[i] = base[(i - 1 + s) % nt];
+    }
+    struct fwd_opts fo = {.max_tokens = batch > ns ? batch : ns, .max_seqs = ns,
+                          .max_logit_rows = ns, .n_threads = o->threads,
+                          .device = o->device, .deterministic = 1};
+    struct fwd_ctx *fwd = NULL;
+    int rc = fwd_create(m, kv, &fo, &fwd, err, sizeof err);
+    if (rc != 0) die("%s", err[0] ? err : fwd_strerror(rc));
+    double t0 = now_s();
+    for (int s = 0; s < ns; s++) {
+        fs[s] = (struct fwd_seq){ids + (size_t)s * (size_t)np, np, 0, &kseq[s], FWD_LOGITS_LAST};
+        if ((rc = fwd_run(fwd, &fs[s], 1, logits)) != 0)
+            die("forward pass failed: %s", fwd_strerror(rc));
+        next[s] = argmax(logits, V);
+    }
+    double t1 = now_s();
+    for (int i = 0; i < ng; i++) {
+        for (int s = 0; s < ns; s++)
+            fs[s] = (struct fwd_seq){&next[s], 1, np + i, &kseq[s], FWD_LOGITS_LAST};
+        if ((rc = fwd_run(fwd, fs, ns, logits)) != 0)
+            die("forward pass failed: %s", fwd_strerror(rc));
+        for (int s = 0; s < ns; s++) next[s] = argmax(logits + (size_t)s * (size_t)V, V);
+    }
+    double t2 = now_s();
+    printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"rss_mib\": %.1f, "
+           "\"load_s\": %.3f, \"rss_after_load_mib\": %.1f, \"prompt_tokens\": %d, "
+           "\"gen_tokens\": %d, \"seqs\": %d, \"threads\": %d, \"isa\": \"%s\"}\n",
+           (double)np * ns / (t1 - t0), (double)ng * ns / (t2 - t1), rss_mib(), load_s,
+           rss_load, np, ng, ns, o->threads ? o->threads : pool_default_threads(),
+           kern_isa_name(kern_active_isa()));
+    fwd_destroy(fwd);
+    kvs_destroy(kv);
+    free(logits);
+    free(next);
+    free(ids);
+    free(fs);
+    free(kseq);
+    free(tab);
+    return 0;
+}
+
 static int cmd_bench(const struct cli_opts *o) {
     double load_s;
     struct model *m = load(o, &load_s);
@@ -571,6 +643,13 @@ static int cmd_bench(const struct cli_opts *o) {
     int32_t *base = encode(m->vocab, text, strlen(text), 0, 0, &nt);
     int32_t *ids = malloc((size_t)np * sizeof(int32_t));
     if (!ids || nt == 0) die("cannot build the benchmark prompt");
+    if (o->seqs > 1) {
+        int rc = cmd_bench_seqs(o, m, base, nt, load_s, rss_load);
+        free(ids);
+        free(base);
+        model_free(m);
+        return rc;
+    }
     ids[0] = tok_bos(m->vocab);
     for (int i = 1; i < np; i++) ids[i] = base[(i - 1) % nt];
     struct cli_opts oo = *o;

@@ -12,6 +12,9 @@ token.
 llama-server is built from the llama.cpp sources bundled in the llama-cpp-python source
 distribution into ~/.cache/gemmad/llama-server-build when missing (cmake, Release,
 -DLLAMA_BUILD_SERVER=ON). It is restarted per level with -np equal to the concurrency.
+Each level runs --repeats times (default 3) on each server, the two servers back to back
+and the order alternating, because these shared machines drift by tens of percent within
+minutes; the table gives each server's median run and the per-run ratios are printed.
 
   python3 tests/bench/bench_server.py --model models/gemma-3-270m-q4_k_m.gguf
 """
@@ -261,6 +264,8 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--requests-per-client", type=int, default=1)
     ap.add_argument("--threads", type=int, default=physical_cores())
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs of each level per server, alternating with the other (median)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
@@ -271,24 +276,81 @@ def main():
     results = {}
 
     port = free_port()
-    srv = Server("gemmad", [a.gemmad, "--model", a.model, "--host", "127.0.0.1", "--port",
-                            str(port), "--threads", str(a.threads), "--max-seqs",
-                            str(max(levels)), "--ctx-size", str(max(ctx, 512)),
-                            "--prefix-cache", "0"], port, "/health")
-    results["gemmad_ready_s"] = srv.ready_s
-    print(f"gemmad ready (start -> /health 200) in {srv.ready_s:.3f} s", flush=True)
+    gsrv = Server("gemmad", [a.gemmad, "--model", a.model, "--host", "127.0.0.1", "--port",
+                             str(port), "--threads", str(a.threads), "--max-seqs",
+                             str(max(levels)), "--ctx-size", str(max(ctx, 512)),
+                             "--prefix-cache", "0"], port, "/health")
+    results["gemmad_ready_s"] = gsrv.ready_s
+    print(f"gemmad ready (start -> /health 200) in {gsrv.ready_s:.3f} s", flush=True)
+    gport, gname = port, model_id(port)
+    one_request(gport, list(range(lo, lo + 8)), 4, gname)  # warm-up
+
+    def show(who, c, r, rep):
+        print(f"{who:12s} c={c:3d} run {rep + 1}/{a.repeats} {r['tok_s']:8.1f} tok/s  TTFT p50 "
+              f"{r['ttft_p50']*1e3:8.1f} ms  p99 {r['ttft_p99']*1e3:8.1f} ms  ({r['tokens']} tokens, "
+              f"{r['wall_s']:.1f} s{', ERRORS ' + str(len(r['errors'])) if r['errors'] else ''})",
+              flush=True)
+
+    def median_of(runs):
+        """The run with the median tok/s, its TTFTs, and every run's tok/s."""
+        srt = sorted(runs, key=lambda r: r["tok_s"])
+        med = dict(srt[(len(srt) - 1) // 2])
+        med["tok_s"] = statistics.median(r["tok_s"] for r in runs)
+        med["runs_tok_s"] = [r["tok_s"] for r in runs]
+        med["errors"] = [e for r in runs for e in r["errors"]]
+        return med
+
+    exe = None
+    if not a.no_llama and not a.llama_python:
+        exe = a.llama_server or build_llama_server(2)
+        if not exe:
+            print("bench_server: llama-server unavailable; gemmad results only", file=sys.stderr)
     try:
-        name = model_id(port)
-        one_request(port, list(range(lo, lo + 8)), 4, name)  # warm-up
         for c in levels:
-            r = run_level(port, c, a.requests_per_client, a.prompt_tokens, a.gen_tokens, lo, hi,
-                          name, 1000 + c)
-            results[("gemmad", c)] = r
-            print(f"gemmad       c={c:3d}  {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
-                  f"  p99 {r['ttft_p99']*1e3:8.1f} ms  ({r['tokens']} tokens, {r['wall_s']:.1f} s"
-                  f"{', ERRORS ' + str(len(r['errors'])) if r['errors'] else ''})", flush=True)
+            lsrv = None
+            if exe:
+                port = free_port()
+                lsrv = Server("llama-server", [exe, "-m", a.model, "--host", "127.0.0.1",
+                                               "--port", str(port), "-t", str(a.threads),
+                                               "-tb", str(a.threads), "-np", str(c),
+                                               "-c", str(max(ctx, 512) * c), "--no-webui"],
+                              port, "/health")
+                print(f"llama-server -np {c} ready in {lsrv.ready_s:.3f} s", flush=True)
+            try:
+                if lsrv:
+                    lname = model_id(port)
+                    one_request(port, list(range(lo, lo + 8)), 4, lname)
+                gr, lr, ratios = [], [], []
+                for rep in range(a.repeats):
+                    # Both servers run each level back to back, the order alternating, so a
+                    # machine that slows down for a while hurts both alike (the per-run ratio).
+                    order = ["gemmad", "llama"] if rep % 2 == 0 else ["llama", "gemmad"]
+                    for who in order:
+                        if who == "gemmad":
+                            r = run_level(gport, c, a.requests_per_client, a.prompt_tokens,
+                                          a.gen_tokens, lo, hi, gname, 1000 + c + 7 * rep)
+                            gr.append(r)
+                            show("gemmad", c, r, rep)
+                        elif lsrv:
+                            r = run_level(port, c, a.requests_per_client, a.prompt_tokens,
+                                          a.gen_tokens, lo, hi, lname, 1000 + c + 7 * rep)
+                            lr.append(r)
+                            show("llama-server", c, r, rep)
+                    if lsrv:
+                        ratios.append(gr[-1]["tok_s"] / lr[-1]["tok_s"])
+            finally:
+                if lsrv:
+                    lsrv.stop()
+            results[("gemmad", c)] = median_of(gr)
+            if lsrv:
+                results[("llama", c)] = median_of(lr)
+                results[("ratio_runs", c)] = ratios
+                g, l = results[("gemmad", c)], results[("llama", c)]
+                print(f"c={c:3d} median: gemmad {g['tok_s']:.1f} vs llama-server {l['tok_s']:.1f} "
+                      f"tok/s = {g['tok_s']/l['tok_s']:.2f}x; per-run ratios "
+                      f"{', '.join(f'{x:.2f}x' for x in ratios)}", flush=True)
     finally:
-        srv.stop()
+        gsrv.stop()
 
     if not a.no_llama and a.llama_python:
         base = llama_python_levels(a.model, levels, a.prompt_tokens, a.gen_tokens, a.threads, lo, hi)
@@ -298,31 +360,6 @@ def main():
             print(f"llama.cpp(py) c={c:3d} {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
                   f"  p99 {r['ttft_p99']*1e3:8.1f} ms   gemmad/llama tok/s {g['tok_s']/r['tok_s']:.2f}x",
                   flush=True)
-    elif not a.no_llama:
-        exe = a.llama_server or build_llama_server(2)
-        if not exe:
-            print("bench_server: llama-server unavailable; gemmad results only", file=sys.stderr)
-        else:
-            for c in levels:
-                port = free_port()
-                srv = Server("llama-server", [exe, "-m", a.model, "--host", "127.0.0.1",
-                                              "--port", str(port), "-t", str(a.threads),
-                                              "-tb", str(a.threads), "-np", str(c),
-                                              "-c", str(max(ctx, 512) * c), "--no-webui"],
-                             port, "/health")
-                print(f"llama-server -np {c} ready in {srv.ready_s:.3f} s", flush=True)
-                try:
-                    name = model_id(port)
-                    one_request(port, list(range(lo, lo + 8)), 4, name)
-                    r = run_level(port, c, a.requests_per_client, a.prompt_tokens, a.gen_tokens,
-                                  lo, hi, name, 1000 + c)
-                finally:
-                    srv.stop()
-                results[("llama", c)] = r
-                g = results[("gemmad", c)]
-                print(f"llama-server c={c:3d}  {r['tok_s']:8.1f} tok/s  TTFT p50 {r['ttft_p50']*1e3:8.1f} ms"
-                      f"  p99 {r['ttft_p99']*1e3:8.1f} ms   gemmad/llama tok/s {g['tok_s']/r['tok_s']:.2f}x"
-                      f"  TTFT p50 {g['ttft_p50']/r['ttft_p50']:.2f}x", flush=True)
 
     print("\n| concurrency | gemmad tok/s | llama tok/s | ratio | gemmad TTFT p50/p99 ms | llama TTFT p50/p99 ms |")
     print("|---|---|---|---|---|---|")
@@ -337,7 +374,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump({(f"{k[0]}@{k[1]}" if isinstance(k, tuple) else k): v
                        for k, v in results.items()}, f, indent=1)
-    bad = [k for k, v in results.items() if isinstance(v, dict) and v["errors"]]
+    bad = [k for k, v in results.items() if isinstance(v, dict) and v.get("errors")]
     return 1 if bad else 0
 
 

@@ -116,6 +116,11 @@ def test_taps_and_bench():
     d = json.loads(p.stdout)
     for k in ("prefill_tok_s", "decode_tok_s", "rss_mib", "load_s"):
         assert d[k] > 0
+    # --seqs: several sequences decoded together, one forward step of N rows per token
+    p = run("bench", "-m", MODEL, "--prompt-tokens", "16", "--gen", "4", "--seqs", "3", "-t", "2")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["seqs"] == 3 and d["gen_tokens"] == 4 and d["decode_tok_s"] > 0
 
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="bundled model missing (make model)")
