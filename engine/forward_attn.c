@@ -63,11 +63,12 @@ void fwd_rope_prepare(struct fwd_ctx *c) {
             float *cs = c->rope_cs + ((size_t)ci * (size_t)c->o.max_tokens + (size_t)row) *
                                          (size_t)c->max_rot;
             float theta = (float)c->row_pos[row];
-            for (int i0 = 0; i0 < r->n_rot; i0 += 2) {
-                const float ff = r->freqs ? r->freqs[i0 / 2] : 1.0f;
+            const int half = r->n_rot / 2;
+            for (int i = 0; i < half; i++) {
+                const float ff = r->freqs ? r->freqs[i] : 1.0f;
                 const float th = r->scale * (theta / ff);
-                cs[i0] = cosf(th);
-                cs[i0 + 1] = sinf(th);
+                cs[i] = cosf(th);
+                cs[half + i] = sinf(th);
                 theta *= theta_scale;
             }
         }
@@ -84,7 +85,7 @@ void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, i
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)row * (size_t)n_heads + (size_t)h) * (size_t)hd;
             for (int i = 0; i < half; i++) {
-                const float co = cs[2 * i], si = cs[2 * i + 1];
+                const float co = cs[i], si = cs[half + i];
                 const float x0 = v[i], x1 = v[i + half];
                 v[i] = x0 * co - x1 * si;
                 v[i + half] = x0 * si + x1 * co;
@@ -110,12 +111,29 @@ static void store_row(enum kvs_dtype dt, const float *x, uint8_t *dst, int n) {
     switch (dt) {
     case KVS_F16: {
         uint16_t *d = (uint16_t *)dst;
-        for (int i = 0; i < n; i++) d[i] = f2h(x[i]);
+        int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+        for (; i + 8 <= n; i += 8) /* the same rounding as f2h: nearest even */
+            _mm_storeu_si128((__m128i *)(d + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < n; i++) d[i] = f2h(x[i]);
         break;
     }
     case KVS_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
     case KVS_Q8_0: quant_q8_0_row_ref(x, dst, n); break;
     }
+}
+
+/* x rounded to fp16 and back, n values (exact f32 results, so any order gives the same). */
+static void round_f16(const float *x, float *y, int n) {
+    int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < n; i++) y[i] = h2f(f2h(x[i]));
 }
 
 /* One head segment (n elements starting at element e0 of the row) to f32. */
@@ -258,7 +276,7 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
         float *dst = qt + (size_t)i * g * hd;
         /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
         if (dt == KVS_F16)
-            for (int d = 0; d < g * hd; d++) dst[d] = h2f(f2h(qrow[d]));
+            round_f16(qrow, dst, g * hd);
         else
             memcpy(dst, qrow, (size_t)g * hd * sizeof(float));
     }
@@ -269,9 +287,16 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
     for (int b0 = tlo & ~(ATTN_BLOCK - 1); b0 <= thi; b0 += ATTN_BLOCK) {
         const int j0 = tlo > b0 ? tlo - b0 : 0;
         const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
+        /* When the cache blocks hold whole attention blocks (block size a multiple of
+         * ATTN_BLOCK, the usual case), the rows of [j0, j1] are consecutive in one cache
+         * block: one address computation per attention block instead of one per row. */
+        const int same = p->block_size % ATTN_BLOCK == 0;
+        const uint8_t *k0 = same ? kv_row(p, J->kvl, 0, s, b0 + j0) : NULL;
+        const uint8_t *v0 = same ? kv_row(p, J->kvl, 1, s, b0 + j0) : NULL;
+        const size_t rbk = p->row_bytes_k[J->kvl], rbv = p->row_bytes_v[J->kvl];
         for (int j = j0; j <= j1; j++) {
-            const uint8_t *kr = kv_row(p, J->kvl, 0, s, b0 + j);
-            const uint8_t *vr = kv_row(p, J->kvl, 1, s, b0 + j);
+            const uint8_t *kr = same ? k0 + (size_t)(j - j0) * rbk : kv_row(p, J->kvl, 0, s, b0 + j);
+            const uint8_t *vr = same ? v0 + (size_t)(j - j0) * rbv : kv_row(p, J->kvl, 1, s, b0 + j);
             float *kd = kb + (size_t)j * hd, *vd = vb + (size_t)j * hdv;
             if (dt == KVS_F16) {
                 J->ops->cvt_f16((const uint16_t *)kr + (size_t)kvh * hd, kd, hd);

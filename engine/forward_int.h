@@ -69,7 +69,7 @@ struct fwd_ctx {
     float *ple_tmp;             /* [T][n_layer*n_pl] projection */
     float *pl_g;                /* [T][n_pl] gate */
 
-    /* RoPE: cos/sin per config per row: rope_cs[(ci * T + r) * max_rot + 2i + {0,1}] */
+    /* RoPE: cos/sin per config per row: rope_cs[(ci * T + r) * max_rot + {i, n_rot/2 + i}] */
     int n_rope;
     struct fwd_rope rope[FWD_MAX_ROPE];
     int layer_rope[MODEL_MAX_LAYERS];
