@@ -464,6 +464,15 @@ static void layer_forward(struct fwd_ctx *c, int l) {
         for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] *= w->out_scale;
 }
 
+int fwd_threads(const struct fwd_ctx *c) {
+    return pool_size(c->pool);
+}
+
+void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks), void *arg,
+                  int n_tasks) {
+    pool_run(c->pool, fn, arg, n_tasks);
+}
+
 /* ---- the step ---- */
 
 int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits) {

@@ -64,6 +64,15 @@ enum fwd_device fwd_device(const struct fwd_ctx *c); /* what actually runs */
  * written to the KV on EINVAL/EKV). */
 int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits);
 
+/* The compute threads of the context (including the calling one), and a way to run other
+ * work on them between steps (the scheduler samples its sequences there): fn(arg, task,
+ * n_tasks) runs once for every task in [0, n_tasks), each task on one thread, and the call
+ * returns when all are done. Only from the thread that owns the context, never during
+ * fwd_run. */
+int fwd_threads(const struct fwd_ctx *c);
+void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks), void *arg,
+                  int n_tasks);
+
 /* Optional per-layer hook for debugging parity: called after each layer (layer index) and
  * once after the final norm (layer == n_layer) with the hidden rows [n_rows][n_embd]. */
 typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);

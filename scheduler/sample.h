@@ -12,7 +12,8 @@
  * Log-probabilities (smp_logprobs) are those of the raw model distribution: a log-softmax
  * of the logits before bias, penalties and temperature, as OpenAI and vLLM report them.
  *
- * Threads: a smp_ctx holds scratch for one thread (the scheduler's); smp_rng is per request.
+ * Threads: a smp_ctx holds scratch for one thread at a time (the scheduler keeps one per
+ * compute thread and samples a step's sequences on them at once); smp_rng is per request.
  * Nothing allocates after smp_ctx_create.
  */
 #ifndef GEMMAD_SAMPLE_H

@@ -5,7 +5,9 @@
  * those behind it, so nobody starves), then build one batch in arrival order with one
  * decode row per decoding sequence and prefill chunks from the budget left after the decode
  * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
- * its known tokens, and finish sequences at once (stop, length, cancel, deadline).
+ * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
+ * one sampler scratch per task), and finish sequences at once (stop, length, cancel,
+ * deadline).
  *
  * A sequence's tokens live in one array: the prompt, then every sampled token. n_kv counts
  * positions already in the KV cache, so "what to feed next" is always hist[n_kv..n_hist):
@@ -71,6 +73,8 @@ struct seq {
     /* per step */
     int step_n;                  /* tokens fed this step (0 = not in the batch) */
     int logit_row;               /* row of the logits buffer, or -1 */
+    int32_t tok;                 /* sampled this step (sample_task) */
+    float logprob;               /* its log-probability, when top_logprobs >= 0 */
     char text[TOK_STREAM_MAX];   /* token text scratch */
     char *done_text;             /* [done_cap] text released with DONE */
     size_t done_cap;
@@ -86,11 +90,13 @@ struct sched {
     struct kvs_pool *pool;
     struct fwd_ctx *fwd;
     struct kv_cache *kv;
-    struct smp_ctx *smp;
+    struct smp_ctx **smp;        /* [n_smp] one sampler scratch per compute thread */
+    int n_smp;
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
     float *logits;               /* [max_seqs][n_vocab] */
-    float *scratch;              /* [n_vocab] logits copy when logprobs are asked for */
+    float *scratch;              /* [n_smp][n_vocab] logits copies when logprobs are asked for */
+    struct seq **sampling;       /* [max_seqs] sequences sampled this step */
     struct fwd_seq *rows;        /* [max_seqs] */
     struct kvs_seq *views;       /* [max_seqs] */
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
@@ -356,15 +362,36 @@ static void preempt_youngest(struct sched *s) {
 
 /* ---- one step ----------------------------------------------------------------------- */
 
-/* Sample from the sequence's logits row and report the token. Returns 1 when finished. */
-static int handle_token(struct sched *s, struct seq *q, float *row) {
-    float *l = row;
-    if (q->top_logprobs >= 0) {
-        memcpy(s->scratch, row, (size_t)s->n_vocab * sizeof(float));
-        l = s->scratch;
+/* Samples the sequences of this step with their logits rows: task t takes sequences t,
+ * t + n_tasks, ... with sampler scratch t, so the tasks run on the compute threads at once.
+ * Each sequence's token depends only on its own row, RNG and history (never on the task or
+ * thread), and nothing shared is written. */
+struct sample_job {
+    struct sched *s;
+    int n;
+};
+
+static void sample_task(void *arg, int task, int n_tasks) {
+    const struct sample_job *J = arg;
+    struct sched *s = J->s;
+    float *scratch = s->scratch + (size_t)task * (size_t)s->n_vocab;
+    for (int i = task; i < J->n; i += n_tasks) {
+        struct seq *q = s->sampling[i];
+        float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
+        if (q->top_logprobs >= 0) {
+            memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
+            l = scratch;
+        }
+        q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
+                            q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
+        if (q->top_logprobs >= 0)
+            q->logprob = smp_logprobs(row, s->n_vocab, q->tok, q->top_logprobs, q->top);
     }
-    int32_t tok = smp_sample(s->smp, &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
-                             q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
+}
+
+/* Report the token sample_task chose. Returns 1 when the sequence finished. */
+static int handle_token(struct sched *s, struct seq *q) {
+    const int32_t tok = q->tok;
     q->hist[q->n_hist++] = tok;
     q->n_out++;
     if (!q->ignore_eos && tok_is_eog(s->vocab, tok)) {
@@ -376,7 +403,7 @@ static int handle_token(struct sched *s, struct seq *q, float *row) {
     ev.id = q->id;
     ev.token = tok;
     if (q->top_logprobs >= 0) {
-        ev.logprob = smp_logprobs(row, s->n_vocab, tok, q->top_logprobs, q->top);
+        ev.logprob = q->logprob;
         ev.top = q->top;
         ev.n_top = q->top_logprobs;
     }
@@ -449,12 +476,19 @@ static void step(struct sched *s) {
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
         return;
     }
+    int n_sample = 0;
     for (int i = 0; i < nb; i++) {
         struct seq *q = s->batch[i];
         q->n_kv += q->step_n;
         kv_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
-        if (q->logit_row >= 0)
-            handle_token(s, q, s->logits + (size_t)q->logit_row * (size_t)s->n_vocab);
+        if (q->logit_row >= 0) s->sampling[n_sample++] = q;
+    }
+    if (n_sample > 0) {
+        struct sample_job sj = {s, n_sample};
+        const int nt = n_sample < s->n_smp ? n_sample : s->n_smp;
+        if (nt > 1) fwd_parallel(s->fwd, sample_task, &sj, nt);
+        else sample_task(&sj, 0, 1);
+        for (int i = 0; i < n_sample; i++) handle_token(s, s->sampling[i]);
     }
     double dt = now_s() - t0;
     pthread_mutex_lock(&s->lock);
@@ -664,15 +698,21 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         rc = frc == FWD_ENOMEM ? SCHED_ENOMEM : SCHED_EBACKEND;
         goto fail;
     }
-    if (smp_ctx_create(s->n_vocab, &s->smp)) goto fail_mem;
+    s->n_smp = fwd_threads(s->fwd);
+    s->smp = calloc((size_t)s->n_smp, sizeof(*s->smp));
+    if (!s->smp) goto fail_mem;
+    for (int i = 0; i < s->n_smp; i++)
+        if (smp_ctx_create(s->n_vocab, &s->smp[i])) goto fail_mem;
     s->logits = malloc((size_t)o->max_seqs * (size_t)s->n_vocab * sizeof(float));
-    s->scratch = malloc((size_t)s->n_vocab * sizeof(float));
+    s->scratch = malloc((size_t)s->n_smp * (size_t)s->n_vocab * sizeof(float));
+    s->sampling = calloc((size_t)o->max_seqs, sizeof(*s->sampling));
     s->rows = calloc((size_t)o->max_seqs, sizeof(*s->rows));
     s->views = calloc((size_t)o->max_seqs, sizeof(*s->views));
     s->run = calloc((size_t)o->max_seqs, sizeof(*s->run));
     s->batch = calloc((size_t)o->max_seqs, sizeof(*s->batch));
     s->eog = malloc(64 * sizeof(int32_t));
-    if (!s->logits || !s->scratch || !s->rows || !s->views || !s->run || !s->batch || !s->eog)
+    if (!s->logits || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
+        !s->batch || !s->eog)
         goto fail_mem;
     for (int32_t t = 0; t < s->n_vocab && s->n_eog < 64; t++)
         if (tok_is_eog(s->vocab, t)) s->eog[s->n_eog++] = t;
@@ -717,9 +757,12 @@ void sched_destroy(struct sched *s) {
     fwd_destroy(s->fwd);
     kv_destroy(s->kv);
     kvs_destroy(s->pool);
-    smp_ctx_destroy(s->smp);
+    if (s->smp)
+        for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
+    free(s->smp);
     free(s->logits);
     free(s->scratch);
+    free(s->sampling);
     free(s->rows);
     free(s->views);
     free(s->run);
