@@ -290,20 +290,27 @@ KX_AI void kz_gemmS_q8f(enum kx_q8f k, const int NR, const int NC, int64_t nb, c
         for (int p = 0; p < np; p++) {
             const int64_t ib = 2 * p;
             const int two = ib + 1 < nb;
+            __m512i u[KZ_TR1];
+            __m512 dw[KZ_TR1];
             KX_UNROLL(8)
             for (int r = 0; r < NR; r++) {
-                if (r >= nr) break;
-                const uint8_t *wb = w + (size_t)(r0 + r) * ws + (size_t)ib * bs;
+                /* rows past the end repeat the last one (their sums are never stored) */
+                const uint8_t *wb = w + (size_t)(r0 + (r < nr ? r : nr - 1)) * ws + (size_t)ib * bs;
                 __builtin_prefetch(wb + pf, 0, 3);
                 if (2 * bs > 64) __builtin_prefetch(wb + pf + 64, 0, 3);
-                __m512i u;
-                __m512 dw;
-                kz_w2(k, wb, two, &u, &dw);
+                kz_w2(k, wb, two, &u[r], &dw[r]);
+            }
+            /* activation-major: each activation's three vectors are loaded once and used by
+             * the NR rows, so only NR x NC accumulators and NR weight pairs stay in registers
+             * (row-major kept all NC activations live and spilled accumulators) */
+            KX_UNROLL(8)
+            for (int c = 0; c < NC; c++) {
+                const struct kz_ap *a = &A[c * KZ_KP1 + p];
+                const __m512i av = a->a, neg = a->neg;
+                const __m512 da = a->d;
                 KX_UNROLL(8)
-                for (int c = 0; c < NC; c++) {
-                    const struct kz_ap *a = &A[c * KZ_KP1 + p];
-                    acc[r][c] = kz_q8f_step(acc[r][c], u, dw, a->a, a->neg, a->d);
-                }
+                for (int r = 0; r < NR; r++)
+                    acc[r][c] = kz_q8f_step(acc[r][c], u[r], dw[r], av, neg, da);
             }
         }
         for (int r = 0; r < nr; r++)
