@@ -233,22 +233,22 @@ KX_AI void kz_prep_w(enum kx_q8f k, int64_t nb, int64_t ib0, int np, const uint8
 /* One activation, rows of at most 2 * KZ_KP1 blocks: the activation is prepared once per
  * call and the rows stream past it KZ_TR1 at a time (each prepared pair feeds KZ_TR1 steps),
  * prefetching KZ_PF_PASSES passes ahead (kern.c hands over whole tasks, see gemm_task). */
-KX_AI void kz_gemm1_q8f(enum kx_q8f k, int64_t nb, const uint8_t *w, size_t ws, int nw,
-                        const struct block_q8_0 *ab, float *y) {
+KX_AI void kz_gemm1_q8f(enum kx_q8f k, const int NR, int64_t nb, const uint8_t *w, size_t ws,
+                        int nw, const struct block_q8_0 *ab, float *y) {
     struct kz_ap A[KZ_KP1];
     const int np = (int)((nb + 1) / 2);
     for (int p = 0; p < np; p++)
         kz_a2(k, ab + 2 * p, 2 * p + 1 < nb, &A[p].a, &A[p].neg, &A[p].d);
-    const size_t pf = (size_t)KZ_PF_PASSES * KZ_TR1 * ws;
+    const size_t pf = (size_t)KZ_PF_PASSES * (size_t)NR * ws;
     int r = 0;
-    for (; r + KZ_TR1 <= nw; r += KZ_TR1) {
-        __m512 acc[KZ_TR1];
+    for (; r + NR <= nw; r += NR) {
+        __m512 acc[KZ_MAXR];
         KX_UNROLL(8)
-        for (int i = 0; i < KZ_TR1; i++)
+        for (int i = 0; i < NR; i++)
             acc[i] = _mm512_setzero_ps();
-        kz_rows1_q8f(k, KZ_TR1, nb, 0, np, w + (size_t)r * ws, ws, A, acc, pf);
+        kz_rows1_q8f(k, NR, nb, 0, np, w + (size_t)r * ws, ws, A, acc, pf);
         KX_UNROLL(8)
-        for (int i = 0; i < KZ_TR1; i++)
+        for (int i = 0; i < NR; i++)
             y[r + i] = kz_hsum16(acc[i]);
     }
     for (; r < nw; r++) {
@@ -277,7 +277,7 @@ KX_AI void kz_gemmS_q8f(enum kx_q8f k, const int NR, const int NC, int64_t nb, c
             kz_a2(k, (const struct block_q8_0 *)(ap + (size_t)c * as) + 2 * p, 2 * p + 1 < nb,
                   &o->a, &o->neg, &o->d);
         }
-    const size_t pf = (size_t)KZ_PF_PASSES * KZ_TR1 * ws;
+    const size_t pf = (size_t)KZ_PF_PASSES * (size_t)NR * ws;
     for (int r0 = 0; r0 < nw; r0 += NR) {
         const int nr = nw - r0 < NR ? nw - r0 : NR;
         __m512 acc[KZ_TR1][KZ_SC];
@@ -316,6 +316,20 @@ KX_AI void kz_gemmS_q8f(enum kx_q8f k, const int NR, const int NC, int64_t nb, c
         for (int r = 0; r < nr; r++)
             for (int c = 0; c < NC; c++)
                 y[(size_t)c * (size_t)ldy + (size_t)(r0 + r)] = kz_hsum16(acc[r][c]);
+    }
+}
+
+/* kz_gemmS_q8f for na = 2..KZ_SC activations, NR rows at a time. */
+KX_AI void kz_gemmS_na_q8f(enum kx_q8f k, const int NR, int na, int64_t nb, const uint8_t *w,
+                           size_t ws, int nw, const uint8_t *ap, size_t as, float *y, int ldy) {
+    switch (na) {
+    case 2: kz_gemmS_q8f(k, NR, 2, nb, w, ws, nw, ap, as, y, ldy); break;
+    case 3: kz_gemmS_q8f(k, NR, 3, nb, w, ws, nw, ap, as, y, ldy); break;
+    case 4: kz_gemmS_q8f(k, NR, 4, nb, w, ws, nw, ap, as, y, ldy); break;
+    case 5: kz_gemmS_q8f(k, NR, 5, nb, w, ws, nw, ap, as, y, ldy); break;
+    case 6: kz_gemmS_q8f(k, NR, 6, nb, w, ws, nw, ap, as, y, ldy); break;
+    case 7: kz_gemmS_q8f(k, NR, 7, nb, w, ws, nw, ap, as, y, ldy); break;
+    default: kz_gemmS_q8f(k, NR, 8, nb, w, ws, nw, ap, as, y, ldy); break;
     }
 }
 
@@ -366,16 +380,16 @@ KX_AI void kz_gemm_whole_q8f(enum kx_q8f k, int64_t nb, const uint8_t *wp, size_
  * kz_gemm_whole_q8f, or for rows of more than 1024 elements blocks of KZ_GR rows x KZ_GC
  * activations, both sides prepared once per KZ_KP pairs (zero-padded to whole tiles),
  * KZ_TR x KZ_TC tiles. */
-KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int nw, const void *a,
-                       size_t as, int na, float *y, int ldy) {
+KX_AI void kz_gemm_q8f(enum kx_q8f k, const int NR1, int64_t n, const void *w, size_t ws, int nw,
+                       const void *a, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32;
     const uint8_t *wp = w, *ap = a;
     if (na == 1 && nb <= 2 * KZ_KP1) {
-        kz_gemm1_q8f(k, nb, wp, ws, nw, (const struct block_q8_0 *)ap, y);
+        kz_gemm1_q8f(k, NR1, nb, wp, ws, nw, (const struct block_q8_0 *)ap, y);
         return;
     }
     if (na == 1) {
-        const size_t pf = (size_t)KZ_PF_PASSES * KZ_TR1 * ws; /* rows ahead, same blocks */
+        const size_t pf = (size_t)KZ_PF_PASSES * (size_t)NR1 * ws; /* rows ahead, same blocks */
         struct kz_ap A[KZ_KP1];
         __m512 acc[KZ_GR];
         for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
@@ -391,8 +405,8 @@ KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int n
                 }
                 const uint8_t *wr = wp + (size_t)r0 * ws;
                 int r = 0;
-                for (; r + KZ_TR1 <= nr; r += KZ_TR1)
-                    kz_rows1_q8f(k, KZ_TR1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r, pf);
+                for (; r + NR1 <= nr; r += NR1)
+                    kz_rows1_q8f(k, NR1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r, pf);
                 for (; r < nr; r++)
                     kz_rows1_q8f(k, 1, nb, ib0, np, wr + (size_t)r * ws, ws, A, acc + r, pf);
             }
@@ -408,22 +422,19 @@ KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int n
          * both give vec_dot's bits */
         for (int c0 = 0; c0 < na; c0 += KZ_SC) {
             const int nc = na - c0 < KZ_SC ? na - c0 : KZ_SC;
-            kz_gemm_q8f(k, n, w, ws, nw, ap + (size_t)c0 * as, as, nc, y + (size_t)c0 * (size_t)ldy,
-                        ldy);
+            kz_gemm_q8f(k, NR1, n, w, ws, nw, ap + (size_t)c0 * as, as, nc,
+                        y + (size_t)c0 * (size_t)ldy, ldy);
         }
         return;
     }
     if (na <= KZ_SC && nb <= 2 * KZ_KP1) {
         /* NR x NC accumulators within the 32 vector registers */
-        switch (na) {
-        case 2: kz_gemmS_q8f(k, 4, 2, nb, wp, ws, nw, ap, as, y, ldy); break;
-        case 3: kz_gemmS_q8f(k, 4, 3, nb, wp, ws, nw, ap, as, y, ldy); break;
-        case 4: kz_gemmS_q8f(k, 4, 4, nb, wp, ws, nw, ap, as, y, ldy); break;
-        case 5: kz_gemmS_q8f(k, 2, 5, nb, wp, ws, nw, ap, as, y, ldy); break;
-        case 6: kz_gemmS_q8f(k, 2, 6, nb, wp, ws, nw, ap, as, y, ldy); break;
-        case 7: kz_gemmS_q8f(k, 2, 7, nb, wp, ws, nw, ap, as, y, ldy); break;
-        default: kz_gemmS_q8f(k, 2, 8, nb, wp, ws, nw, ap, as, y, ldy); break;
-        }
+        if (NR1 == 1)
+            kz_gemmS_na_q8f(k, 1, na, nb, wp, ws, nw, ap, as, y, ldy);
+        else if (na <= 4)
+            kz_gemmS_na_q8f(k, 4, na, nb, wp, ws, nw, ap, as, y, ldy);
+        else
+            kz_gemmS_na_q8f(k, 2, na, nb, wp, ws, nw, ap, as, y, ldy);
         return;
     }
     if (nb <= 2 * KZ_KP && na <= KERN_GEMM_MAX_ACTS) {
@@ -471,13 +482,19 @@ KX_AI void kz_gemm_q8f(enum kx_q8f k, int64_t n, const void *w, size_t ws, int n
     }
 }
 
+/* Two instances per format: streaming KZ_TR1 rows side by side, or one row at a time
+ * (kern_register_avx512_rows picks; the per-row steps, hence the bits, are the same). */
 #define KZ_DEFINE_Q8F(name, kind)                                                                  \
     static float kz_dot_##name(int64_t n, const void *w, const void *a) {                          \
         return kz_dot_q8f(kind, n, w, a);                                                          \
     }                                                                                              \
     static void kz_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,         \
                                size_t as, int na, float *y, int ldy) {                             \
-        kz_gemm_q8f(kind, n, w, ws, nw, a, as, na, y, ldy);                                        \
+        kz_gemm_q8f(kind, KZ_TR1, n, w, ws, nw, a, as, na, y, ldy);                                \
+    }                                                                                              \
+    static void kz_gemm1r_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,       \
+                                 size_t as, int na, float *y, int ldy) {                           \
+        kz_gemm_q8f(kind, 1, n, w, ws, nw, a, as, na, y, ldy);                                     \
     }
 KZ_DEFINE_Q8F(q4_0, KX_Q4_0)
 KZ_DEFINE_Q8F(q5_0, KX_Q5_0)
@@ -686,19 +703,35 @@ KZ_DEFINE_KQ(q4_K, KX_Q4_K)
 KZ_DEFINE_KQ(q5_K, KX_Q5_K)
 KZ_DEFINE_KQ(q6_K, KX_Q6_K)
 
-void kern_register_avx512(struct kern_ops *ops) {
-    static const struct {
+int kern_avx512_stream_rows(void) {
+    /* Measured with bench_kern --cpu --only lm_head, one thread: on AMD Zen 4 four rows side
+     * by side run the Q8_0 LM head at M = 1 in 20-23 ms and one row at a time in 8-9 ms (its
+     * prefetcher follows one sequential stream, not four 680-byte-strided ones; M = 2: 21 vs
+     * 11-13 ms, M = 4: 21-23 vs 17 ms); on an Intel Xeon four rows were the faster choice. */
+    return __builtin_cpu_is("amd") ? 1 : KZ_TR1;
+}
+
+void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
+    const int one = stream_rows == 1;
+    const struct {
         uint32_t t;
         quant_vec_dot_fn dot;
         kern_gemm_fn gemm;
     } tab[] = {
-        {QT_Q4_0, kz_dot_q4_0, kz_gemm_q4_0}, {QT_Q5_0, kz_dot_q5_0, kz_gemm_q5_0},
-        {QT_Q8_0, kz_dot_q8_0, kz_gemm_q8_0}, {QT_Q4_K, kz_dot_q4_K, kz_gemm_q4_K},
-        {QT_Q5_K, kz_dot_q5_K, kz_gemm_q5_K}, {QT_Q6_K, kz_dot_q6_K, kz_gemm_q6_K},
+        {QT_Q4_0, kz_dot_q4_0, one ? kz_gemm1r_q4_0 : kz_gemm_q4_0},
+        {QT_Q5_0, kz_dot_q5_0, one ? kz_gemm1r_q5_0 : kz_gemm_q5_0},
+        {QT_Q8_0, kz_dot_q8_0, one ? kz_gemm1r_q8_0 : kz_gemm_q8_0},
+        {QT_Q4_K, kz_dot_q4_K, kz_gemm_q4_K},
+        {QT_Q5_K, kz_dot_q5_K, kz_gemm_q5_K},
+        {QT_Q6_K, kz_dot_q6_K, kz_gemm_q6_K},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;
         ops->t[tab[i].t].gemm = tab[i].gemm;
         ops->t[tab[i].t].gemm_task = tab[i].t == QT_Q4_0 || tab[i].t == QT_Q5_0 || tab[i].t == QT_Q8_0;
     }
+}
+
+void kern_register_avx512(struct kern_ops *ops) {
+    kern_register_avx512_rows(ops, kern_avx512_stream_rows());
 }

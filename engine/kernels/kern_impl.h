@@ -73,6 +73,11 @@ struct kern_ops {
  * (-mavx512f/bw/vl/dq/vnni). Called only when the CPU supports that ISA. */
 void kern_register_avx2(struct kern_ops *ops);
 void kern_register_avx512(struct kern_ops *ops);
+/* The same with the Q4_0/Q5_0/Q8_0 streaming kernels (1-16 activations) reading
+ * stream_rows weight rows side by side (1, or anything else for 4); kern_register_avx512
+ * passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results are the same bits. */
+void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
+int kern_avx512_stream_rows(void);
 /* kern_dequant_avx2.c (owned with kern.c): SIMD dequant entries, called before
  * kern_register_avx2 so that file may still override them. */
 void kern_register_dequant_avx2(struct kern_ops *ops);

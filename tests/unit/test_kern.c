@@ -116,11 +116,15 @@ static const uint32_t k_types[] = {QT_Q4_0, QT_Q5_0, QT_Q8_0, QT_Q4_K,
                                    QT_Q5_K, QT_Q6_K, QT_F16,  QT_BF16};
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
+/* AVX-512 streaming rows for isa_ops (0: the CPU's choice, kern_avx512_stream_rows). */
+static int g_stream_rows;
+
 /* The entries the given ISA sets (AVX-512 inherits from AVX2, as in kern_init). */
 static void isa_ops(enum kern_isa isa, struct kern_ops *ops) {
     memset(ops, 0, sizeof(*ops));
     kern_register_avx2(ops);
-    if (isa == KERN_ISA_AVX512) kern_register_avx512(ops);
+    if (isa == KERN_ISA_AVX512)
+        kern_register_avx512_rows(ops, g_stream_rows ? g_stream_rows : kern_avx512_stream_rows());
 }
 
 static void need_isa(enum kern_isa isa) {
@@ -342,9 +346,15 @@ static void test_avx512_quant_q8_K(void) {
 static void test_avx512_vec_dot(void) {
     check_dots(KERN_ISA_AVX512);
 }
+/* Both streaming layouts (one row at a time, four side by side), whichever this CPU uses. */
 static void test_avx512_gemm_bitexact(void) {
-    check_gemm(KERN_ISA_AVX512);
-    check_gemm_rows(KERN_ISA_AVX512);
+    static const int rows[] = {1, 4};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        g_stream_rows = rows[i];
+        check_gemm(KERN_ISA_AVX512);
+        check_gemm_rows(KERN_ISA_AVX512);
+    }
+    g_stream_rows = 0;
 }
 
 /* kern_matmul on the active ISA: M=1 row by row equals the rows of one M=13 call, on 1 and
