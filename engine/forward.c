@@ -16,8 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/forward_int.h"
+#include "engine/gguf.h"
+#include "engine/kernels/panel.h"
 #include "engine/kernels/quant.h"
 #include "engine/log.h"
 #include "engine/model.h"
@@ -85,7 +89,7 @@ static float *gelu_table_create(void) {
  * its cache; V is copied from K when k_eq_v). Returns the number of outputs. */
 static int qkv_outs(const struct fwd_ctx *c, int l, struct kern_mm_out *o) {
     const struct model_layer_cfg *lc = &c->m->cfg.layer[l];
-    const struct model_layer_w *w = &c->m->layer[l];
+    const struct model_layer_w *w = &c->lw[l];
     int n = 0;
     o[n++] = (struct kern_mm_out){&w->wq, c->q, lc->n_head * lc->head_dim};
     if (lc->has_kv) {
@@ -109,6 +113,116 @@ static size_t max_act(const struct kern_weight *w, int M, size_t cur) {
     if (!w->data) return cur;
     size_t b = kern_act_bytes(w, M);
     return b > cur ? b : cur;
+}
+
+/* Owned anonymous memory: a panel copy or a plain copy of some of the file's bytes. */
+static void *own(struct fwd_ctx *c, size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    c->panels[c->n_panels++] = (struct fwd_panel){p, bytes};
+    return p;
+}
+
+/* w repacked into panels when the active ISA has a panel kernel for it (panel.h). */
+static void pack_weight(struct fwd_ctx *c, struct kern_weight *w) {
+    if (!panel_supported(w)) return;
+    void *p = NULL;
+    size_t bytes = 0;
+    if (panel_pack(w, c->pool, &p, &bytes) != 0) return;
+    c->panels[c->n_panels++] = (struct fwd_panel){p, bytes};
+    c->panel_bytes += bytes;
+    w->panel = p;
+}
+
+/* Bump allocator over one owned block for the small copies (weights left unpacked, norm
+ * vectors): *at advances, 64-byte aligned; a NULL src stays NULL. */
+static const void *copy_into(uint8_t *base, size_t *at, const void *src, size_t bytes) {
+    if (!src || !bytes) return src;
+    void *d = base + *at;
+    memcpy(d, src, bytes);
+    *at += (bytes + 63) & ~(size_t)63;
+    return d;
+}
+
+/* The layer's views (kern_weights left unpacked, then its vectors) with their sizes: each
+ * visit(ctx, ptr, bytes) may redirect *ptr. */
+static void layer_views(const struct model_config *cfg, int l, struct model_layer_w *w,
+                        void (*visit)(void *ctx, const void **ptr, size_t bytes), void *ctx) {
+    const struct model_layer_cfg *lc = &cfg->layer[l];
+    struct kern_weight *ws[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate,
+                                &w->up, &w->down, &w->inp_gate, &w->proj};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        if (!ws[i]->panel) visit(ctx, &ws[i]->data, ws[i]->row_bytes * (size_t)ws[i]->n_out);
+    const size_t E = (size_t)cfg->n_embd * sizeof(float), H = (size_t)lc->head_dim * sizeof(float);
+    const float **vs[] = {&w->attn_norm, &w->post_attn_norm, &w->ffn_norm, &w->post_ffw_norm,
+                          &w->post_norm, &w->q_norm, &w->k_norm, &w->rope_freqs};
+    const size_t vb[] = {E, E, E, E, E, H, H, (size_t)(lc->n_rot / 2) * sizeof(float)};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++)
+        visit(ctx, (const void **)vs[i], vb[i]);
+}
+
+struct copy_ctx {
+    uint8_t *base; /* NULL while sizing */
+    size_t at;
+};
+
+static void copy_visit(void *arg, const void **ptr, size_t bytes) {
+    struct copy_ctx *k = arg;
+    if (!*ptr || !bytes) return;
+    if (k->base)
+        *ptr = copy_into(k->base, &k->at, *ptr, bytes);
+    else
+        k->at += (bytes + 63) & ~(size_t)63;
+}
+
+/* c->lw, c->output, c->output_norm: the model's weights as the CPU matmuls read them.
+ * Where a panel kernel exists the weight is repacked; then, for a model whose embedding
+ * lookup can read the LM head's panel (tied, Gemma 1-3), everything else the forward pass
+ * reads is copied too and the file's pages are handed back to the kernel: the mapping is
+ * not touched again, so memory stays the file's size instead of file + panels (touching
+ * any byte of the mapping can map a whole large page-cache folio). */
+static int fwd_weights_init(struct fwd_ctx *c) {
+    const struct model *m = c->m;
+    const struct model_config *cfg = &m->cfg;
+    const int L = cfg->n_layer;
+    c->lw = calloc((size_t)L, sizeof *c->lw);
+    c->panels = calloc((size_t)L * 9 + 2, sizeof *c->panels);
+    if (!c->lw || !c->panels) return -1;
+    c->output = m->output;
+    c->output_norm = m->output_norm;
+    pack_weight(c, &c->output);
+    for (int l = 0; l < L; l++) {
+        struct model_layer_w *w = &c->lw[l];
+        *w = m->layer[l];
+        struct kern_weight *ws[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate,
+                                    &w->up, &w->down, &w->inp_gate, &w->proj};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            pack_weight(c, ws[i]);
+    }
+    const int detach = c->output.panel && m->tok_embd.data == m->output.data &&
+                       cfg->n_embd_pl == 0 && m->gguf && m->gguf->map;
+    if (detach) {
+        struct copy_ctx k = {NULL, 0};
+        for (int l = 0; l < L; l++)
+            layer_views(cfg, l, &c->lw[l], copy_visit, &k);
+        const size_t ob = (size_t)cfg->n_embd * sizeof(float);
+        k.at += (ob + 63) & ~(size_t)63;
+        k.base = own(c, k.at);
+        if (!k.base) return -1;
+        k.at = 0;
+        for (int l = 0; l < L; l++)
+            layer_views(cfg, l, &c->lw[l], copy_visit, &k);
+        c->output_norm = copy_into(k.base, &k.at, m->output_norm, ob);
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        madvise((void *)((uintptr_t)m->gguf->map & ~(pg - 1)), m->gguf->map_size,
+                MADV_DONTNEED);
+        c->detached = 1;
+    }
+    if (c->panel_bytes)
+        LOG_I("forward", 0, "weights repacked into panels: %.1f MiB%s",
+              (double)c->panel_bytes / (1024.0 * 1024.0),
+              detach ? "; the file mapping is no longer read" : "");
+    return 0;
 }
 
 int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
@@ -171,6 +285,11 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
         if (err) snprintf(err, errlen, "fwd_create: cannot start %d compute threads",
                           c->o.n_threads);
         free(c);
+        return FWD_ENOMEM;
+    }
+    if (fwd_weights_init(c) < 0) {
+        if (err) snprintf(err, errlen, "fwd_create: out of memory for the weight table");
+        fwd_destroy(c);
         return FWD_ENOMEM;
     }
     if (fwd_rope_init(c) < 0) {
@@ -289,6 +408,10 @@ void fwd_destroy(struct fwd_ctx *c) {
     free(c->xsel);
     free(c->sel_row);
     free(c->gelu_tab);
+    for (int i = 0; i < c->n_panels; i++)
+        panel_free(c->panels[i].p, c->panels[i].bytes);
+    free(c->panels);
+    free(c->lw);
     free(c);
 }
 
@@ -407,7 +530,7 @@ static void layer_forward(struct fwd_ctx *c, int l) {
     const struct model *m = c->m;
     const struct model_config *cfg = &m->cfg;
     const struct model_layer_cfg *lc = &cfg->layer[l];
-    const struct model_layer_w *w = &m->layer[l];
+    const struct model_layer_w *w = &c->lw[l];
     const int T = c->n_rows, E = cfg->n_embd;
     const int hd = lc->head_dim, hdv = lc->head_dim_v;
     const int nq = lc->n_head * hd, nv = lc->n_head_kv * hdv;
@@ -505,7 +628,10 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
     /* embeddings */
     for (r = 0; r < rows; r++) {
         float *x = c->x + (size_t)r * (size_t)E;
-        kern_get_row(&m->tok_embd, c->row_tok[r], x);
+        if (c->detached) /* the tied LM head's panel holds the embedding rows */
+            panel_get_row(&c->output, c->row_tok[r], x);
+        else
+            kern_get_row(&m->tok_embd, c->row_tok[r], x);
         for (int i = 0; i < E; i++) x[i] *= cfg->embd_scale;
     }
     if (cfg->n_embd_pl > 0) ple_prepare(c);
@@ -520,9 +646,9 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
     if (ns > 0) {
         for (int i = 0; i < ns; i++)
             fwd_rms_norm(c->xsel + (size_t)i * (size_t)E, c->x + (size_t)c->sel_row[i] * E,
-                         m->output_norm, E, cfg->eps);
+                         c->output_norm, E, cfg->eps);
         if (c->tap) c->tap(c->tap_user, cfg->n_layer, c->xsel, ns, E);
-        kern_matmul(c->pool, &m->output, c->xsel, ns, logits, cfg->n_vocab, c->act);
+        kern_matmul(c->pool, &c->output, c->xsel, ns, logits, cfg->n_vocab, c->act);
         if (cfg->final_softcap > 0.0f) {
             const float cap = cfg->final_softcap, inv = 1.0f / cap;
             for (size_t i = 0; i < (size_t)ns * (size_t)cfg->n_vocab; i++)

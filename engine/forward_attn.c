@@ -25,8 +25,11 @@
 /* ---- RoPE ---- */
 
 static int rope_equal(const struct fwd_rope *a, const struct fwd_rope *b) {
+    /* freqs by content: the CPU forward copies each layer's view separately */
     return a->base == b->base && a->scale == b->scale && a->n_rot == b->n_rot &&
-           a->freqs == b->freqs;
+           (a->freqs == b->freqs ||
+            (a->freqs && b->freqs &&
+             !memcmp(a->freqs, b->freqs, (size_t)(a->n_rot / 2) * sizeof(float))));
 }
 
 /* Finds the distinct RoPE configurations of the model (usually two: local and global).
@@ -37,7 +40,7 @@ int fwd_rope_init(struct fwd_ctx *c) {
     c->n_rope = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
-        struct fwd_rope r = {lc->rope_base, lc->rope_scale, lc->n_rot, m->layer[l].rope_freqs};
+        struct fwd_rope r = {lc->rope_base, lc->rope_scale, lc->n_rot, c->lw[l].rope_freqs};
         int ci;
         for (ci = 0; ci < c->n_rope; ci++)
             if (rope_equal(&c->rope[ci], &r)) break;

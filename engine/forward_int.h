@@ -87,6 +87,19 @@ struct fwd_ctx {
     int32_t *sel_row;           /* [max_logit_rows] */
 
     float *gelu_tab;            /* [65536] GELU-tanh of every fp16 value, rounded to fp16 */
+
+    /* CPU weights as the matmuls see them: copies of the model's, with panel copies
+     * (engine/kernels/panel.h) attached where the active ISA has a panel kernel. Owned. */
+    struct model_layer_w *lw;   /* [n_layer] */
+    struct kern_weight output;  /* LM head */
+    const float *output_norm;
+    int detached;               /* 1: nothing reads the model's file mapping any more */
+    struct fwd_panel {
+        void *p;
+        size_t bytes;
+    } *panels;                  /* [n_panels] panel and plain copies (anonymous mmaps) */
+    int n_panels;
+    size_t panel_bytes;         /* their total */
 };
 
 /* forward_attn.c */

@@ -167,7 +167,10 @@ int kern_init(enum kern_isa force) {
     if (isa >= KERN_ISA_AVX2) kern_register_dequant_avx2(&ops);
 #endif
     if (isa >= KERN_ISA_AVX2) kern_register_avx2(&ops);
-    if (isa >= KERN_ISA_AVX512) kern_register_avx512(&ops);
+    if (isa >= KERN_ISA_AVX512) {
+        kern_register_avx512(&ops);
+        panel_register_avx512(&ops);
+    }
     g_ops = ops;
     g_isa = isa;
     g_inited = 1;
@@ -187,6 +190,11 @@ static inline const struct kern_type_ops *kern_ops_for(uint32_t type) {
 enum kern_isa kern_active_isa(void) {
     pthread_once(&g_once, kern_default_init);
     return g_isa;
+}
+
+kern_panel_fn kern_panel_kernel(uint32_t type) {
+    const struct kern_type_ops *o = kern_ops_for(type);
+    return o ? o->panel : NULL;
 }
 
 quant_vec_dot_fn kern_vec_dot(uint32_t w_type) {
@@ -285,6 +293,14 @@ static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
     /* whole tasks for kernels that take them (they prepare the activations once per call) */
     int step = j->ops->gemm_task && r1 > r0 ? (int)(r1 - r0) : KERN_GEMM_MAX_ROWS;
     const uint8_t *wend = wdata + (size_t)j->w->n_out * rb;
+    if (j->w->panel && j->ops->panel) { /* panels: one sequential stream per task */
+        for (int m = 0; m < M; m += KERN_GEMM_MAX_ACTS) {
+            int na = M - m < KERN_GEMM_MAX_ACTS ? M - m : KERN_GEMM_MAX_ACTS;
+            j->ops->panel(n, j->w->panel, r0, r1, j->act + (size_t)m * j->a_stride, j->a_stride,
+                          na, j->Y + (int64_t)m * j->ldy, j->ldy);
+        }
+        return;
+    }
     if (M == 1) {
         if (!j->ops->gemm_task) {
             step = (int)((KERN_PF_STEP + rb - 1) / rb);

@@ -37,6 +37,8 @@ struct kern_weight {
     int64_t n_out;    /* ne1: rows */
     size_t row_bytes; /* quant_row_size(type, n_in) */
     const void *data; /* n_out * row_bytes bytes, read-only (in the mmap) */
+    const void *panel; /* NULL, or the same rows repacked by panel_pack (panel.h): then every
+                        * matmul of this weight runs the panel kernel (its own fixed order) */
 };
 
 /* Scratch bytes kern_matmul needs for M activation rows of W->n_in elements. */

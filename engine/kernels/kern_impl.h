@@ -48,6 +48,11 @@ typedef void (*kern_gemm_fn)(int64_t n, const void *w_rows, size_t w_stride, int
 #define KERN_GEMM_MAX_ROWS 16
 #define KERN_GEMM_MAX_ACTS 64
 
+/* Rows [r0, r1) of a weight repacked into panels (panel.h) against n_acts activation rows:
+ * y[j * ldy + r] for r0 <= r < r1 (absolute row numbers), j < n_acts. */
+typedef void (*kern_panel_fn)(int64_t n, const void *panels, int64_t r0, int64_t r1,
+                              const void *acts, size_t a_stride, int n_acts, float *y, int ldy);
+
 /* Weight row of n elements -> f32, bit-identical to quant_dequant_row_ref. */
 typedef void (*kern_dequant_fn)(const void *src, float *dst, int64_t n);
 
@@ -58,6 +63,7 @@ struct kern_type_ops {
     kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
     kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
     kern_dequant_fn dequant;     /* row -> f32 (BLAS prefill tiles, kern_get_row) */
+    kern_panel_fn panel;         /* optional: the kernel over panel_pack'ed weights */
     int gemm_task;               /* 1: gemm takes any number of weight rows, and with one
                                   * activation prefetches its weight rows itself;
                                   * kern_matmul then hands it whole tasks (else tiles of
@@ -77,6 +83,10 @@ void kern_register_avx512(struct kern_ops *ops);
  * stream_rows weight rows side by side (1, or anything else for 4); kern_register_avx512
  * passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results are the same bits. */
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
+/* panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
+void panel_register_avx512(struct kern_ops *ops);
+/* The active ISA's panel kernel for a weight type, or NULL (kern.c). */
+kern_panel_fn kern_panel_kernel(uint32_t type);
 int kern_avx512_stream_rows(void);
 /* kern_dequant_avx2.c (owned with kern.c): SIMD dequant entries, called before
  * kern_register_avx2 so that file may still override them. */

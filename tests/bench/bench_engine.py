@@ -9,7 +9,8 @@ What it measures (see docs/BENCHMARKS.md for how to read the output):
   * read bandwidth: a STREAM-like read probe (tests/bench/bench_kern.c --bandwidth, built
     here against build/libgemmad.a; numpy fallback), and the bytes the model reads per
     decoded token (every weight tensor once, the tied embedding once more as the LM head,
-    minus the embedding table itself, of which a token reads one row), giving a roofline.
+    minus the embedding table itself, of which a token reads one row; plus the F16 KV cache
+    a step reads, averaged over the decoded tokens), giving a roofline.
   * the kern_matmul micro-benchmark on the model's shapes (tests/bench/bench_kern.c; skip
     with --no-kernels), with ggml's own vec_dot on the same data as a kernel-level baseline.
 The machine is shared and noisy: gemmad and llama.cpp runs are interleaved, each figure is
@@ -151,6 +152,34 @@ def model_bytes_per_token(model):
     return per_token, total
 
 
+def kv_bytes_per_token(cli, model, prompt, gen):
+    """Bytes of F16 KV cache one decode step reads, averaged over the G steps after a
+    P-token prompt: a step at context L reads L positions in each global layer and
+    min(L, window) in each sliding one. Layer split and window from `gemmad-cli kvmem`,
+    K/V widths from the GGUF metadata. Layers without KV of their own (Gemma 4 KV sharing)
+    are not subtracted; the bundled model has none."""
+    import gguf
+    r = gguf.GGUFReader(model)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+
+    def field(key):
+        f = r.fields.get(f"{arch}.{key}")
+        return None if f is None else int(f.parts[f.data[-1]][0])
+    n_kv, dk, dv = field("attention.head_count_kv"), field("attention.key_length"), \
+        field("attention.value_length")
+    out = subprocess.run([cli, "kvmem", "-m", model, "--ctx", str(prompt + gen)],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 or None in (n_kv, dk, dv):
+        return 0
+    km = json.loads(out.stdout)
+    per_pos = n_kv * (dk + dv) * 2
+    win = km["sliding_window"] or (prompt + gen)
+    tot = 0
+    for L in range(prompt + 1, prompt + gen + 1):
+        tot += (km["global_layers"] * L + km["sliding_layers"] * min(L, win)) * per_pos
+    return tot // gen
+
+
 # ---- main -----------------------------------------------------------------------------------
 
 def fmt_ratio(a, b):
@@ -181,7 +210,9 @@ def main():
         sys.exit(f"bench_engine: {args.model} not found (make model)")
 
     bench_kern = build_bench_kern(args.build)
-    per_tok, file_bytes = model_bytes_per_token(args.model)
+    w_tok, file_bytes = model_bytes_per_token(args.model)
+    kv_tok = kv_bytes_per_token(cli, args.model, args.prompt_tokens, args.gen)
+    per_tok = w_tok + kv_tok
     # The roofline uses a buffer of the size one decode step reads, re-read like decode
     # re-reads the weights every token, so both see the same caches (a machine whose last
     # level cache holds most of the weights is faster than DRAM for both). A 1 GiB probe,
@@ -217,7 +248,8 @@ def main():
         "machine": {"cpu": platform.processor() or platform.machine(), "nproc": os.cpu_count(),
                     "load_avg": os.getloadavg()},
         "read_bandwidth_gb_s": bw, "bandwidth_probe": bw_how, "read_bandwidth_1gib_gb_s": bw_dram,
-        "bytes_per_token": per_tok, "roofline_decode_tok_s": roofline,
+        "bytes_per_token": per_tok, "weight_bytes_per_token": w_tok,
+        "kv_bytes_per_token": kv_tok, "roofline_decode_tok_s": roofline,
         "gemmad": {"prefill_tok_s": med(g_runs, "prefill_tok_s"),
                    "decode_tok_s": med(g_runs, "decode_tok_s"),
                    "rss_mib": med(g_runs, "rss_mib"), "load_s": med(g_runs, "load_s"),
@@ -257,7 +289,8 @@ def main():
         print(f"{name:22}{g[k]:12.1f}{(lv or 0):12.1f}{fmt_ratio(g[k], lv):>9}{'1.25x':>9}")
     print(f"{'decode roofline tok/s':22}{roofline:12.1f}{'':12}"
           f"{100 * res['decode_roofline_frac']:8.0f}%{'85%':>9}")
-    print(f"read bandwidth {bw:.2f} GB/s; {per_tok / 1e6:.1f} MB per token; "
+    print(f"read bandwidth {bw:.2f} GB/s; {per_tok / 1e6:.1f} MB per token ({w_tok / 1e6:.1f} "
+          f"weights + {kv_tok / 1e6:.1f} KV cache); "
           f"gemmad RSS {g['rss_mib']:.0f} MiB, load {g['load_s']:.3f} s (file {file_bytes / 2**20:.0f} MiB)")
     if "kernels" in res:
         print("\nkern_matmul (gemmad, %d threads; ms = median per call, weights from DRAM)" % args.threads)

@@ -4,7 +4,7 @@
  *
  * Built and run by tests/bench/bench_engine.py (see docs/BENCHMARKS.md):
  *   bench_kern [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json]   kernels
- *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|scalar]
+ *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|scalar] [--no-panels]
  *   bench_kern --bandwidth [--threads N] [--bw-mib 1024] [--json]   read bandwidth only
  *              (best of plain loads and loads with software prefetch, median of 7 each)
  *
@@ -12,7 +12,9 @@
  * that thread's CPU time, which other processes on a shared machine disturb less than the
  * wall clock (--threads then only sizes the bandwidth probe). --fastest reports each case's
  * best run instead of the median (for comparing two builds of a compute-bound kernel on a
- * noisy machine). --isa forces the kernel set.
+ * noisy machine). --isa forces the kernel set. Weights the forward pass repacks into panels
+ * (engine/kernels/panel.h: Q8_0 under AVX-512 VNNI) are packed the same way here, unless
+ * --no-panels.
  *
  * Weights are random bytes with valid scales, copied enough times to overflow the last
  * level cache and visited in turn, so every call reads its weights from DRAM as a forward
@@ -30,6 +32,7 @@
 #include <time.h>
 
 #include "engine/kernels/kern.h"
+#include "engine/kernels/panel.h"
 #include "engine/kernels/pool.h"
 #include "engine/kernels/quant.h"
 
@@ -188,6 +191,8 @@ static const struct shape shapes[] = {
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */
+static void **g_panels; /* per copy: its panel_pack copy, as the forward pass packs it */
+
 static double bench_one(struct pool *pool, const struct kern_weight *w, int copies, const float *X,
                         int M, float *Y, void *scratch, double budget) {
     double t[256];
@@ -196,6 +201,7 @@ static double bench_one(struct pool *pool, const struct kern_weight *w, int copi
     while (n < 256 && (n < 3 || now_s() - start < budget)) {
         struct kern_weight wc = *w;
         wc.data = (const uint8_t *)w->data + (size_t)(n % copies) * w->row_bytes * (size_t)w->n_out;
+        wc.panel = g_panels ? g_panels[n % copies] : NULL;
         double t0 = now_s();
         kern_matmul(pool, &wc, X, M, Y, (int)w->n_out, scratch);
         t[n++] = now_s() - t0;
@@ -231,7 +237,7 @@ static double bench_ggml(const struct kern_weight *w, int copies, const float *X
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, json = 0, bw_only = 0, cpu = 0;
+    int threads = 2, json = 0, bw_only = 0, cpu = 0, panels = 1;
     size_t bw_mib = 1024;
     enum kern_isa isa = KERN_ISA_AUTO;
     int Ms[16] = {1, 16, 64}, n_ms = 3;
@@ -256,6 +262,8 @@ int main(int argc, char **argv) {
             cpu = 1;
         else if (!strcmp(argv[i], "--fastest"))
             g_fastest = 1;
+        else if (!strcmp(argv[i], "--no-panels"))
+            panels = 0;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             i++;
             isa = !strcmp(argv[i], "avx2")     ? KERN_ISA_AVX2
@@ -273,7 +281,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json] "
-                    "[--bandwidth [--bw-mib N]] [--m LIST] [--cpu] [--fastest] [--isa NAME]\n",
+                    "[--bandwidth [--bw-mib N]] [--m LIST] [--cpu] [--fastest] [--isa NAME] [--no-panels]\n",
                     argv[0]);
             return 2;
         }
@@ -325,6 +333,14 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < max_m * sh->n_in; i++)
             X[i] = (float)((int64_t)(rnd64() % 2001) - 1000) / 1000.0f;
         w.data = wd;
+        size_t pbytes = 0;
+        g_panels = NULL;
+        if (panels && panel_supported(&w) && (g_panels = calloc((size_t)copies, sizeof(void *))))
+            for (int k = 0; k < copies; k++) {
+                struct kern_weight wk = w;
+                wk.data = wd + (size_t)k * wbytes;
+                if (panel_pack(&wk, pool, &g_panels[k], &pbytes) != 0) return 1;
+            }
         for (int mi = 0; mi < n_ms; mi++) {
             const int M = Ms[mi];
             if (cpu) g_clock = CLOCK_THREAD_CPUTIME_ID;
@@ -359,6 +375,10 @@ int main(int argc, char **argv) {
             }
             fflush(stdout);
         }
+        for (int k = 0; g_panels && k < copies; k++)
+            panel_free(g_panels[k], pbytes);
+        free(g_panels);
+        g_panels = NULL;
         free(wd);
         free(X);
         free(Y);

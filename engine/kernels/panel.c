@@ -1,0 +1,175 @@
+/*
+ * panel — packing of Q8_0 / Q5_0 rows into 16-row panels, and the scalar twin of the panel
+ * kernels (see panel.h for the layout and the arithmetic).
+ */
+#include "engine/kernels/panel.h"
+
+#include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/kernels/kern_impl.h"
+
+size_t panel_rec_bytes(uint32_t type) {
+    return type == QT_Q8_0 ? 1088 : type == QT_Q5_0 ? 704 : 0;
+}
+
+int panel_supported(const struct kern_weight *w) {
+    if (!w || !w->data || !panel_rec_bytes(w->type) || w->n_in <= 0 || w->n_in % 32 != 0 ||
+        w->n_in / 32 > PANEL_NB_MAX || w->n_out <= 0)
+        return 0;
+    return kern_panel_kernel(w->type) != NULL;
+}
+
+static int64_t n_panels(const struct kern_weight *w) {
+    return (w->n_out + PANEL_ROWS - 1) / PANEL_ROWS;
+}
+
+size_t panel_bytes(const struct kern_weight *w) {
+    const int64_t npair = (w->n_in / 32 + 1) / 2;
+    return (size_t)n_panels(w) * (size_t)npair * panel_rec_bytes(w->type);
+}
+
+struct pack_job {
+    const struct kern_weight *w;
+    uint8_t *mem;
+    int64_t per; /* panels per task */
+};
+
+static void pack_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    const struct pack_job *j = arg;
+    const struct kern_weight *w = j->w;
+    const size_t rb = panel_rec_bytes(w->type);
+    const int64_t nb = w->n_in / 32, npair = (nb + 1) / 2, np = n_panels(w);
+    const int64_t p0 = (int64_t)task * j->per, p1 = p0 + j->per < np ? p0 + j->per : np;
+    for (int64_t p = p0; p < p1; p++) {
+        uint8_t *pp = j->mem + (size_t)p * (size_t)npair * rb;
+        for (int64_t b = 0; b < 2 * npair; b++) {
+            uint8_t *rec = pp + (size_t)(b / 2) * rb;
+            const int h = (int)(b & 1);
+            quant_half *sc = (quant_half *)rec + h * PANEL_ROWS;
+            uint64_t hb[8] = {0};
+            uint8_t *nib = rec + 192 + h * 256;
+            for (int i = 0; i < PANEL_ROWS; i++) {
+                const int64_t r = p * PANEL_ROWS + i;
+                if (w->type == QT_Q8_0) { /* the bulk (the LM head): words, not bytes */
+                    const struct block_q8_0 *blk =
+                        r < w->n_out && b < nb
+                            ? (const struct block_q8_0 *)((const uint8_t *)w->data +
+                                                          (size_t)r * w->row_bytes) +
+                                  b
+                            : NULL;
+                    sc[i] = blk ? blk->d : 0;
+                    uint8_t *q = rec + 64 + h * 512 + i * 4;
+                    for (int g = 0; g < 8; g++) {
+                        uint32_t v = 0;
+                        if (blk) memcpy(&v, blk->qs + 4 * g, 4);
+                        v ^= 0x80808080u;
+                        memcpy(q + g * 64, &v, 4);
+                    }
+                    continue;
+                }
+                /* Q5_0: qs[j] holds element j (low nibble) and j + 16 (high), which is the
+                 * nibble plane's byte order already; qh bit k is element k's high bit */
+                const struct block_q5_0 *blk =
+                    r < w->n_out && b < nb ? (const struct block_q5_0 *)((const uint8_t *)w->data +
+                                                                         (size_t)r * w->row_bytes) +
+                                                 b
+                                           : NULL;
+                uint32_t qh = 0xFFFFFFFFu; /* q = 0 is u = 16: high bit set, nibble 0 */
+                sc[i] = 0;
+                if (blk) {
+                    sc[i] = blk->d;
+                    memcpy(&qh, blk->qh, 4);
+                }
+                for (int g = 0; g < 4; g++) {
+                    uint32_t v = 0;
+                    if (blk) memcpy(&v, blk->qs + 4 * g, 4);
+                    memcpy(nib + g * 64 + i * 4, &v, 4);
+                }
+                for (int g = 0; g < 8; g++)
+                    hb[g] |= (uint64_t)((qh >> (4 * g)) & 15) << (4 * i);
+            }
+            if (w->type == QT_Q5_0) memcpy(rec + 64 + h * 64, hb, 64);
+        }
+    }
+}
+
+int panel_pack(const struct kern_weight *w, struct pool *pool, void **out, size_t *bytes) {
+    *out = NULL;
+    *bytes = 0;
+    if (!panel_rec_bytes(w->type) || w->n_in % 32 != 0) return -1;
+    const size_t sz = panel_bytes(w);
+    void *mem = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return -1;
+    madvise(mem, sz, MADV_HUGEPAGE); /* fewer page faults while packing, fewer TLB misses */
+    const int64_t np = n_panels(w);
+    const int n_tasks = pool ? pool_size(pool) * 4 : 1;
+    struct pack_job j = {w, mem, (np + n_tasks - 1) / n_tasks};
+    if (pool)
+        pool_run(pool, pack_task, &j, (int)((np + j.per - 1) / j.per));
+    else
+        pack_task(&j, 0, 1);
+    /* read-only from here on: a stray write faults instead of corrupting weights */
+    mprotect(mem, sz, PROT_READ);
+    *out = mem;
+    *bytes = sz;
+    return 0;
+}
+
+void panel_free(void *p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
+static const uint8_t *rec_of(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
+    const int64_t npair = (n / 32 + 1) / 2;
+    return (const uint8_t *)panels +
+           ((size_t)(r / PANEL_ROWS) * (size_t)npair + (size_t)(b / 2)) * panel_rec_bytes(type);
+}
+
+uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
+    quant_half d;
+    memcpy(&d, rec_of(type, panels, n, r, b) + ((b & 1) * PANEL_ROWS + r % PANEL_ROWS) * 2, 2);
+    return d;
+}
+
+int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k) {
+    const uint8_t *rec = rec_of(type, panels, n, r, b);
+    const int h = (int)(b & 1), i = (int)(r % PANEL_ROWS);
+    if (type == QT_Q8_0) return (int)rec[64 + h * 512 + (k / 4) * 64 + i * 4 + k % 4] - 128;
+    uint64_t hb;
+    memcpy(&hb, rec + 64 + h * 64 + (k / 4) * 8, 8);
+    const int g = (k % 16) / 4;
+    const uint8_t x = rec[192 + h * 256 + g * 64 + i * 4 + k % 4];
+    const int nib = k < 16 ? x & 15 : x >> 4;
+    return (nib | (int)((hb >> (i * 4 + k % 4)) & 1) << 4) - 16;
+}
+
+void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
+    for (int64_t b = 0; b < w->n_in / 32; b++) {
+        const float d = quant_f16_to_f32(panel_d(w->type, w->panel, w->n_in, r, b));
+        for (int k = 0; k < 32; k++)
+            dst[b * 32 + k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
+    }
+}
+
+void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                    const void *act, size_t as, int na, float *y, int ldy) {
+    const int64_t nb = n / 32;
+    for (int64_t r = r0; r < r1; r++)
+        for (int c = 0; c < na; c++) {
+            const struct block_q8_0 *ab =
+                (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++)
+                    s += panel_q(type, panels, n, r, b, k) * (int32_t)ab[b].qs[k];
+                const float d =
+                    quant_f16_to_f32(panel_d(type, panels, n, r, b)) * quant_f16_to_f32(ab[b].d);
+                acc = fmaf((float)s, d, acc);
+            }
+            y[(size_t)c * (size_t)ldy + (size_t)r] = acc;
+        }
+}

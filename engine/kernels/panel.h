@@ -1,0 +1,73 @@
+/*
+ * panel — Q8_0 and Q5_0 weight matrices repacked once, at start-up, into 16-row panels
+ * for the AVX-512 VNNI kernels (issue 5 allows a load-time SIMD layout). The mmap'd rows stay as
+ * they are; a panel copy holds the same bytes in another order, and the forward pass hands
+ * the original pages back to the kernel (madvise) so memory does not double.
+ *
+ * Why: in the row layout a 512-bit register holds two 32-element blocks of ONE row, so each
+ * 64 multiply-adds need a conversion, a scale product and an FMA over 16 lanes that carry
+ * only two distinct sums. In a panel the register holds 4 bytes of each of 16 rows, eight
+ * vpdpbusd finish one block of 16 rows, and the float work is one conversion, one product
+ * and one FMA per 16 rows and block: about 3x fewer instructions per multiply-add.
+ *
+ * Layout (npair = ceil(nb / 2) block pairs, nb = n_in / 32): panel p covers rows 16p..16p+15
+ * (a last partial panel is padded with zero rows) and is npair records, each starting on a
+ * 64-byte boundary. Within a record, block b of the pair is h = b & 1, row i in 0..15, and
+ * element k of the block belongs to group g = k / 4 (bytes k % 4 of the group):
+ *   Q8_0, 1088 bytes per record:
+ *     [0, 64)      f16 scales [h][i]
+ *     [64, 1088)   quants [h][g = 0..7][i][k % 4] as unsigned bytes u = q + 128 (q ^ 0x80)
+ *   Q5_0, 704 bytes per record (u = q + 16 = nibble | high bit << 4, in 0..31):
+ *     [0, 64)      f16 scales [h][i]
+ *     [64, 192)    high bits [h][g = 0..7] as 64-bit words, bit i * 4 + k % 4 = u >> 4
+ *     [192, 704)   nibbles [h][g = 0..3][i][k % 4]: low nibble u & 15 of element k = 4g + k%4,
+ *                  high nibble u & 15 of element 16 + 4g + k % 4
+ * The same bytes per block and row as the mmap (34 and 22). The kernels unpack a block of
+ * 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
+ *
+ * Arithmetic, fixed for every M, row range and thread count (so deterministic mode holds):
+ * per row and block the exact integer S = sum q * a, then acc = fma((float)S, dw * da, acc)
+ * over the blocks in order from acc = 0. panel_gemm_ref is the scalar twin (same bits). It
+ * is not vec_dot's order: a weight with a panel always goes through the panel kernels.
+ *
+ * Ownership: panel_pack returns memory the caller owns and frees with panel_free.
+ * Threads: pure functions; panel_pack and panel_free on the owning thread.
+ */
+#ifndef GEMMAD_PANEL_H
+#define GEMMAD_PANEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/kernels/kern.h"
+
+#define PANEL_ROWS 16
+#define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
+
+/* 1 when the active ISA has a panel kernel for w (type, n_in within PANEL_NB_MAX). */
+int panel_supported(const struct kern_weight *w);
+/* Bytes of one record (a block pair of 16 rows) of a panel of this type, 0 if none. */
+size_t panel_rec_bytes(uint32_t type);
+/* Bytes of w's panel copy. */
+size_t panel_bytes(const struct kern_weight *w);
+/* Repacks w (which must be panel_supported's type) into fresh anonymous memory, on the
+ * pool's threads when pool is not NULL:
+ * 0 and *out, *bytes on success, -1 when the memory cannot be had (w then runs unpacked). */
+int panel_pack(const struct kern_weight *w, struct pool *pool, void **out, size_t *bytes);
+void panel_free(void *p, size_t bytes);
+
+/* Element k of row i of block b (signed weight value) and that block's f16 scale, read
+ * from the panel layout above (tests and the scalar twin). */
+int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k);
+uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
+
+/* Row r of a packed weight w (w->panel set) dequantized into dst[n_in]: the embedding
+ * lookup of a tied LM head, the same values kern_get_row gives from the file's row. */
+void panel_get_row(const struct kern_weight *w, int64_t r, float *dst);
+
+/* Scalar twin of the panel kernels: y[c * ldy + r] for r in [r0, r1), c < na, from the
+ * Q8_0 activation rows act + c * as. Same bits as the SIMD kernel. */
+void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                    const void *act, size_t as, int na, float *y, int ldy);
+
+#endif

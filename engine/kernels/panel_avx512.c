@@ -1,0 +1,176 @@
+/*
+ * panel_avx512 — the AVX-512 VNNI kernels over Q8_0 and Q5_0 panels (layout and arithmetic:
+ * panel.h).
+ *
+ * Block b of 16 rows unpacks into eight registers of [16 rows x 4 unsigned bytes] (Q8_0:
+ * loaded as they are; Q5_0: nibbles split, high bits added under a byte mask); an
+ * activation contributes each 4-byte group as a broadcast, so eight vpdpbusd leave the 16
+ * rows' block sums in the 16 lanes, already reduced. The weights enter unsigned (q + off,
+ * off = 128 or 16): the accumulator starts at -off * sum(a) of the block, so the lanes are
+ * exact sum(q * a).
+ * Integer sums are exact in any order (two chains, for latency); the float steps per row
+ * and block are panel_gemm_ref's.
+ *
+ * Activations are taken PZ_NC at a time; each group is prepared once per call (block sums
+ * and scales on the stack) and the call's panels stream past it, so with more activations
+ * than PZ_NC the task's panels are re-read from cache, not memory.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine/kernels/kern_impl.h"
+#include "engine/kernels/panel.h"
+
+#define PZ_AI static inline __attribute__((always_inline))
+#define PZ_NC 8 /* activations per pass: 8 accumulators + 8 weight registers + temporaries */
+
+struct pz_act {
+    int32_t corr[PANEL_NB_MAX]; /* -off * sum of the block's 32 activation bytes */
+    float d[PANEL_NB_MAX];      /* the block's scale */
+};
+
+PZ_AI void pz_prep(int off, int64_t nb, const struct block_q8_0 *ab, struct pz_act *o) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        /* sum(a) = sum(a ^ 0x80 as unsigned) - 32 * 128 */
+        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)ab[b].qs), flip);
+        const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        const __m128i s2 =
+            _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
+        o->corr[b] = (int32_t)(-off * sum);
+        o->d[b] = _cvtsh_ss(ab[b].d);
+    }
+}
+
+PZ_AI __m512i pz_grp(const struct block_q8_0 *ab, int g) {
+    int32_t v;
+    memcpy(&v, ab->qs + 4 * g, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Block h of a record as eight registers of unsigned weights [16 rows x 4 bytes]. */
+PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
+    if (type == QT_Q8_0) {
+        const __m512i *q = (const __m512i *)(rec + 64 + h * 512);
+        for (int g = 0; g < 8; g++)
+            w[g] = _mm512_load_si512(q + g);
+        return;
+    }
+    const __m512i *x = (const __m512i *)(rec + 192 + h * 256);
+    const uint64_t *hb = (const uint64_t *)(rec + 64 + h * 64);
+    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    for (int g = 0; g < 4; g++) {
+        const __m512i v = _mm512_load_si512(x + g);
+        w[g] = _mm512_mask_add_epi8(_mm512_and_si512(v, m4), (__mmask64)hb[g],
+                                    _mm512_and_si512(v, m4), b16);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        w[g + 4] = _mm512_mask_add_epi8(hi, (__mmask64)hb[g + 4], hi, b16);
+    }
+}
+
+/* NC activations (prepared in A, bytes in act[c]) against one panel: acc[c] = 16 rows. */
+PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
+                    const struct pz_act *A, const struct block_q8_0 *const *act, __m512 *acc) {
+    const size_t rb = type == QT_Q8_0 ? 1088 : 704;
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
+        __m512i w[8];
+        pz_unpack(type, rec, (int)(b & 1), w);
+        for (int c = 0; c < NC; c++) {
+            const struct block_q8_0 *ab = act[c] + b;
+            __m512i s0 = _mm512_set1_epi32(A[c].corr[b]), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, w[0], pz_grp(ab, 0));
+            s1 = _mm512_dpbusd_epi32(s1, w[1], pz_grp(ab, 1));
+            s0 = _mm512_dpbusd_epi32(s0, w[2], pz_grp(ab, 2));
+            s1 = _mm512_dpbusd_epi32(s1, w[3], pz_grp(ab, 3));
+            s0 = _mm512_dpbusd_epi32(s0, w[4], pz_grp(ab, 4));
+            s1 = _mm512_dpbusd_epi32(s1, w[5], pz_grp(ab, 5));
+            s0 = _mm512_dpbusd_epi32(s0, w[6], pz_grp(ab, 6));
+            s1 = _mm512_dpbusd_epi32(s1, w[7], pz_grp(ab, 7));
+            const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(A[c].d[b]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[c]);
+        }
+    }
+}
+
+/* Rows [r0, r1) of panels x activations [0, na): NC at a time, every panel of the range
+ * for each group; partial panels at either end store only their rows. */
+PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panels, int64_t r0,
+                   int64_t r1, const struct pz_act *A, const struct block_q8_0 *const *act,
+                   float *y, int ldy) {
+    const size_t rb = type == QT_Q8_0 ? 1088 : 704;
+    const int64_t npair = (nb + 1) / 2;
+    for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+        const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
+        __m512 acc[PZ_NC];
+        pz_panel(type, NC, nb, pp, A, act, acc);
+        const int64_t lo = p * PANEL_ROWS < r0 ? r0 : p * PANEL_ROWS;
+        const int64_t hi = (p + 1) * PANEL_ROWS > r1 ? r1 : (p + 1) * PANEL_ROWS;
+        const __mmask16 m =
+            (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
+        for (int c = 0; c < NC; c++)
+            _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
+                                  acc[c]);
+    }
+}
+
+PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                   const void *act, size_t as, int na, float *y, int ldy) {
+    const int64_t nb = n / 32;
+    const int off = type == QT_Q8_0 ? 128 : 16;
+    struct pz_act A[PZ_NC];
+    const struct block_q8_0 *ap[PZ_NC];
+    for (int c0 = 0; c0 < na; c0 += PZ_NC) {
+        const int nc = na - c0 < PZ_NC ? na - c0 : PZ_NC;
+        for (int c = 0; c < nc; c++) {
+            ap[c] = (const struct block_q8_0 *)((const uint8_t *)act + (size_t)(c0 + c) * as);
+            pz_prep(off, nb, ap[c], &A[c]);
+        }
+        float *yc = y + (size_t)c0 * (size_t)ldy;
+        switch (nc) {
+        case 1:
+            pz_rows(type, 1, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 2:
+            pz_rows(type, 2, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 3:
+            pz_rows(type, 3, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 4:
+            pz_rows(type, 4, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 5:
+            pz_rows(type, 5, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 6:
+            pz_rows(type, 6, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        case 7:
+            pz_rows(type, 7, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        default:
+            pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy);
+            break;
+        }
+    }
+}
+
+static void pz_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pz_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void pz_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pz_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+void panel_register_avx512(struct kern_ops *ops) {
+    ops->t[QT_Q8_0].panel = pz_gemm_q8_0;
+    ops->t[QT_Q5_0].panel = pz_gemm_q5_0;
+}
