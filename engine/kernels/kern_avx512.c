@@ -547,18 +547,16 @@ KX_DEFINE_TILE_KQ(kz_tile_kq, struct kz_kblk, kz_kq_unpack, kz_kq_sumi, KZ_BASE)
  * take fma(d * da, float(sumi), .), lanes 8-11 fma(-da * dmin, float(mins . bsums), .),
  * lanes 12-15 stay zero. */
 
-#ifndef KZ_KQP
-#define KZ_KQP 4 /* super-blocks of 16 rows prepared at once (40 KiB; 2: 10-20% slower) */
-#endif
+/* Two blockings (the bits do not depend on them), picked with the streaming layout in
+ * kern_register_avx512_rows: 4 super-blocks of 16 rows prepared at once (40 KiB) and 4 x 4
+ * tiles, measured on an Intel Xeon (2 super-blocks: 10-20% slower); on AMD Zen 4 8
+ * super-blocks and 2 rows x 8 activations (bench_kern --cpu --fastest, one thread, ffn_down
+ * 2048 -> 640: Q6_K M = 16 / 64 0.70 / 1.97 -> 0.43 / 1.33 ms, Q4_K 0.56 / 1.85 -> 0.41 /
+ * 1.37 ms). */
+#define KZ_KQP_MAX 8
 #define KZ_KGC 64 /* activations sharing one preparation (accumulators: 64 KiB) */
-#ifndef KZ_KTR
-#define KZ_KTR 4 /* tile: weight rows */
-#endif
-#ifndef KZ_KTC
-#define KZ_KTC 4 /* tile: activations */
-#endif
-_Static_assert(KZ_GR % KZ_KTR == 0 && KZ_KGC % KZ_KTC == 0 && KZ_KTR <= KZ_MAXR &&
-                   KZ_KTC <= KZ_MAXC,
+_Static_assert(KZ_GR % 4 == 0 && KZ_GR % 2 == 0 && KZ_KGC % 8 == 0 && KZ_MAXR >= 4 &&
+                   KZ_MAXC >= 8,
                "tiles must fit the accumulator array and divide the blocks");
 
 struct kz_kw {
@@ -583,9 +581,9 @@ KX_AI void kz_kw_prep(enum kx_kq k, const uint8_t *p, struct kz_kw *o) {
     o->mins = b.b.mins;
 }
 
-/* NR x NC tile over super-blocks [0, nsb) of prepared rows W[r * KZ_KQP + s] and the
+/* NR x NC tile over super-blocks [0, nsb) of prepared rows W[r * QP + s] and the
  * activation rows act[c] from super-block sb0 on; accumulators acc[r * KZ_KGC + c]. */
-KX_AI void kz_ktile(enum kx_kq k, const int NR, const int NC, int nsb, const struct kz_kw *W,
+KX_AI void kz_ktile(enum kx_kq k, const int NR, const int NC, int QP, int nsb, const struct kz_kw *W,
                     const struct block_q8_K *const *act, int64_t sb0, __m512 *acc) {
     __m512 s[KZ_MAXR][KZ_MAXC];
     KX_UNROLL(8)
@@ -609,7 +607,7 @@ KX_AI void kz_ktile(enum kx_kq k, const int NR, const int NC, int nsb, const str
                 0x0FFF, _mm512_mask_mov_ps(_mm512_set1_ps(ab->d), 0xFF00, _mm512_set1_ps(-ab->d)));
             KX_UNROLL(8)
             for (int r = 0; r < NR; r++) {
-                const struct kz_kw *wb = &W[r * KZ_KQP + sb];
+                const struct kz_kw *wb = &W[r * QP + sb];
                 __m512i si = _mm512_setzero_si512();
                 KX_UNROLL(4)
                 for (int j = 0; j < 4; j++)
@@ -637,39 +635,40 @@ KX_AI void kz_ktile(enum kx_kq k, const int NR, const int NC, int nsb, const str
 }
 
 /* gemm for two or more activations: per KZ_GR rows and KZ_KGC activations, super-blocks
- * in chunks of KZ_KQP are prepared once and swept over every activation. Tiles past the
+ * in chunks of QP are prepared once and swept over every activation. Tiles past the
  * last row read zero rows, past the last activation a copy of it (results dropped). */
-KX_AI void kz_gemm_kq_batch(enum kx_kq k, int64_t n, const uint8_t *w, size_t ws, int nw,
-                            const uint8_t *a, size_t as, int na, float *y, int ldy) {
+KX_AI void kz_gemm_kq_batch(enum kx_kq k, const int TR, const int TC, const int QP, int64_t n,
+                            const uint8_t *w, size_t ws, int nw, const uint8_t *a, size_t as,
+                            int na, float *y, int ldy) {
     const size_t bs = kx_kq_size(k);
     const int64_t nsb = n / QK_K;
-    struct kz_kw W[KZ_GR * KZ_KQP];
+    struct kz_kw W[KZ_GR * KZ_KQP_MAX];
     __m512 acc[KZ_GR * KZ_KGC];
     const struct block_q8_K *act[KZ_KGC];
     for (int c0 = 0; c0 < na; c0 += KZ_KGC) {
         const int nc = na - c0 < KZ_KGC ? na - c0 : KZ_KGC;
-        const int ncp = (nc + KZ_KTC - 1) / KZ_KTC * KZ_KTC;
+        const int ncp = (nc + TC - 1) / TC * TC;
         for (int c = 0; c < ncp; c++)
             act[c] = (const void *)(a + (size_t)(c0 + (c < nc ? c : nc - 1)) * as);
         for (int r0 = 0; r0 < nw; r0 += KZ_GR) {
             const int nr = nw - r0 < KZ_GR ? nw - r0 : KZ_GR;
-            const int nrp = (nr + KZ_KTR - 1) / KZ_KTR * KZ_KTR;
+            const int nrp = (nr + TR - 1) / TR * TR;
             for (int r = 0; r < nrp; r++)
                 for (int c = 0; c < ncp; c++)
                     acc[r * KZ_KGC + c] = _mm512_setzero_ps();
-            for (int64_t sb0 = 0; sb0 < nsb; sb0 += KZ_KQP) {
-                const int ns = (int)(nsb - sb0 < KZ_KQP ? nsb - sb0 : KZ_KQP);
+            for (int64_t sb0 = 0; sb0 < nsb; sb0 += QP) {
+                const int ns = (int)(nsb - sb0 < QP ? nsb - sb0 : QP);
                 for (int r = 0; r < nrp; r++)
                     for (int sb = 0; sb < ns; sb++) {
                         if (r < nr)
                             kz_kw_prep(k, w + (size_t)(r0 + r) * ws + (size_t)(sb0 + sb) * bs,
-                                       &W[r * KZ_KQP + sb]);
+                                       &W[r * QP + sb]);
                         else
-                            memset(&W[r * KZ_KQP + sb], 0, sizeof(W[0]));
+                            memset(&W[r * QP + sb], 0, sizeof(W[0]));
                     }
-                for (int r = 0; r < nrp; r += KZ_KTR)
-                    for (int c = 0; c < ncp; c += KZ_KTC)
-                        kz_ktile(k, KZ_KTR, KZ_KTC, ns, W + r * KZ_KQP, act + c, sb0,
+                for (int r = 0; r < nrp; r += TR)
+                    for (int c = 0; c < ncp; c += TC)
+                        kz_ktile(k, TR, TC, QP, ns, W + r * QP, act + c, sb0,
                                  acc + r * KZ_KGC + c);
             }
             for (int c = 0; c < nc; c++)
@@ -686,7 +685,8 @@ KX_AI void kz_gemm_kq_batch(enum kx_kq k, int64_t n, const uint8_t *w, size_t ws
 /* ---- instantiation (same scheme as kern_avx2.c) ------------------------------------------- */
 
 /* vec_dot and one activation: kz_tile_kq (rows one at a time, unpacked and multiplied in
- * one pass); more activations: kz_gemm_kq_batch. */
+ * one pass); more activations: kz_gemm_kq_batch, 4 x 4 tiles over 4 super-blocks
+ * (kz_gemm_*) or 2 x 8 over 8 (kz_gemm1r_*, with the one-row streaming; see KZ_KQP_MAX). */
 #define KZ_DEFINE_KQ(name, kind)                                                                   \
     KX_DEFINE(kz1, name, kz_tile_kq, kind, 1, 1, 1)                                                \
     static float kz_dot_##name(int64_t n, const void *w, const void *a) {                          \
@@ -697,7 +697,14 @@ KX_AI void kz_gemm_kq_batch(enum kx_kq k, int64_t n, const uint8_t *w, size_t ws
         if (na == 1)                                                                               \
             kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
         else                                                                                       \
-            kz_gemm_kq_batch(kind, n, w, ws, nw, a, as, na, y, ldy);                               \
+            kz_gemm_kq_batch(kind, 4, 4, 4, n, w, ws, nw, a, as, na, y, ldy);                      \
+    }                                                                                              \
+    static void kz_gemm1r_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,       \
+                                 size_t as, int na, float *y, int ldy) {                           \
+        if (na == 1)                                                                               \
+            kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
+        else                                                                                       \
+            kz_gemm_kq_batch(kind, 2, 8, 8, n, w, ws, nw, a, as, na, y, ldy);                      \
     }
 KZ_DEFINE_KQ(q4_K, KX_Q4_K)
 KZ_DEFINE_KQ(q5_K, KX_Q5_K)
@@ -708,7 +715,7 @@ int kern_avx512_stream_rows(void) {
      * by side run the Q8_0 LM head at M = 1 in 20-23 ms and one row at a time in 8-9 ms (its
      * prefetcher follows one sequential stream, not four 680-byte-strided ones; M = 2: 21 vs
      * 11-13 ms, M = 4: 21-23 vs 17 ms); on an Intel Xeon four rows were the faster choice. */
-    return __builtin_cpu_is("amd") ? 1 : KZ_TR1;
+    return __builtin_cpu_is("amd") ? 1 : KZ_TR1; /* AMD: also the 2 x 8 K-quant tiles */
 }
 
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
@@ -721,9 +728,9 @@ void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
         {QT_Q4_0, kz_dot_q4_0, one ? kz_gemm1r_q4_0 : kz_gemm_q4_0},
         {QT_Q5_0, kz_dot_q5_0, one ? kz_gemm1r_q5_0 : kz_gemm_q5_0},
         {QT_Q8_0, kz_dot_q8_0, one ? kz_gemm1r_q8_0 : kz_gemm_q8_0},
-        {QT_Q4_K, kz_dot_q4_K, kz_gemm_q4_K},
-        {QT_Q5_K, kz_dot_q5_K, kz_gemm_q5_K},
-        {QT_Q6_K, kz_dot_q6_K, kz_gemm_q6_K},
+        {QT_Q4_K, kz_dot_q4_K, one ? kz_gemm1r_q4_K : kz_gemm_q4_K},
+        {QT_Q5_K, kz_dot_q5_K, one ? kz_gemm1r_q5_K : kz_gemm_q5_K},
+        {QT_Q6_K, kz_dot_q6_K, one ? kz_gemm1r_q6_K : kz_gemm_q6_K},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;
