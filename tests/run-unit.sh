@@ -7,7 +7,7 @@ dir=${1:?usage: run-unit.sh DIR [--threaded]}
 mode=${2:-}
 # test_server runs the whole server (loop, scheduler, compute pool) in-process, so it covers
 # the scheduler and forward-pass threads; test_sched and test_forward under TSan take >10 min.
-THREADED="test_pool test_quant test_kern test_server"
+THREADED="test_pool test_quant test_kern test_panel test_server"
 pass=0; fail=0; skip=0; failed_bins=()
 for bin in "$dir"/test_*; do
     [ -x "$bin" ] || continue

@@ -56,7 +56,7 @@ static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64
 
 /* na activation rows of n_in as Q8_0, stride as. */
 static void rnd_act(uint8_t *a, size_t as, int na, int64_t n_in) {
-    static float x[4096];
+    static float x[8192];
     for (int c = 0; c < na; c++) {
         for (int64_t i = 0; i < n_in; i++)
             x[i] = rnd_f(-1.0f, 1.0f) * (rnd_u32() % 50 == 0 ? 20.0f : 1.0f);
