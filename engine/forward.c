@@ -123,7 +123,10 @@ static void *own(struct fwd_ctx *c, size_t bytes) {
     return p;
 }
 
-/* w repacked into panels when the active ISA has a panel kernel for it (panel.h). */
+/* w repacked into panels when the active ISA has a panel kernel for it (panel.h); the
+ * pages of its rows go back to the kernel, as the matmuls read only the panel now (with
+ * large page-cache folios another read nearby may map some back; fwd_weights_init drops
+ * the whole mapping where it can). */
 static void pack_weight(struct fwd_ctx *c, struct kern_weight *w) {
     if (!panel_supported(w)) return;
     void *p = NULL;
@@ -132,6 +135,10 @@ static void pack_weight(struct fwd_ctx *c, struct kern_weight *w) {
     c->panels[c->n_panels++] = (struct fwd_panel){p, bytes};
     c->panel_bytes += bytes;
     w->panel = p;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+    const uintptr_t e = ((uintptr_t)w->data + (uintptr_t)w->n_out * w->row_bytes) & ~(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 /* Bump allocator over one owned block for the small copies (weights left unpacked, norm

@@ -2,8 +2,9 @@
  * kern — CPU kernels the forward pass calls, with the instruction set chosen once at
  * start-up (kern_init) from the CPU's features: scalar reference, AVX2+FMA+F16C, AVX-512.
  *
- * Weights are never copied or dequantized as a whole: kern_matmul reads the packed rows in
- * the mmap directly. Activations are quantized to the weight type's vec_dot_type first
+ * Weights are never dequantized as a whole: kern_matmul reads the packed rows in the mmap
+ * directly, or, for a weight with a panel (panel.h), the same quantized bytes repacked once
+ * at start-up. Activations are quantized to the weight type's vec_dot_type first
  * (as llama.cpp does), into caller-provided scratch, so nothing here allocates.
  *
  * Deterministic by construction: the result for one activation row never depends on how

@@ -11,7 +11,7 @@
 #include "engine/kernels/kern_impl.h"
 
 size_t panel_rec_bytes(uint32_t type) {
-    return type == QT_Q8_0 ? 1088 : type == QT_Q5_0 ? 704 : 0;
+    return type == QT_Q8_0 ? PANEL_REC_Q8_0 : type == QT_Q5_0 ? PANEL_REC_Q5_0 : 0;
 }
 
 int panel_supported(const struct kern_weight *w) {
@@ -147,10 +147,22 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
 }
 
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
+    const int i = (int)(r % PANEL_ROWS);
     for (int64_t b = 0; b < w->n_in / 32; b++) {
-        const float d = quant_f16_to_f32(panel_d(w->type, w->panel, w->n_in, r, b));
-        for (int k = 0; k < 32; k++)
-            dst[b * 32 + k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
+        const uint8_t *rec = rec_of(w->type, w->panel, w->n_in, r, b);
+        const int h = (int)(b & 1);
+        quant_half dh;
+        memcpy(&dh, rec + (h * PANEL_ROWS + i) * 2, 2);
+        const float d = quant_f16_to_f32(dh);
+        float *o = dst + b * 32;
+        if (w->type == QT_Q8_0) {
+            const uint8_t *q = rec + 64 + h * 512 + i * 4;
+            for (int k = 0; k < 32; k++)
+                o[k] = d * (float)((int)q[(k / 4) * 64 + k % 4] - 128);
+            continue;
+        }
+        for (int k = 0; k < 32; k++) /* Q5_0: the layout's reader, once per element */
+            o[k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
     }
 }
 

@@ -42,6 +42,8 @@
 #include "engine/kernels/kern.h"
 
 #define PANEL_ROWS 16
+#define PANEL_REC_Q8_0 1088 /* bytes per record (block pair of 16 rows), see the layout */
+#define PANEL_REC_Q5_0 704
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
 /* 1 when the active ISA has a panel kernel for w (type, n_in within PANEL_NB_MAX). */

@@ -72,7 +72,7 @@ PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
 /* NC activations (prepared in A, bytes in act[c]) against one panel: acc[c] = 16 rows. */
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
                     const struct pz_act *A, const struct block_q8_0 *const *act, __m512 *acc) {
-    const size_t rb = type == QT_Q8_0 ? 1088 : 704;
+    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -102,7 +102,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
 PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panels, int64_t r0,
                    int64_t r1, const struct pz_act *A, const struct block_q8_0 *const *act,
                    float *y, int ldy) {
-    const size_t rb = type == QT_Q8_0 ? 1088 : 704;
+    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
@@ -136,32 +136,19 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pz_prep(off, nb, ap[c], &A[c]);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
+        /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-8 go unused) */
+        /* clang-format off */
         switch (nc) {
-        case 1:
-            pz_rows(type, 1, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 2:
-            pz_rows(type, 2, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 3:
-            pz_rows(type, 3, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 4:
-            pz_rows(type, 4, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 5:
-            pz_rows(type, 5, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 6:
-            pz_rows(type, 6, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        case 7:
-            pz_rows(type, 7, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
-        default:
-            pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy);
-            break;
+        case 1: pz_rows(type, 1, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 2: pz_rows(type, 2, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 3: pz_rows(type, 3, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 4: pz_rows(type, 4, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 5: pz_rows(type, 5, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 6: pz_rows(type, 6, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 7: pz_rows(type, 7, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        default: pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy); break;
         }
+        /* clang-format on */
     }
 }
 

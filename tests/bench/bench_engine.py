@@ -134,11 +134,10 @@ def read_bandwidth(bench_kern, threads, mib):
     return bandwidth_numpy(threads), "numpy sum (1 thread, lower bound)"
 
 
-def model_bytes_per_token(model):
+def model_bytes_per_token(r):
     """Bytes of weights one decode step reads: every tensor once, except that a token reads
-    one row of the embedding table; a tied LM head (no output.weight) reads it whole."""
-    import gguf
-    r = gguf.GGUFReader(model)
+    one row of the embedding table; a tied LM head (no output.weight) reads it whole.
+    r: the model's gguf.GGUFReader."""
     total, embd, has_output, n_embd_row = 0, 0, False, 0
     for t in r.tensors:
         n = int(t.n_bytes)
@@ -152,14 +151,12 @@ def model_bytes_per_token(model):
     return per_token, total
 
 
-def kv_bytes_per_token(cli, model, prompt, gen):
+def kv_bytes_per_token(r, cli, model, prompt, gen):
     """Bytes of F16 KV cache one decode step reads, averaged over the G steps after a
     P-token prompt: a step at context L reads L positions in each global layer and
     min(L, window) in each sliding one. Layer split and window from `gemmad-cli kvmem`,
     K/V widths from the GGUF metadata. Layers without KV of their own (Gemma 4 KV sharing)
-    are not subtracted; the bundled model has none."""
-    import gguf
-    r = gguf.GGUFReader(model)
+    are not subtracted; the bundled model has none. r: the model's gguf.GGUFReader."""
     arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
 
     def field(key):
@@ -210,8 +207,11 @@ def main():
         sys.exit(f"bench_engine: {args.model} not found (make model)")
 
     bench_kern = build_bench_kern(args.build)
-    w_tok, file_bytes = model_bytes_per_token(args.model)
-    kv_tok = kv_bytes_per_token(cli, args.model, args.prompt_tokens, args.gen)
+    import gguf
+    reader = gguf.GGUFReader(args.model)
+    w_tok, file_bytes = model_bytes_per_token(reader)
+    kv_tok = kv_bytes_per_token(reader, cli, args.model, args.prompt_tokens, args.gen)
+    del reader
     per_tok = w_tok + kv_tok
     # The roofline uses a buffer of the size one decode step reads, re-read like decode
     # re-reads the weights every token, so both see the same caches (a machine whose last
