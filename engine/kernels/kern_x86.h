@@ -68,16 +68,6 @@ KX_AI __m256i kx_bytes_from_bits32(uint32_t bits) {
 
 /* ---- activation quantization ----------------------------------------------------------- */
 
-/* Round half away from zero, exactly like roundf: trunc(x) + sign(x) when |frac| >= 0.5. */
-KX_AI __m256 kx_round_away(__m256 x) {
-    const __m256 sgn = _mm256_set1_ps(-0.0f);
-    __m256 t = _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_andnot_ps(sgn, _mm256_sub_ps(x, t)); /* exact */
-    __m256 ge = _mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sgn, x));
-    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
-}
-
 /* Four vectors of 8 int32 (elements 0..31 in order) to 32 int8, saturating. */
 KX_AI __m256i kx_pack_i32x4(__m256i a, __m256i b, __m256i c, __m256i d) {
     __m256i ab = _mm256_packs_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
@@ -86,8 +76,8 @@ KX_AI __m256i kx_pack_i32x4(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Q8_0 with the reference's arithmetic (d = amax/127, id = 1/d, round half away), so the
- * output equals quant_q8_0_row_ref byte for byte. */
+/* Q8_0 with the reference's arithmetic (d = amax/127, multiplier 127/amax, round half to
+ * even by the default MXCSR mode), so the output equals quant_q8_0_row_ref byte for byte. */
 KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
     struct block_q8_0 *y = dst;
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -104,13 +94,13 @@ KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         const __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
         KX_UNROLL(8)
         for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvttps_epi32(kx_round_away(_mm256_mul_ps(v[k], vid)));
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
         _mm256_storeu_si256((__m256i *)y[i].qs, kx_pack_i32x4(q[0], q[1], q[2], q[3]));
     }
 }

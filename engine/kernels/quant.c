@@ -449,6 +449,18 @@ int quant_dequant_row_ref(uint32_t type, const void *src, float *dst, int64_t n)
 
 /* ---- activation quantization ----------------------------------------------------------- */
 
+/* Round to nearest, ties to even, as ggml's nearest_int (|v| < 2^22). */
+static inline int nearest_int(float v) {
+    float t = v + 12582912.f;
+    uint32_t u = f32_bits(t);
+    return (int)(u & 0x007fffff) - 0x00400000;
+}
+
+/* Q8_0 and Q8_1 as ggml-cpu quantizes activations on x86 (quantize_row_q8_0/_1 in its AVX
+ * code, which every llama.cpp build on these machines runs): d = amax/127 stored as f16,
+ * the multiplier 127/amax (not 1/d: the two differ in the last bit and move exact .5
+ * products, which real activations hit), products rounded half to even. ggml's scalar
+ * reference (1/d, round half away) gives other bytes on such ties. */
 void quant_q8_0_row_ref(const float *x, void *dst, int64_t n) {
     struct block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
@@ -456,10 +468,10 @@ void quant_q8_0_row_ref(const float *x, void *dst, int64_t n) {
         for (int j = 0; j < 32; j++)
             amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = quant_f32_to_f16(d);
         for (int j = 0; j < 32; j++)
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            y[i].qs[j] = (int8_t)nearest_int(x[j] * id);
     }
 }
 
@@ -470,22 +482,15 @@ void quant_q8_1_row_ref(const float *x, void *dst, int64_t n) {
         for (int j = 0; j < 32; j++)
             amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = quant_f32_to_f16(d);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            y[i].qs[j] = (int8_t)nearest_int(x[j] * id);
             sum += y[i].qs[j];
         }
-        y[i].s = quant_f32_to_f16((float)sum * d);
+        y[i].s = quant_f32_to_f16(d * (float)sum);
     }
-}
-
-/* Round to nearest, ties to even, as ggml's nearest_int (|v| < 2^22). */
-static inline int nearest_int(float v) {
-    float t = v + 12582912.f;
-    uint32_t u = f32_bits(t);
-    return (int)(u & 0x007fffff) - 0x00400000;
 }
 
 void quant_q8_K_row_ref(const float *x, void *dst, int64_t n) {
