@@ -370,7 +370,9 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
     }
     c->rope_cs = xalloc((size_t)c->n_rope * T * (size_t)c->max_rot * sizeof(float), &fail);
     c->attn_chunks = pool_size(c->pool) * 8;
-    c->attn_stride = fwd_attn_scratch_floats(m);
+    const int max_span = fwd_attn_max_span(m, kv);
+    c->attn_stride = fwd_attn_scratch_floats(m, max_span);
+    c->attn_score_floats = fwd_attn_score_floats(m, max_span);
     c->attn_scratch =
         xalloc((size_t)c->attn_chunks * c->attn_stride * sizeof(float), &fail);
     c->xsel = xalloc((size_t)c->o.max_logit_rows * E * sizeof(float), &fail);
@@ -461,6 +463,8 @@ static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_s
         else if (q->logits != FWD_LOGITS_NONE) return FWD_EINVAL;
         const int end = q->pos + q->n_tokens; /* one past the last position written */
         if (need_full) {
+            /* a sequence's blocks are distinct, so it never holds more than the pool */
+            if ((int64_t)end > (int64_t)p->n_blocks[KVS_FULL] * bs) return FWD_EKV;
             const int nb = (end + bs - 1) / bs;
             if (!q->kv->full || q->kv->n_full < nb) return FWD_EKV;
             for (int b = 0; b < nb; b++)

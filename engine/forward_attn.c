@@ -3,14 +3,16 @@
  *
  * Attention runs per tile: up to ATTN_TILE_QV query vectors (consecutive rows of one
  * sequence x the g query heads sharing one KV head) walk the visible key positions in blocks
- * of ATTN_BLOCK aligned to absolute positions; each block's K and V rows are converted to f32
- * once per tile and handed to the SIMD tile kernel (engine/kernels/attn.h), which keeps an
- * online softmax per query vector (one rescale per block). There is never a score matrix,
- * and a row's result depends only on its query, its position and the cache contents, not on
- * the tile, batch or chunk it is computed in. Tiles are spread over the pool by estimated
- * cost (visible keys), not by row count. Keys and values are always read back from the cache
- * (also those written in this very step), so a prompt cut into chunks sees exactly the same
- * (rounded) keys as a whole one.
+ * of ATTN_BLOCK aligned to absolute positions, twice (engine/kernels/attn.h): K blocks for
+ * the scores, then the softmax of each query vector as llama.cpp computes it (probabilities
+ * rounded to F16 for an F16 cache), then V blocks for P.V; each block's rows are converted
+ * to f32 once per tile. The scores of a tile live in the task's scratch; a tile whose
+ * scores would not fit is run in fewer rows at a time. A row's result depends only on its
+ * query, its position and the cache contents, not on the tile, batch or chunk it is
+ * computed in. Tiles are spread over the pool by estimated cost (visible keys), not by row
+ * count. Keys and values are always read back from the cache (also those written in this
+ * very step), so a prompt cut into chunks sees exactly the same (rounded) keys as a whole
+ * one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -192,22 +194,55 @@ static int attn_tile_rows(int g) {
     return r < 1 ? 1 : r > 32 ? 32 : r;
 }
 
-/* Per-chunk scratch (floats) for the largest layer, laid out by attn_tile_run. */
-size_t fwd_attn_scratch_floats(const struct model *m) {
+static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Score columns one query vector needs at most: its visible keys plus alignment slack. */
+static size_t attn_max_cols(int max_span) { return (size_t)max_span + 2 * ATTN_BLOCK; }
+
+/* The most keys one row may see: a full layer's cache capacity (fwd_run refuses positions
+ * past it), a sliding layer's window. */
+int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv) {
+    int span = 1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const struct model_layer_cfg *lc = &m->cfg.layer[l];
+        int s = kv->cls[lc->kv_layer] == KVS_FULL ? kv->n_blocks[KVS_FULL] * kv->block_size
+                                                  : m->cfg.sliding_window;
+        if (lc->sliding && m->cfg.sliding_window > 0 && m->cfg.sliding_window < s)
+            s = m->cfg.sliding_window;
+        span = s > span ? s : span;
+    }
+    return span;
+}
+
+/* Per-chunk scratch (floats) for the largest layer, laid out by attn_tile_run. max_span is
+ * the most keys one row may see (the full layers' cache capacity or the sliding window). */
+size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
     size_t mx = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
         const size_t g = (size_t)(lc->n_head / lc->n_head_kv);
         const size_t R = (size_t)attn_tile_rows((int)g), nq = R * g;
         const size_t hd = (size_t)lc->head_dim, hdv = (size_t)lc->head_dim_v;
-        size_t n = nq * hd + nq * hdv + 2 * nq + ATTN_BLOCK * (hd + hdv) + 4 * ATTN_BLOCK +
-                   2 * R + 10 * 16; /* + up16 padding of 9 regions */
+        const size_t pcap = fwd_attn_score_floats(m, max_span);
+        size_t n = up16(nq * hd) + up16(nq * hdv) + up16(ATTN_BLOCK * hd) +
+                   up16(ATTN_BLOCK * hdv) + 2 * up16(R) + pcap;
         if (n > mx) mx = n;
     }
     return (mx + 15) & ~(size_t)15;
 }
 
-static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+/* Floats for the scores of a tile: a full tile of short rows, and at least one row (g
+ * vectors of the widest head group) of the longest span. */
+size_t fwd_attn_score_floats(const struct model *m, int max_span) {
+    size_t gmax = 1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const size_t g = (size_t)(m->cfg.layer[l].n_head / m->cfg.layer[l].n_head_kv);
+        gmax = g > gmax ? g : gmax;
+    }
+    const size_t one_row = gmax * attn_max_cols(max_span);
+    const size_t short_tile = (size_t)ATTN_TILE_QV * 64 * ATTN_BLOCK;
+    return up16(one_row > short_tile ? one_row : short_tile);
+}
 
 struct attn_job {
     struct fwd_ctx *c;
@@ -250,8 +285,8 @@ static int64_t attn_tile_cost(const struct attn_job *J, int r0, int r1) {
     return cost + (hi - lo + 1) + 64;
 }
 
-/* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh. */
-static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
+/* Rows [r0, r1) (one sequence) x the g heads of KV head kvh, with the scores in scratch. */
+static void attn_subtile(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
     struct fwd_ctx *c = J->c;
     const struct kvs_pool *p = c->kv;
     const enum kvs_dtype dt = p->dtype;
@@ -261,13 +296,11 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
 
     float *qt = scr;                                        /* [nq][hd] */
     float *acc = qt + up16((size_t)nq * hd);                /* [nq][hdv] */
-    float *mx = acc + up16((size_t)nq * hdv);               /* [nq] */
-    float *sum = mx + up16((size_t)nq);                     /* [nq] */
-    float *kb = sum + up16((size_t)nq);                     /* [ATTN_BLOCK][hd] */
+    float *kb = acc + up16((size_t)nq * hdv);               /* [ATTN_BLOCK][hd] */
     float *vb = kb + up16((size_t)ATTN_BLOCK * hd);         /* [ATTN_BLOCK][hdv] */
-    float *sb = vb + up16((size_t)ATTN_BLOCK * hdv);        /* [4 * ATTN_BLOCK] */
-    int32_t *lo = (int32_t *)(sb + up16(4 * ATTN_BLOCK));   /* [R] */
+    int32_t *lo = (int32_t *)(vb + up16((size_t)ATTN_BLOCK * hdv)); /* [R] */
     int32_t *hi = lo + up16((size_t)R);                     /* [R] */
+    float *pm = (float *)(hi + up16((size_t)R));            /* [nq][ld_p] */
 
     int tlo = INT32_MAX, thi = -1;
     for (int i = 0; i < R; i++) {
@@ -283,41 +316,60 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
         else
             memcpy(dst, qrow, (size_t)g * hd * sizeof(float));
     }
-    const struct attn_tile t = {R, g, hd, hdv, c->m->cfg.attn_softcap, lo, hi, qt, acc, mx,
-                                sum};
+    const int p0 = tlo & ~(ATTN_BLOCK - 1);
+    const int ld = (thi - p0 + ATTN_BLOCK) & ~(ATTN_BLOCK - 1);
+    /* llama.cpp rounds the probabilities to the V cache's type (F16) for P.V */
+    const struct attn_tile t = {R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVS_F16,
+                                lo, hi, qt, acc, pm, p0, ld};
     attn_tile_begin(&t);
 
-    for (int b0 = tlo & ~(ATTN_BLOCK - 1); b0 <= thi; b0 += ATTN_BLOCK) {
-        const int j0 = tlo > b0 ? tlo - b0 : 0;
-        const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
-        /* When the cache blocks hold whole attention blocks (block size a multiple of
-         * ATTN_BLOCK, the usual case), the rows of [j0, j1] are consecutive in one cache
-         * block: one address computation per attention block instead of one per row. */
-        const int same = p->block_size % ATTN_BLOCK == 0;
-        const uint8_t *k0 = same ? kv_row(p, J->kvl, 0, s, b0 + j0) : NULL;
-        const uint8_t *v0 = same ? kv_row(p, J->kvl, 1, s, b0 + j0) : NULL;
-        const size_t rbk = p->row_bytes_k[J->kvl], rbv = p->row_bytes_v[J->kvl];
-        for (int j = j0; j <= j1; j++) {
-            const uint8_t *kr = same ? k0 + (size_t)(j - j0) * rbk : kv_row(p, J->kvl, 0, s, b0 + j);
-            const uint8_t *vr = same ? v0 + (size_t)(j - j0) * rbv : kv_row(p, J->kvl, 1, s, b0 + j);
-            float *kd = kb + (size_t)j * hd, *vd = vb + (size_t)j * hdv;
-            if (dt == KVS_F16) {
-                J->ops->cvt_f16((const uint16_t *)kr + (size_t)kvh * hd, kd, hd);
-                J->ops->cvt_f16((const uint16_t *)vr + (size_t)kvh * hdv, vd, hdv);
-            } else {
-                load_seg(dt, kr, kvh * hd, kd, hd);
-                load_seg(dt, vr, kvh * hdv, vd, hdv);
+    /* When the cache blocks hold whole attention blocks (block size a multiple of
+     * ATTN_BLOCK, the usual case), the rows of [j0, j1] are consecutive in one cache block:
+     * one address computation per attention block instead of one per row. */
+    const int same = p->block_size % ATTN_BLOCK == 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const int is_v = pass;
+        const int w = is_v ? hdv : hd;
+        float *buf = is_v ? vb : kb;
+        const size_t rb = is_v ? p->row_bytes_v[J->kvl] : p->row_bytes_k[J->kvl];
+        for (int b0 = p0; b0 <= thi; b0 += ATTN_BLOCK) {
+            const int j0 = tlo > b0 ? tlo - b0 : 0;
+            const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
+            const uint8_t *r0p = same ? kv_row(p, J->kvl, is_v, s, b0 + j0) : NULL;
+            for (int j = j0; j <= j1; j++) {
+                const uint8_t *row =
+                    same ? r0p + (size_t)(j - j0) * rb : kv_row(p, J->kvl, is_v, s, b0 + j);
+                float *d = buf + (size_t)j * w;
+                if (dt == KVS_F16)
+                    J->ops->cvt_f16((const uint16_t *)row + (size_t)kvh * w, d, w);
+                else
+                    load_seg(dt, row, kvh * w, d, w);
             }
+            const struct attn_block blk = {b0, buf};
+            if (is_v) {
+                J->ops->pv(&t, &blk);
+                continue;
+            }
+            /* Keys the SIMD kernels may read for group alignment but nobody sees: finite. */
+            const int g0 = j0 & ~(ATTN_KGROUP - 1), g1 = j1 | (ATTN_KGROUP - 1);
+            if (g0 < j0) memset(kb + (size_t)g0 * hd, 0, (size_t)(j0 - g0) * hd * sizeof(float));
+            if (g1 > j1)
+                memset(kb + (size_t)(j1 + 1) * hd, 0, (size_t)(g1 - j1) * hd * sizeof(float));
+            J->ops->scores(&t, &blk);
         }
-        /* Keys the SIMD kernels may read for group alignment but nobody sees: finite. */
-        const int g0 = j0 & ~(ATTN_KGROUP - 1), g1 = j1 | (ATTN_KGROUP - 1);
-        if (g0 < j0) memset(kb + (size_t)g0 * hd, 0, (size_t)(j0 - g0) * hd * sizeof(float));
-        if (g1 > j1)
-            memset(kb + (size_t)(j1 + 1) * hd, 0, (size_t)(g1 - j1) * hd * sizeof(float));
-        const struct attn_block blk = {b0, kb, vb, sb};
-        J->ops->block(&t, &blk);
+        if (!is_v) attn_tile_softmax(J->ops, &t);
     }
     attn_tile_end(&t, c->att + ((size_t)r0 * nh + (size_t)kvh * g) * hdv, (size_t)nh * hdv);
+}
+
+/* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh, in as many rows at
+ * a time as the score scratch holds (always at least one row, see fwd_attn_score_floats). */
+static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
+    const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
+    const size_t per_row = (size_t)J->g * attn_max_cols(span);
+    int step = (int)(J->c->attn_score_floats / per_row);
+    step = step < 1 ? 1 : step;
+    for (int r = r0; r < r1; r += step) attn_subtile(J, r, r + step < r1 ? r + step : r1, kvh, scr);
 }
 
 /* Task `task` runs the tiles whose cost midpoint falls in its share of the total, so pieces

@@ -80,6 +80,7 @@ struct fwd_ctx {
      * attn_chunks pool tasks, each with its own scratch (fwd_attn_scratch_floats). */
     int attn_chunks;
     size_t attn_stride;         /* floats per chunk, a multiple of 16 (64-byte aligned) */
+    size_t attn_score_floats;   /* of which the tile's scores (fwd_attn_score_floats) */
     float *attn_scratch;
 
     /* LM head */
@@ -108,7 +109,9 @@ void fwd_rope_prepare(struct fwd_ctx *c);
 void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, int hd);
 void fwd_kv_write(struct fwd_ctx *c, int layer);
 void fwd_attention(struct fwd_ctx *c, int layer);
-size_t fwd_attn_scratch_floats(const struct model *m);
+size_t fwd_attn_scratch_floats(const struct model *m, int max_span);
+size_t fwd_attn_score_floats(const struct model *m, int max_span);
+int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv);
 
 /* forward.c */
 void fwd_rms_norm(float *y, const float *x, const float *w, int n, float eps);

@@ -5,17 +5,15 @@
  * an FMA chain over the head dim from zero), each reduced by the same hadd tree. Key groups
  * are aligned to absolute positions, so a score's bits depend only on (q, k), never on
  * which query vector it was paired with or which other keys share its group.
- * Softmax: vector exp (Cephes polynomial, ~2 ulp), masked lanes are exactly 0, the block
- * sum is a fixed tree over the ATTN_BLOCK lanes of the block.
+ * Softmax: vector exp (Cephes polynomial, ~2 ulp) 8 at a time from the range's start, each
+ * 8 summed by a fixed tree and added to the double sum; F16 rounding by F16C.
  * P.V: two query vectors of one row share each V load (32 dims x 2 in 8 registers), else 64
- * dims in 8 registers; per element always acc * corr, then the keys in ascending order.
+ * dims in 8 registers; per element the keys in ascending order.
  */
 #include <immintrin.h>
 #include <math.h>
 
 #include "engine/kernels/attn.h"
-
-#define NV (ATTN_BLOCK / 8) /* vectors of 8 per block */
 
 void attn_cvt_f16_avx2(const uint16_t *src, float *dst, int n) {
     int i = 0;
@@ -116,60 +114,59 @@ static inline float hmax8(__m256 x) {
     return _mm_cvtss_f32(s);
 }
 
-/* Softmax update of one query vector over block lanes [lo, hi]; s[] holds its raw scores
- * there (other lanes: anything). Leaves p_j in s[lo..hi]; returns the rescale factor. */
-static float softmax_block(float *s, int lo, int hi, float cap, float *m, float *l) {
-    if (cap > 0.0f)
-        for (int j = lo; j <= hi; j++) s[j] = cap * tanhf(s[j] * (1.0f / cap));
-    __m256i keep[NV];
-    __m256 vs[NV];
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    const __m256i vlo = _mm256_set1_epi32(lo - 1), vhi = _mm256_set1_epi32(hi + 1);
-    for (int v = 0; v < NV; v++) {
-        const __m256i idx = _mm256_setr_epi32(8 * v, 8 * v + 1, 8 * v + 2, 8 * v + 3,
-                                              8 * v + 4, 8 * v + 5, 8 * v + 6, 8 * v + 7);
-        keep[v] = _mm256_and_si256(_mm256_cmpgt_epi32(idx, vlo), _mm256_cmpgt_epi32(vhi, idx));
-        vs[v] = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + 8 * v),
-                                 _mm256_castsi256_ps(keep[v]));
-        mx = _mm256_max_ps(mx, vs[v]);
-    }
-    const float mb = hmax8(mx);
-    const float mn = mb > *m ? mb : *m;
-    const float corr = mn == *m ? 1.0f : expf(*m - mn); /* 0 on the first block */
-    const __m256 vm = _mm256_set1_ps(mn);
-    __m256 sum[NV];
-    for (int v = 0; v < NV; v++) {
-        const __m256 p = _mm256_and_ps(exp_neg(_mm256_sub_ps(vs[v], vm)),
-                                       _mm256_castsi256_ps(keep[v]));
-        _mm256_storeu_ps(s + 8 * v, p);
-        sum[v] = p;
-    }
-#if NV == 4
-    const float bs = hsum8(_mm256_add_ps(_mm256_add_ps(sum[0], sum[1]),
-                                         _mm256_add_ps(sum[2], sum[3])));
-#else
-    for (int v = 1; v < NV; v++) sum[0] = _mm256_add_ps(sum[0], sum[v]);
-    const float bs = hsum8(sum[0]);
-#endif
-    *l = *l * corr + bs;
-    *m = mn;
-    return corr;
+/* Lanes [0, n) of 8, n in 1..7, as a load/store mask. */
+static inline __m256i lanes(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* acc[0..hdv) = acc * corr + sum_{j=lo..hi} p_j v_j, keys ascending; V rows ldv apart. */
-static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int hi,
-               float corr, int ldv) {
-    const __m256 c = _mm256_set1_ps(corr);
+void attn_softmax_avx2(float *p, int n, int round_f16) {
+    const int n8 = n & ~7;
+    const __m256i tail = lanes(n - n8 ? n - n8 : 1);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < n8; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(p + j));
+    if (n8 < n)
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
+                                                _mm256_maskload_ps(p + n8, tail),
+                                                _mm256_castsi256_ps(tail)));
+    const __m256 m = _mm256_set1_ps(hmax8(mx));
+    double sum = 0.0;
+    for (int j = 0; j < n8; j += 8) {
+        const __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+        _mm256_storeu_ps(p + j, e);
+        sum += (double)hsum8(e);
+    }
+    if (n8 < n) {
+        const __m256 x = _mm256_sub_ps(_mm256_maskload_ps(p + n8, tail), m);
+        const __m256 e = _mm256_and_ps(exp_neg(_mm256_min_ps(x, _mm256_setzero_ps())),
+                                       _mm256_castsi256_ps(tail));
+        _mm256_maskstore_ps(p + n8, tail, e);
+        sum += (double)hsum8(e);
+    }
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (int j = 0; j < n; j += 8) {
+        const int full = j + 8 <= n;
+        __m256 x = _mm256_mul_ps(full ? _mm256_loadu_ps(p + j) : _mm256_maskload_ps(p + j, tail),
+                                 inv);
+        if (round_f16) x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        if (full)
+            _mm256_storeu_ps(p + j, x);
+        else
+            _mm256_maskstore_ps(p + j, tail, x);
+    }
+}
+
+/* acc[0..hdv) += sum_{j=lo..hi} p_j v_j, keys ascending; V rows ldv apart. */
+static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int hi, int ldv) {
     int d = 0;
     for (; d + 64 <= hdv; d += 64) {
-        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc + d), c);
-        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8), c);
-        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 16), c);
-        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 24), c);
-        __m256 a4 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 32), c);
-        __m256 a5 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 40), c);
-        __m256 a6 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 48), c);
-        __m256 a7 = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 56), c);
+        __m256 a0 = _mm256_loadu_ps(acc + d);
+        __m256 a1 = _mm256_loadu_ps(acc + d + 8);
+        __m256 a2 = _mm256_loadu_ps(acc + d + 16);
+        __m256 a3 = _mm256_loadu_ps(acc + d + 24);
+        __m256 a4 = _mm256_loadu_ps(acc + d + 32);
+        __m256 a5 = _mm256_loadu_ps(acc + d + 40);
+        __m256 a6 = _mm256_loadu_ps(acc + d + 48);
+        __m256 a7 = _mm256_loadu_ps(acc + d + 56);
         for (int j = lo; j <= hi; j++) {
             const __m256 pj = _mm256_broadcast_ss(p + j);
             const float *vr = v + (size_t)j * (size_t)ldv + d;
@@ -192,34 +189,33 @@ static void pv(float *acc, const float *p, const float *v, int hdv, int lo, int 
         _mm256_storeu_ps(acc + d + 56, a7);
     }
     for (; d + 8 <= hdv; d += 8) {
-        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), c);
+        __m256 a = _mm256_loadu_ps(acc + d);
         for (int j = lo; j <= hi; j++)
             a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j),
                                 _mm256_loadu_ps(v + (size_t)j * (size_t)ldv + d), a);
         _mm256_storeu_ps(acc + d, a);
     }
     for (; d < hdv; d++) {
-        float a = acc[d] * corr;
+        float a = acc[d];
         for (int j = lo; j <= hi; j++) a = fmaf(p[j], v[(size_t)j * (size_t)ldv + d], a);
         acc[d] = a;
     }
 }
 
 /* pv for two query vectors with the same [lo, hi]: each V load feeds both; per element the
- * same chain as pv (acc * corr, then keys ascending), so pairing never changes bits. */
-static void pv_pair(float *acc0, float *acc1, const float *p0, const float *p1, float c0,
-                    float c1, const float *v, int hdv, int lo, int hi) {
-    const __m256 vc0 = _mm256_set1_ps(c0), vc1 = _mm256_set1_ps(c1);
+ * same chain as pv (keys ascending), so pairing never changes bits. */
+static void pv_pair(float *acc0, float *acc1, const float *p0, const float *p1,
+                    const float *v, int hdv, int lo, int hi) {
     int d = 0;
     for (; d + 32 <= hdv; d += 32) {
-        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d), vc0);
-        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 8), vc0);
-        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 16), vc0);
-        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(acc0 + d + 24), vc0);
-        __m256 b0 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d), vc1);
-        __m256 b1 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 8), vc1);
-        __m256 b2 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 16), vc1);
-        __m256 b3 = _mm256_mul_ps(_mm256_loadu_ps(acc1 + d + 24), vc1);
+        __m256 a0 = _mm256_loadu_ps(acc0 + d);
+        __m256 a1 = _mm256_loadu_ps(acc0 + d + 8);
+        __m256 a2 = _mm256_loadu_ps(acc0 + d + 16);
+        __m256 a3 = _mm256_loadu_ps(acc0 + d + 24);
+        __m256 b0 = _mm256_loadu_ps(acc1 + d);
+        __m256 b1 = _mm256_loadu_ps(acc1 + d + 8);
+        __m256 b2 = _mm256_loadu_ps(acc1 + d + 16);
+        __m256 b3 = _mm256_loadu_ps(acc1 + d + 24);
         for (int j = lo; j <= hi; j++) {
             const __m256 x = _mm256_broadcast_ss(p0 + j), y = _mm256_broadcast_ss(p1 + j);
             const float *vr = v + (size_t)j * (size_t)hdv + d;
@@ -244,27 +240,22 @@ static void pv_pair(float *acc0, float *acc1, const float *p0, const float *p1, 
         _mm256_storeu_ps(acc1 + d + 24, b3);
     }
     if (d < hdv) { /* the rest one vector at a time, from element d on */
-        pv(acc0 + d, p0, v + d, hdv - d, lo, hi, c0, hdv);
-        pv(acc1 + d, p1, v + d, hdv - d, lo, hi, c1, hdv);
+        pv(acc0 + d, p0, v + d, hdv - d, lo, hi, hdv);
+        pv(acc1 + d, p1, v + d, hdv - d, lo, hi, hdv);
     }
 }
 
-void attn_block_avx2(const struct attn_tile *t, const struct attn_block *b) {
-    const int hd = t->hd, hdv = t->hdv, g = t->g;
-    const int nq = t->n_rows * g;
-    float *s0 = b->s, *s1 = b->s + ATTN_BLOCK;
+/* Query vectors two at a time; p rows are offset to the block, so column j is key b0 + j. */
+void attn_scores_avx2(const struct attn_tile *t, const struct attn_block *b) {
+    const int hd = t->hd, nq = t->n_rows * t->g;
+    const size_t off = (size_t)(b->b0 - t->p0), ld = (size_t)t->ld_p;
     for (int i = 0; i < nq; i += 2) {
-        const int two = i + 1 < nq;
-        const int r0 = i / g, r1 = two ? (i + 1) / g : r0;
-        int lo0 = t->lo[r0] - b->b0, hi0 = t->hi[r0] - b->b0;
-        int lo1 = t->lo[r1] - b->b0, hi1 = t->hi[r1] - b->b0;
-        lo0 = lo0 < 0 ? 0 : lo0;
-        lo1 = lo1 < 0 ? 0 : lo1;
-        hi0 = hi0 > ATTN_BLOCK - 1 ? ATTN_BLOCK - 1 : hi0;
-        hi1 = hi1 > ATTN_BLOCK - 1 ? ATTN_BLOCK - 1 : hi1;
-        const int in0 = lo0 <= hi0, in1 = two && lo1 <= hi1;
+        int lo[2], hi[2], in[2];
+        attn_pair_ranges(t, b, i, lo, hi, in);
+        const int in0 = in[0], in1 = in[1], lo0 = lo[0], hi0 = hi[0], lo1 = lo[1], hi1 = hi[1];
         if (!in0 && !in1) continue;
         const float *q0 = t->q + (size_t)i * (size_t)hd;
+        float *s0 = t->p + (size_t)i * ld + off, *s1 = s0 + ld;
         /* Union of the two ranges, widened to aligned key groups. */
         int ulo = in0 ? lo0 : lo1, uhi = in0 ? hi0 : hi1;
         if (in0 && in1) {
@@ -273,20 +264,23 @@ void attn_block_avx2(const struct attn_tile *t, const struct attn_block *b) {
         }
         const int j0 = ulo & ~(ATTN_KGROUP - 1), j1 = (uhi | (ATTN_KGROUP - 1)) + 1;
         if (in0 && in1)
-            scores2(q0, q0 + hd, b->k, hd, j0, j1, s0, s1);
+            scores2(q0, q0 + hd, b->kv, hd, j0, j1, s0, s1);
         else if (in0)
-            scores2(q0, NULL, b->k, hd, j0, j1, s0, NULL);
+            scores2(q0, NULL, b->kv, hd, j0, j1, s0, NULL);
         else
-            scores2(q0 + hd, NULL, b->k, hd, j0, j1, s1, NULL);
-        float *acc0 = t->acc + (size_t)i * (size_t)hdv, *acc1 = acc0 + hdv;
-        float c0 = 0.0f, c1 = 0.0f;
-        if (in0) c0 = softmax_block(s0, lo0, hi0, t->softcap, &t->m[i], &t->l[i]);
-        if (in1) c1 = softmax_block(s1, lo1, hi1, t->softcap, &t->m[i + 1], &t->l[i + 1]);
-        if (in0 && in1 && lo0 == lo1 && hi0 == hi1) {
-            pv_pair(acc0, acc1, s0, s1, c0, c1, b->v, hdv, lo0, hi0);
-        } else {
-            if (in0) pv(acc0, s0, b->v, hdv, lo0, hi0, c0, hdv);
-            if (in1) pv(acc1, s1, b->v, hdv, lo1, hi1, c1, hdv);
-        }
+            scores2(q0 + hd, NULL, b->kv, hd, j0, j1, s1, NULL);
     }
+}
+
+/* attn_pv2_fn: the pair kernel, or pv for one vector. */
+static void pv_one_or_pair(float *acc0, float *acc1, const float *p0, const float *p1,
+                           const float *v, int hdv, int lo, int hi) {
+    if (acc1)
+        pv_pair(acc0, acc1, p0, p1, v, hdv, lo, hi);
+    else
+        pv(acc0, p0, v, hdv, lo, hi, hdv);
+}
+
+void attn_pv_avx2(const struct attn_tile *t, const struct attn_block *b) {
+    attn_pv_pairs(t, b, pv_one_or_pair);
 }

@@ -5,7 +5,8 @@
  * Scores: four (or two) query vectors x ATTN_KGROUP keys per step, each score an FMA chain over the
  * head dim from zero in 16 lanes, folded to 8 lanes (low + high half) and reduced by one
  * fixed hadd tree; key groups are aligned to absolute positions, so a score's bits depend
- * only on (q, k). Softmax: vector exp (Cephes polynomial), masked lanes exactly 0.
+ * only on (q, k). Softmax: vector exp (Cephes polynomial) 16 at a time from the range's
+ * start, each 16 reduced to one float and added to the double sum; F16 rounding by F16C.
  * P.V: two query vectors of the same row (same visible keys) share each V load; 128 output
  * dims in 8 registers per query vector, keys in ascending order (the same chain per element
  * whether or not a vector is paired).
@@ -14,8 +15,6 @@
 #include <math.h>
 
 #include "engine/kernels/attn.h"
-
-#define NV (ATTN_BLOCK / 16) /* vectors of 16 per block */
 
 /* Four 16-lane accumulators -> their four sums, the same tree for every lane. */
 static inline __m128 red4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -94,50 +93,49 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
-/* Softmax update of one query vector over block lanes [lo, hi] (see attn_avx2.c). */
-static float softmax_block(float *s, int lo, int hi, float cap, float *m, float *l) {
-    if (cap > 0.0f)
-        for (int j = lo; j <= hi; j++) s[j] = cap * tanhf(s[j] * (1.0f / cap));
-    const uint32_t bits = (uint32_t)((2ull << hi) - 1u) & ~(uint32_t)((1ull << lo) - 1u);
-    __mmask16 keep[NV];
-    __m512 vs[NV];
+void attn_softmax_avx512(float *p, int n, int round_f16) {
+    const int n16 = n & ~15;
+    const __mmask16 tail = (__mmask16)((1u << (n - n16)) - 1u);
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int v = 0; v < NV; v++) {
-        keep[v] = (__mmask16)(bits >> (16 * v));
-        vs[v] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), keep[v], s + 16 * v);
-        mx = _mm512_max_ps(mx, vs[v]);
+    for (int j = 0; j < n16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(p + j));
+    if (tail) mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, p + n16));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    double sum = 0.0;
+    for (int j = 0; j < n16; j += 16) {
+        const __m512 e = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(p + j), m));
+        _mm512_storeu_ps(p + j, e);
+        sum += (double)_mm512_reduce_add_ps(e);
     }
-    const float mb = _mm512_reduce_max_ps(mx);
-    const float mn = mb > *m ? mb : *m;
-    const float corr = mn == *m ? 1.0f : expf(*m - mn); /* 0 on the first block */
-    const __m512 vm = _mm512_set1_ps(mn);
-    __m512 sum = _mm512_setzero_ps();
-    for (int v = 0; v < NV; v++) {
-        const __m512 p = _mm512_maskz_mov_ps(keep[v], exp_neg(_mm512_sub_ps(vs[v], vm)));
-        _mm512_storeu_ps(s + 16 * v, p);
-        sum = _mm512_add_ps(sum, p);
+    if (tail) {
+        const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, p + n16), m);
+        const __m512 e = _mm512_maskz_mov_ps(tail, exp_neg(_mm512_min_ps(x, _mm512_setzero_ps())));
+        _mm512_mask_storeu_ps(p + n16, tail, e);
+        sum += (double)_mm512_reduce_add_ps(e);
     }
-    *l = *l * corr + _mm512_reduce_add_ps(sum);
-    *m = mn;
-    return corr;
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = j + 16 <= n ? (__mmask16)0xFFFF : tail;
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), inv);
+        if (round_f16) x = _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        _mm512_mask_storeu_ps(p + j, k, x);
+    }
 }
 
-/* acc_x = acc_x * corr_x + sum_{j=lo..hi} p_x[j] v_j for x = 0 and, when acc1, 1 (both
- * with the same [lo, hi]); keys ascending. */
-static void pv2(float *acc0, float *acc1, const float *p0, const float *p1, float c0,
-                float c1, const float *v, int hdv, int lo, int hi) {
-    const __m512 vc0 = _mm512_set1_ps(c0), vc1 = _mm512_set1_ps(c1);
+/* acc_x += sum_{j=lo..hi} p_x[j] v_j for x = 0 and, when acc1, 1 (both with the same
+ * [lo, hi]); keys ascending. */
+static void pv2(float *acc0, float *acc1, const float *p0, const float *p1, const float *v,
+                int hdv, int lo, int hi) {
     int d = 0;
     if (acc1)
         for (; d + 64 <= hdv; d += 64) {
-            __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d), vc0);
-            __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 16), vc0);
-            __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 32), vc0);
-            __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 48), vc0);
-            __m512 b0 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d), vc1);
-            __m512 b1 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 16), vc1);
-            __m512 b2 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 32), vc1);
-            __m512 b3 = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 48), vc1);
+            __m512 a0 = _mm512_loadu_ps(acc0 + d);
+            __m512 a1 = _mm512_loadu_ps(acc0 + d + 16);
+            __m512 a2 = _mm512_loadu_ps(acc0 + d + 32);
+            __m512 a3 = _mm512_loadu_ps(acc0 + d + 48);
+            __m512 b0 = _mm512_loadu_ps(acc1 + d);
+            __m512 b1 = _mm512_loadu_ps(acc1 + d + 16);
+            __m512 b2 = _mm512_loadu_ps(acc1 + d + 32);
+            __m512 b3 = _mm512_loadu_ps(acc1 + d + 48);
             for (int j = lo; j <= hi; j++) {
                 const __m512 x = _mm512_set1_ps(p0[j]), y = _mm512_set1_ps(p1[j]);
                 const float *vr = v + (size_t)j * (size_t)hdv + d;
@@ -165,12 +163,11 @@ static void pv2(float *acc0, float *acc1, const float *p0, const float *p1, floa
     for (int x = 0; x < (acc1 ? 2 : 1); x++) {
         float *acc = x ? acc1 : acc0;
         const float *p = x ? p1 : p0;
-        const float c = x ? c1 : c0;
         int e = d;
         for (; e + 128 <= hdv; e += 128) {
             __m512 a[8];
             for (int u = 0; u < 8; u++)
-                a[u] = _mm512_mul_ps(_mm512_loadu_ps(acc + e + 16 * u), _mm512_set1_ps(c));
+                a[u] = _mm512_loadu_ps(acc + e + 16 * u);
             for (int j = lo; j <= hi; j++) {
                 const __m512 pj = _mm512_set1_ps(p[j]);
                 const float *vr = v + (size_t)j * (size_t)hdv + e;
@@ -180,14 +177,14 @@ static void pv2(float *acc0, float *acc1, const float *p0, const float *p1, floa
             for (int u = 0; u < 8; u++) _mm512_storeu_ps(acc + e + 16 * u, a[u]);
         }
         for (; e + 16 <= hdv; e += 16) {
-            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(acc + e), _mm512_set1_ps(c));
+            __m512 a = _mm512_loadu_ps(acc + e);
             for (int j = lo; j <= hi; j++)
                 a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]),
                                     _mm512_loadu_ps(v + (size_t)j * (size_t)hdv + e), a);
             _mm512_storeu_ps(acc + e, a);
         }
         for (; e < hdv; e++) {
-            float a = acc[e] * c;
+            float a = acc[e];
             for (int j = lo; j <= hi; j++) a = fmaf(p[j], v[(size_t)j * (size_t)hdv + e], a);
             acc[e] = a;
         }
@@ -245,24 +242,23 @@ static void pair_scores(const float *const *q, const float *k, int hd, const int
         scores2(q[1], NULL, k, hd, j0, j1, s[1], NULL);
 }
 
-/* Query vectors in groups of four (scored together when all four see this block), then
- * softmax and P.V per pair. */
-void attn_block_avx512(const struct attn_tile *t, const struct attn_block *b) {
-    const int hd = t->hd, hdv = t->hdv, g = t->g;
-    const int nq = t->n_rows * g;
-    float *const s[4] = {b->s, b->s + ATTN_BLOCK, b->s + 2 * ATTN_BLOCK, b->s + 3 * ATTN_BLOCK};
+/* Query vectors in groups of four (scored together when all four see this block, else per
+ * pair); p rows are offset to the block, so column j is key b0 + j. */
+void attn_scores_avx512(const struct attn_tile *t, const struct attn_block *b) {
+    const int hd = t->hd, g = t->g, nq = t->n_rows * g;
+    const size_t off = (size_t)(b->b0 - t->p0), ld = (size_t)t->ld_p;
     for (int i = 0; i < nq; i += 4) {
         int lo[4], hi[4], in[4], n_in = 0;
         const float *q[4];
+        float *s[4];
         for (int x = 0; x < 4; x++) {
             in[x] = lo[x] = hi[x] = 0;
             q[x] = NULL;
+            s[x] = NULL;
             if (i + x >= nq) continue;
             q[x] = t->q + (size_t)(i + x) * (size_t)hd;
-            const int r = (i + x) / g;
-            lo[x] = t->lo[r] - b->b0 < 0 ? 0 : t->lo[r] - b->b0;
-            hi[x] = t->hi[r] - b->b0 > ATTN_BLOCK - 1 ? ATTN_BLOCK - 1 : t->hi[r] - b->b0;
-            in[x] = lo[x] <= hi[x];
+            s[x] = t->p + (size_t)(i + x) * ld + off;
+            in[x] = attn_block_range(t, b, (i + x) / g, &lo[x], &hi[x]);
             n_in += in[x];
         }
         if (n_in == 0) continue;
@@ -272,25 +268,14 @@ void attn_block_avx512(const struct attn_tile *t, const struct attn_block *b) {
                 ulo = lo[x] < ulo ? lo[x] : ulo;
                 uhi = hi[x] > uhi ? hi[x] : uhi;
             }
-            scores4(q, b->k, hd, ulo & ~(ATTN_KGROUP - 1), (uhi | (ATTN_KGROUP - 1)) + 1, s);
+            scores4(q, b->kv, hd, ulo & ~(ATTN_KGROUP - 1), (uhi | (ATTN_KGROUP - 1)) + 1, s);
         } else {
-            pair_scores(q, b->k, hd, lo, hi, in, s);
-            pair_scores(q + 2, b->k, hd, lo + 2, hi + 2, in + 2, s + 2);
-        }
-        float c[4] = {0};
-        for (int x = 0; x < 4; x++)
-            if (in[x])
-                c[x] = softmax_block(s[x], lo[x], hi[x], t->softcap, &t->m[i + x], &t->l[i + x]);
-        for (int x = 0; x < 4; x += 2) {
-            float *acc0 = t->acc + (size_t)(i + x) * (size_t)hdv, *acc1 = acc0 + hdv;
-            if (in[x] && in[x + 1] && lo[x] == lo[x + 1] && hi[x] == hi[x + 1]) {
-                pv2(acc0, acc1, s[x], s[x + 1], c[x], c[x + 1], b->v, hdv, lo[x], hi[x]);
-            } else {
-                if (in[x]) pv2(acc0, NULL, s[x], NULL, c[x], 0.0f, b->v, hdv, lo[x], hi[x]);
-                if (in[x + 1])
-                    pv2(acc1, NULL, s[x + 1], NULL, c[x + 1], 0.0f, b->v, hdv, lo[x + 1],
-                        hi[x + 1]);
-            }
+            pair_scores(q, b->kv, hd, lo, hi, in, s);
+            pair_scores(q + 2, b->kv, hd, lo + 2, hi + 2, in + 2, s + 2);
         }
     }
+}
+
+void attn_pv_avx512(const struct attn_tile *t, const struct attn_block *b) {
+    attn_pv_pairs(t, b, pv2);
 }

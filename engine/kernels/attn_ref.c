@@ -22,40 +22,46 @@ static float dot_ref(const float *a, const float *b, int n) {
     return s;
 }
 
-void attn_block_ref(const struct attn_tile *t, const struct attn_block *b) {
-    const int hd = t->hd, hdv = t->hdv, g = t->g;
-    const float cap = t->softcap;
-    float *s = b->s;
+void attn_scores_ref(const struct attn_tile *t, const struct attn_block *b) {
     for (int r = 0; r < t->n_rows; r++) {
-        const int lo = t->lo[r] > b->b0 ? t->lo[r] - b->b0 : 0;
-        const int hi = t->hi[r] < b->b0 + ATTN_BLOCK - 1 ? t->hi[r] - b->b0 : ATTN_BLOCK - 1;
-        if (lo > hi) continue;
-        for (int h = 0; h < g; h++) {
-            const size_t i = (size_t)r * (size_t)g + (size_t)h;
-            const float *q = t->q + i * (size_t)hd;
-            float mb = -INFINITY;
-            for (int j = lo; j <= hi; j++) {
-                float sc = dot_ref(q, b->k + (size_t)j * (size_t)hd, hd);
-                if (cap > 0.0f) sc = cap * tanhf(sc * (1.0f / cap));
-                s[j] = sc;
-                if (sc > mb) mb = sc;
-            }
-            const float mn = mb > t->m[i] ? mb : t->m[i];
-            /* 0 on the first block; exactly expf(0) = 1 while the max stays */
-            const float corr = mn == t->m[i] ? 1.0f : expf(t->m[i] - mn);
-            float sum = 0.0f;
-            for (int j = lo; j <= hi; j++) {
-                s[j] = expf(s[j] - mn);
-                sum += s[j];
-            }
-            t->l[i] = t->l[i] * corr + sum;
-            t->m[i] = mn;
+        int lo, hi;
+        if (!attn_block_range(t, b, r, &lo, &hi)) continue;
+        for (int h = 0; h < t->g; h++) {
+            const size_t i = (size_t)r * (size_t)t->g + (size_t)h;
+            const float *q = t->q + i * (size_t)t->hd;
+            float *s = t->p + i * (size_t)t->ld_p + (size_t)(b->b0 - t->p0);
+            for (int j = lo; j <= hi; j++) s[j] = dot_ref(q, b->kv + (size_t)j * t->hd, t->hd);
+        }
+    }
+}
+
+void attn_softmax_ref(float *p, int n, int round_f16) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) m = p[j] > m ? p[j] : m;
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        p[j] = expf(p[j] - m);
+        sum += (double)p[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int j = 0; j < n; j++) {
+        const float x = p[j] * inv;
+        p[j] = round_f16 ? quant_f16_to_f32(quant_f32_to_f16(x)) : x;
+    }
+}
+
+void attn_pv_ref(const struct attn_tile *t, const struct attn_block *b) {
+    const int hdv = t->hdv;
+    for (int r = 0; r < t->n_rows; r++) {
+        int lo, hi;
+        if (!attn_block_range(t, b, r, &lo, &hi)) continue;
+        for (int h = 0; h < t->g; h++) {
+            const size_t i = (size_t)r * (size_t)t->g + (size_t)h;
+            const float *p = t->p + i * (size_t)t->ld_p + (size_t)(b->b0 - t->p0);
             float *a = t->acc + i * (size_t)hdv;
-            for (int d = 0; d < hdv; d++) a[d] *= corr;
             for (int j = lo; j <= hi; j++) {
-                const float p = s[j];
-                const float *v = b->v + (size_t)j * (size_t)hdv;
-                for (int d = 0; d < hdv; d++) a[d] += p * v[d];
+                const float *v = b->kv + (size_t)j * (size_t)hdv;
+                for (int d = 0; d < hdv; d++) a[d] += p[j] * v[d];
             }
         }
     }

@@ -2,11 +2,16 @@
  * test_attn — the attention tile kernel (engine/kernels/attn.h).
  *
  * A small driver here does what engine/forward_attn.c does with the cache (f32 K/V arrays
- * instead of cache blocks): per tile it walks the key blocks aligned to absolute positions,
- * copies the visible rows, zeroes the group slack and calls the kernel. Checked:
+ * instead of cache blocks): per tile it walks the key blocks aligned to absolute positions
+ * twice (K rows and scores, softmax, V rows and P.V), copies the visible rows, zeroes the
+ * group slack and calls the kernels. Checked:
  *   - each SIMD kernel against the scalar reference, normalised error
  *     max |fast - ref| / max |v| < 1e-4 per output row (the slack is summation order, FMA and
- *     the ~2 ulp vector exp; observed values are printed);
+ *     the ~2 ulp vector exp; observed values are printed); with the probabilities rounded to
+ *     F16 (as for an F16 cache) < 2e-3, since one ulp of exp may move a probability by one
+ *     F16 step (2^-11 relative);
+ *   - the softmax against a direct one in double, with and without the F16 rounding
+ *     (which must give F16 values);
  *   - batch invariance, per kernel: a row's output is bit-identical alone, in one tile with
  *     all rows, and in tiles cut at other places (which changes which query vectors a SIMD
  *     kernel pairs and which keys share a block of the tile), with causal and sliding-window
@@ -35,6 +40,8 @@ struct shape {
     int window; /* 0: causal over everything */
 };
 
+static int g_round_p; /* probabilities rounded to F16 (the F16-cache path) */
+
 static uint32_t g_rng = 12345;
 static float rnd(void) { /* uniform in [-1, 1) */
     g_rng = g_rng * 1664525u + 1013904223u;
@@ -54,8 +61,8 @@ static void make_problem(const struct shape *sh, int n_rows, int first_pos, floa
 }
 
 static float g_scr_q[MAX_ROWS * MAX_G * MAX_HD], g_scr_acc[MAX_ROWS * MAX_G * MAX_HD];
-static float g_scr_m[MAX_ROWS * MAX_G], g_scr_l[MAX_ROWS * MAX_G];
-static float g_kb[ATTN_BLOCK * MAX_HD], g_vb[ATTN_BLOCK * MAX_HD], g_sb[4 * ATTN_BLOCK];
+static float g_p[MAX_ROWS * MAX_G * (MAX_POS + 2 * ATTN_BLOCK)];
+static float g_kb[ATTN_BLOCK * MAX_HD], g_vb[ATTN_BLOCK * MAX_HD];
 
 /* Rows [r0, r1) as one tile; out[r][h][hdv]. */
 static void run_tile(const struct attn_ops *ops, const struct shape *sh, int r0, int r1,
@@ -71,24 +78,34 @@ static void run_tile(const struct attn_ops *ops, const struct shape *sh, int r0,
         thi = hi[i] > thi ? hi[i] : thi;
     }
     memcpy(g_scr_q, g_q + (size_t)r0 * g * hd, (size_t)R * g * hd * sizeof(float));
-    const struct attn_tile t = {R,  g,  hd,      hdv,       sh->softcap, lo,
-                                hi, g_scr_q, g_scr_acc, g_scr_m,     g_scr_l};
+    const int p0 = tlo & ~(ATTN_BLOCK - 1), ld = (thi - p0 + ATTN_BLOCK) & ~(ATTN_BLOCK - 1);
+    for (size_t i = 0; i < (size_t)R * g * ld; i++) g_p[i] = NAN; /* columns nobody sees */
+    const struct attn_tile t = {R,  g,  hd,      hdv,       sh->softcap, g_round_p,
+                                lo, hi, g_scr_q, g_scr_acc, g_p,         p0,
+                                ld};
     attn_tile_begin(&t);
-    for (int b0 = tlo & ~(ATTN_BLOCK - 1); b0 <= thi; b0 += ATTN_BLOCK) {
-        const int j0 = tlo > b0 ? tlo - b0 : 0;
-        const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
-        /* Rows the kernel must not use: NaN (K outside the group slack, V outside range). */
-        for (int i = 0; i < ATTN_BLOCK * hd; i++) g_kb[i] = NAN;
-        for (int i = 0; i < ATTN_BLOCK * hdv; i++) g_vb[i] = NAN;
-        for (int j = j0; j <= j1; j++) {
-            memcpy(g_kb + j * hd, g_k + (b0 + j) * hd, (size_t)hd * sizeof(float));
-            memcpy(g_vb + j * hdv, g_v + (b0 + j) * hdv, (size_t)hdv * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {
+        const int w = pass ? hdv : hd;
+        float *buf = pass ? g_vb : g_kb;
+        const float *src = pass ? g_v : g_k;
+        for (int b0 = p0; b0 <= thi; b0 += ATTN_BLOCK) {
+            const int j0 = tlo > b0 ? tlo - b0 : 0;
+            const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
+            /* Rows the kernel must not use: NaN (K outside the group slack, V outside range). */
+            for (int i = 0; i < ATTN_BLOCK * w; i++) buf[i] = NAN;
+            for (int j = j0; j <= j1; j++)
+                memcpy(buf + j * w, src + (b0 + j) * w, (size_t)w * sizeof(float));
+            const struct attn_block blk = {b0, buf};
+            if (pass) {
+                ops->pv(&t, &blk);
+                continue;
+            }
+            const int q0 = j0 & ~(ATTN_KGROUP - 1), q1 = j1 | (ATTN_KGROUP - 1);
+            for (int j = q0; j < j0; j++) memset(buf + j * hd, 0, (size_t)hd * sizeof(float));
+            for (int j = j1 + 1; j <= q1; j++) memset(buf + j * hd, 0, (size_t)hd * sizeof(float));
+            ops->scores(&t, &blk);
         }
-        const int q0 = j0 & ~(ATTN_KGROUP - 1), q1 = j1 | (ATTN_KGROUP - 1);
-        for (int j = q0; j < j0; j++) memset(g_kb + j * hd, 0, (size_t)hd * sizeof(float));
-        for (int j = j1 + 1; j <= q1; j++) memset(g_kb + j * hd, 0, (size_t)hd * sizeof(float));
-        const struct attn_block blk = {b0, g_kb, g_vb, g_sb};
-        ops->block(&t, &blk);
+        if (!pass) attn_tile_softmax(ops, &t);
     }
     attn_tile_end(&t, out + (size_t)r0 * g * hdv, (size_t)g * hdv);
 }
@@ -124,8 +141,9 @@ static void check_invariance(enum kern_isa isa) {
     if (!kern_isa_supported(isa)) T_SKIP("%s not supported here", kern_isa_name(isa));
     const struct attn_ops *ops = attn_ops_for(isa);
     const int n_rows = MAX_ROWS - 3, first = MAX_POS - MAX_ROWS;
-    for (size_t si = 0; si < N_SHAPES; si++) {
-        const struct shape *sh = &k_shapes[si];
+    for (size_t si = 0; si < 2 * N_SHAPES; si++) {
+        g_round_p = si >= N_SHAPES; /* every shape with and without F16 probabilities */
+        const struct shape *sh = &k_shapes[si % N_SHAPES];
         const size_t n = (size_t)n_rows * sh->g * sh->hdv;
         make_problem(sh, n_rows, first, 3.0f);
         run_all(ops, sh, n_rows, n_rows, n_rows, g_out_a);     /* one tile */
@@ -140,9 +158,47 @@ static void check_invariance(enum kern_isa isa) {
         for (size_t i = 0; i < n; i++)
             T_ASSERTF(isfinite(g_out_a[i]), "%s shape %zu: non-finite output", ops->name, si);
     }
+    g_round_p = 0;
 }
 
-static void check_vs_ref(enum kern_isa isa) {
+/* The softmax kernel alone, on lengths 1..70 with flat and peaked scores and -inf-free
+ * inputs: against a direct computation in double (relative 5e-7 plus the rounding of the
+ * f32 difference s - max; with F16 rounding: every value an F16 value within one F16 step
+ * of the direct one). */
+static void check_softmax(enum kern_isa isa) {
+    if (!kern_isa_supported(isa)) T_SKIP("%s not supported here", kern_isa_name(isa));
+    const struct attn_ops *ops = attn_ops_for(isa);
+    float p[80];
+    double want[80];
+    for (int rnd_p = 0; rnd_p < 2; rnd_p++)
+        for (int n = 1; n <= 70; n++)
+            for (int sc = 0; sc < 3; sc++) {
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < n; j++) {
+                    p[j] = rnd() * (sc == 0 ? 0.1f : sc == 1 ? 3.0f : 30.0f);
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                for (int j = 0; j < n; j++) sum += (want[j] = exp(p[j] - mx));
+                for (int j = n; j < 80; j++) p[j] = -12345.0f; /* must stay untouched */
+                ops->softmax(p, n, rnd_p);
+                for (int j = 0; j < n; j++) {
+                    const double w = want[j] / sum;
+                    /* exp's own error plus that of the f32 difference s - max (half an ulp) */
+                    const double rel = 5e-7 + 1.2e-7 * fabs(log(want[j]));
+                    /* F16 subnormals (below 2^-14) are 2^-24 apart */
+                    const double tol = fabs(w) * (rnd_p ? 1.0 / 1024 + rel : rel) + (rnd_p ? 0x1p-24 : 1e-30);
+                    T_ASSERTF(fabs(p[j] - w) <= tol, "%s n %d scale %d round %d: p[%d] %g, want %g",
+                              ops->name, n, sc, rnd_p, j, (double)p[j], w);
+                    if (rnd_p)
+                        T_ASSERTF(quant_f16_to_f32(quant_f32_to_f16(p[j])) == p[j],
+                                  "%s: p[%d] = %g is not an F16 value", ops->name, j, (double)p[j]);
+                }
+                for (int j = n; j < 80; j++)
+                    T_ASSERTF(p[j] == -12345.0f, "%s n %d: wrote past the range", ops->name, n);
+            }
+}
+
+static void check_vs_ref(enum kern_isa isa, int round_p) {
     if (!kern_isa_supported(isa)) T_SKIP("%s not supported here", kern_isa_name(isa));
     const struct attn_ops *ops = attn_ops_for(isa), *ref = attn_ops_for(KERN_ISA_REF);
     T_ASSERT(ops != ref);
@@ -151,6 +207,8 @@ static void check_vs_ref(enum kern_isa isa) {
     size_t worst_shape = 0;
     float worst_qs = 0.0f;
     const float qscales[] = {0.1f, 1.0f, 4.0f}; /* flat to peaked softmax */
+    const double bound = round_p ? 2e-3 : 1e-4;
+    g_round_p = round_p;
     for (size_t si = 0; si < N_SHAPES; si++)
         for (size_t qi = 0; qi < sizeof(qscales) / sizeof(qscales[0]); qi++) {
             const struct shape *sh = &k_shapes[si];
@@ -162,7 +220,7 @@ static void check_vs_ref(enum kern_isa isa) {
                 vmax = fabsf(g_v[i]) > vmax ? fabsf(g_v[i]) : vmax;
             for (size_t i = 0; i < (size_t)n_rows * sh->g * sh->hdv; i++) {
                 const double e = fabs((double)g_out_a[i] - (double)g_out_b[i]) / vmax;
-                T_ASSERTF(e < 1e-4, "%s shape %zu qscale %g: element %zu: ref %g fast %g",
+                T_ASSERTF(e < bound, "%s shape %zu qscale %g: element %zu: ref %g fast %g",
                           ops->name, si, (double)qscales[qi], i, (double)g_out_a[i],
                           (double)g_out_b[i]);
                 if (e > worst) {
@@ -172,8 +230,10 @@ static void check_vs_ref(enum kern_isa isa) {
                 }
             }
         }
-    printf("    %s vs scalar: max normalised error %.3g (bound 1e-4; shape %zu, qscale %g)\n",
-           ops->name, worst, worst_shape, (double)worst_qs);
+    g_round_p = 0;
+    printf("    %s vs scalar%s: max normalised error %.3g (bound %g; shape %zu, qscale %g)\n",
+           ops->name, round_p ? " (F16 probabilities)" : "", worst, bound, worst_shape,
+           (double)worst_qs);
 }
 
 static void check_cvt(enum kern_isa isa) {
@@ -226,16 +286,23 @@ static void test_ref_vs_direct(void) {
 
 static void test_ref_invariance(void) { check_invariance(KERN_ISA_REF); }
 static void test_avx2_invariance(void) { check_invariance(KERN_ISA_AVX2); }
-static void test_avx2_vs_ref(void) { check_vs_ref(KERN_ISA_AVX2); }
+static void test_avx2_vs_ref(void) { check_vs_ref(KERN_ISA_AVX2, 0); }
+static void test_avx2_vs_ref_f16p(void) { check_vs_ref(KERN_ISA_AVX2, 1); }
+static void test_ref_softmax(void) { check_softmax(KERN_ISA_REF); }
+static void test_avx2_softmax(void) { check_softmax(KERN_ISA_AVX2); }
+static void test_avx512_softmax(void) { check_softmax(KERN_ISA_AVX512); }
 static void test_avx2_cvt_f16(void) { check_cvt(KERN_ISA_AVX2); }
 static void test_avx512_invariance(void) { check_invariance(KERN_ISA_AVX512); }
-static void test_avx512_vs_ref(void) { check_vs_ref(KERN_ISA_AVX512); }
+static void test_avx512_vs_ref(void) { check_vs_ref(KERN_ISA_AVX512, 0); }
+static void test_avx512_vs_ref_f16p(void) { check_vs_ref(KERN_ISA_AVX512, 1); }
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_ref_vs_direct),   T_CASE(test_ref_invariance), T_CASE(test_avx2_invariance),
         T_CASE(test_avx2_vs_ref),     T_CASE(test_avx2_cvt_f16),   T_CASE(test_avx512_invariance),
-        T_CASE(test_avx512_vs_ref),   {0},
+        T_CASE(test_avx512_vs_ref),   T_CASE(test_avx2_vs_ref_f16p), T_CASE(test_avx512_vs_ref_f16p),
+        T_CASE(test_ref_softmax),     T_CASE(test_avx2_softmax),   T_CASE(test_avx512_softmax),
+        {0},
     };
     return t_main(argc, argv, cases);
 }
