@@ -40,6 +40,7 @@ struct cli_opts {
     const char *model;
     const char *prompt;
     const char *tokens;      /* "1,2,3" */
+    const char *dump;        /* taps: raw f32 file of every tapped row */
     const char *text;        /* tokenize: positional TEXT */
     int special;
     int n_gen;               /* generate: -n */
@@ -92,7 +93,9 @@ static const char *usage_text =
     "  generate -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--chat] [--print-ids]\n"
     "           [--top-k K] [--top-p P] [--min-p P]\n"
     "  logits   -m MODEL (-p PROMPT | --tokens ID,...) [--top K] [--all] [--chat]\n"
-    "  taps     -m MODEL (-p PROMPT | --tokens ID,...)   per-layer hidden-state summaries\n"
+    "  taps     -m MODEL (-p PROMPT | --tokens ID,...) [--dump FILE]\n"
+    "           per-layer hidden-state summaries; --dump writes every row of every layer\n"
+    "           (then the final-norm rows) as raw little-endian f32\n"
     "  bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]\n"
     "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
     "           KV memory of one session, with and without the sliding-window ring\n"
@@ -150,6 +153,7 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = NEXT();
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = NEXT();
         else if (!strcmp(a, "--tokens")) o->tokens = NEXT();
+        else if (!strcmp(a, "--dump")) o->dump = NEXT();
         else if (!strcmp(a, "--special")) o->special = 1;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             o->n_gen = (int)parse_long(a, NEXT(), 0, 1 << 20);
@@ -518,10 +522,13 @@ static int cmd_logits(const struct cli_opts *o) {
 
 struct tap_state {
     int n_layer;
+    FILE *dump;
 };
 
 static void tap_print(void *user, int layer, const float *x, int n_rows, int n_embd) {
     const struct tap_state *ts = user;
+    const size_t nel = (size_t)n_rows * (size_t)n_embd;
+    if (ts->dump && fwrite(x, sizeof(float), nel, ts->dump) != nel) die("--dump: write failed");
     const float *row = x + (size_t)(n_rows - 1) * (size_t)n_embd;
     double sum = 0, sq = 0;
     float mn = row[0], mx = row[0];
@@ -547,13 +554,15 @@ static int cmd_taps(const struct cli_opts *o) {
     oo.batch = n; /* one step, so the tapped last row is the prompt's last token */
     struct runner r;
     runner_init(&r, m, &oo, n, 1);
-    struct tap_state ts = {m->cfg.n_layer};
+    struct tap_state ts = {m->cfg.n_layer, NULL};
+    if (o->dump && !(ts.dump = fopen(o->dump, "wb"))) die("--dump: cannot open '%s'", o->dump);
     fwd_set_tap(r.fwd, tap_print, &ts);
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof(float));
     if (!logits) die("out of memory");
     runner_feed(&r, ids, n, FWD_LOGITS_LAST, logits);
     printf("{\"layer\": \"logits\", \"argmax\": %d, \"max\": %.6g}\n",
            argmax(logits, m->cfg.n_vocab), (double)logits[argmax(logits, m->cfg.n_vocab)]);
+    if (ts.dump && fclose(ts.dump) != 0) die("--dump: write failed");
     free(logits);
     free(ids);
     runner_free(&r);
