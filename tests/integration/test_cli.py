@@ -2,8 +2,10 @@
 status, never a signal; the good paths print what issue 2 part 8 specifies."""
 import json
 import os
+import tempfile
 import subprocess
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,6 +113,17 @@ def test_taps_and_bench():
     assert p.returncode == 0, p.stderr
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     assert [d["layer"] for d in lines[:19]] == list(range(19))
+    # --dump: every row of each of the 18 layers, then the final-norm row, as raw f32; the
+    # summaries printed are those of the last row
+    dump = os.path.join(tempfile.mkdtemp(), "taps.f32")
+    p = run("taps", "-m", MODEL, "--tokens", "2,9259,1902", "-t", "2", "--dump", dump)
+    assert p.returncode == 0, p.stderr
+    raw = np.fromfile(dump, dtype=np.float32)
+    assert raw.size == 18 * 3 * 640 + 640
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    last = raw[: 18 * 3 * 640].reshape(18, 3, 640)[:, 2, :]
+    for layer in (0, 9, 17):
+        assert abs(lines[layer]["max"] - float(last[layer].max())) <= 1e-4 * abs(lines[layer]["max"])
     p = run("bench", "-m", MODEL, "--prompt-tokens", "16", "--gen", "4", "-t", "2")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
