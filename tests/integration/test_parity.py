@@ -24,6 +24,14 @@ gemmad's count moves between 613 and 625 with nothing but the summation order of
 kernels (AVX2 vs AVX-512 tiles, attention block size). Every disagreement seen, ours or
 llama.cpp's, was at a margin below 0.9 logits (llama.cpp's own: below 0.61). A real bug
 (wrong RoPE, norm or scale) fails both checks by far.
+
+Third restatement (session 5): the greedy bound. Equal 32-token continuations count how
+often no near-tie flips anywhere in 32 steps, and that count moved between 2 and 5 of 10
+with summation order alone (llama.cpp against itself: 4). The test now asserts what a
+correct implementation guarantees instead: at the first token where a continuation
+departs from llama.cpp's, llama.cpp's token is a near-tie in gemmad's own logits there
+(within CLEAR_MARGIN of gemmad's choice). A real bug departs at a clear token. The count
+and the issue's 9/10 target are still printed.
 """
 import json
 import os
@@ -69,8 +77,14 @@ def test_prompt_tokenization(fixture):
     assert not bad, "tokenization differs from llama.cpp for %r" % bad
 
 
+# Gemma's end-of-generation tokens (<eos>, <end_of_turn>): a continuation that ends early
+# chose one of them.
+EOG_IDS = (1, 106)
+
+
 def test_greedy_continuations(fixture):
     same = 0
+    departures = []
     for c in fixture["cases"]:
         args = ["generate", "-m", MODEL, "-p", c["prompt"], "-n", "32", "--temp", "0",
                 "--print-ids"]
@@ -79,16 +93,28 @@ def test_greedy_continuations(fixture):
         got = cli(*args)
         ok = got == c["greedy"]
         same += ok
-        if not ok:
-            n = next((i for i, (a, b) in enumerate(zip(got, c["greedy"])) if a != b),
-                     min(len(got), len(c["greedy"])))
-            print("greedy differs for %r at token %d: ours %s, llama.cpp %s" %
-                  (c["prompt"][:40], n, got[n:n + 4], c["greedy"][n:n + 4]))
+        if ok:
+            continue
+        n = next((i for i, (a, b) in enumerate(zip(got, c["greedy"])) if a != b),
+                 min(len(got), len(c["greedy"])))
+        if n == 32:
+            continue  # one side stopped at the 32-token limit, the other went on
+        print("greedy differs for %r at token %d: ours %s, llama.cpp %s" %
+              (c["prompt"][:40], n, got[n:n + 4], c["greedy"][n:n + 4]))
+        # gemmad's logits at the departure: the prompt and the shared prefix
+        row = cli("logits", "-m", MODEL, "--tokens",
+                  ",".join(map(str, c["prompt_ids"] + got[:n])), "--top", "20")
+        top = {e["id"]: e["logit"] for e in row}
+        theirs = [c["greedy"][n]] if n < len(c["greedy"]) else list(EOG_IDS)
+        gap = min((row[0]["logit"] - top[t] for t in theirs if t in top), default=None)
+        departures.append((c["prompt"][:24], n, gap))
     selfc = fixture["meta"]["llama_cpp_self"]
     print("greedy continuations equal: %d/%d (issue target 9/10 %s; llama.cpp vs itself: %d/%d)"
           % (same, len(fixture["cases"]), "met" if same >= 9 else "NOT met",
              selfc["greedy_equal"], selfc["greedy_total"]))
-    assert same >= selfc["greedy_equal"] - 1
+    print("departures (prompt, token, gemmad's margin over llama.cpp's token): %s" % departures)
+    bad = [d for d in departures if d[2] is None or d[2] >= CLEAR_MARGIN]
+    assert not bad, "continuations depart where gemmad's choice is clear: %s" % bad
 
 
 def test_teacher_forced_top5(fixture):
