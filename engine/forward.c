@@ -237,7 +237,7 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
     *out = NULL;
     if (err && errlen) err[0] = 0;
     if (!m || !kv || !opts || opts->max_tokens < 1 || opts->max_seqs < 1 ||
-        opts->max_logit_rows < 0 || opts->max_tokens > (1 << 20)) {
+        opts->max_logit_rows < 0 || opts->max_tokens > (1 << 20) || opts->max_ctx < 0) {
         if (err) snprintf(err, errlen, "fwd_create: invalid options (max_tokens %d, max_seqs "
                           "%d, max_logit_rows %d)", opts ? opts->max_tokens : 0,
                           opts ? opts->max_seqs : 0, opts ? opts->max_logit_rows : 0);
@@ -370,7 +370,7 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
     }
     c->rope_cs = xalloc((size_t)c->n_rope * T * (size_t)c->max_rot * sizeof(float), &fail);
     c->attn_chunks = pool_size(c->pool) * 8;
-    const int max_span = fwd_attn_max_span(m, kv);
+    const int max_span = fwd_attn_max_span(m, kv, c->o.max_ctx);
     c->attn_stride = fwd_attn_scratch_floats(m, max_span);
     c->attn_score_floats = fwd_attn_score_floats(m, max_span);
     c->attn_scratch =
@@ -455,6 +455,7 @@ static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_s
         if (!q->tokens || q->n_tokens < 1 || q->pos < 0 || !q->kv) return FWD_EINVAL;
         if (q->n_tokens > c->o.max_tokens - rows) return FWD_EINVAL;
         if ((int64_t)q->pos + q->n_tokens > (int64_t)1 << 30) return FWD_EINVAL;
+        if (c->o.max_ctx > 0 && q->pos + q->n_tokens > c->o.max_ctx) return FWD_EINVAL;
         for (int i = 0; i < q->n_tokens; i++)
             if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.n_vocab) return FWD_EINVAL;
         rows += q->n_tokens;

@@ -55,6 +55,8 @@ struct fwd_opts {
     int n_threads;              /* compute threads (0 = physical cores) */
     enum fwd_device device;     /* CPU, CUDA, or AUTO */
     int deterministic;          /* 1: no shape-dependent kernel choice, no BLAS */
+    int max_ctx;                /* most positions one sequence reaches (0: as many as the
+                                 * pool's full layers hold); sizes the attention scratch */
 };
 
 int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,

@@ -199,16 +199,15 @@ static inline size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 /* Score columns one query vector needs at most: its visible keys plus alignment slack. */
 static size_t attn_max_cols(int max_span) { return (size_t)max_span + 2 * ATTN_BLOCK; }
 
-/* The most keys one row may see: a full layer's cache capacity (fwd_run refuses positions
- * past it), a sliding layer's window. */
-int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv) {
+/* The most keys one row may see: a sliding layer's window, a global layer's context
+ * (max_ctx when given, else what the pool's full layers hold; fwd_run refuses more). */
+int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx) {
+    int ctx = kv->n_blocks[KVS_FULL] * kv->block_size;
+    if (max_ctx > 0 && (max_ctx < ctx || ctx == 0)) ctx = max_ctx;
+    const int w = m->cfg.sliding_window;
     int span = 1;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        const struct model_layer_cfg *lc = &m->cfg.layer[l];
-        int s = kv->cls[lc->kv_layer] == KVS_FULL ? kv->n_blocks[KVS_FULL] * kv->block_size
-                                                  : m->cfg.sliding_window;
-        if (lc->sliding && m->cfg.sliding_window > 0 && m->cfg.sliding_window < s)
-            s = m->cfg.sliding_window;
+        const int s = m->cfg.layer[l].sliding && w > 0 ? w : ctx;
         span = s > span ? s : span;
     }
     return span;
@@ -217,13 +216,13 @@ int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv) {
 /* Per-chunk scratch (floats) for the largest layer, laid out by attn_tile_run. max_span is
  * the most keys one row may see (the full layers' cache capacity or the sliding window). */
 size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
+    const size_t pcap = fwd_attn_score_floats(m, max_span);
     size_t mx = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
         const size_t g = (size_t)(lc->n_head / lc->n_head_kv);
         const size_t R = (size_t)attn_tile_rows((int)g), nq = R * g;
         const size_t hd = (size_t)lc->head_dim, hdv = (size_t)lc->head_dim_v;
-        const size_t pcap = fwd_attn_score_floats(m, max_span);
         size_t n = up16(nq * hd) + up16(nq * hdv) + up16(ATTN_BLOCK * hd) +
                    up16(ATTN_BLOCK * hdv) + 2 * up16(R) + pcap;
         if (n > mx) mx = n;

@@ -111,7 +111,7 @@ void fwd_kv_write(struct fwd_ctx *c, int layer);
 void fwd_attention(struct fwd_ctx *c, int layer);
 size_t fwd_attn_scratch_floats(const struct model *m, int max_span);
 size_t fwd_attn_score_floats(const struct model *m, int max_span);
-int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv);
+int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx);
 
 /* forward.c */
 void fwd_rms_norm(float *y, const float *x, const float *w, int n, float eps);

@@ -691,6 +691,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         goto fail;
     }
     struct fwd_opts fo = {.max_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
+                          .max_ctx = o->n_ctx,
                           .max_logit_rows = o->max_seqs, .n_threads = o->n_threads,
                           .device = o->device, .deterministic = o->deterministic};
     int frc = fwd_create(m, s->pool, &fo, &s->fwd, err, errlen);

@@ -311,6 +311,24 @@ static void test_invalid_steps(void) {
     T_ASSERT(fwd_run(e.fwd, two, 2, lg) == FWD_EINVAL);  /* more sequences than max_seqs */
     q = (struct fwd_seq){ok, 1, 0, &s.kv, FWD_LOGITS_LAST};
     T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_OK);
+    /* a table that names more blocks than the pool has: the position is still refused */
+    int32_t many[3] = {0, 1, 1};
+    struct kvs_seq alias = s.kv;
+    alias.full = many;
+    alias.n_full = 3;
+    q = (struct fwd_seq){ok, 1, 32, &alias, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_EKV);
+    /* max_ctx: positions up to it run, a step past it is refused */
+    struct fwd_opts o = {.max_tokens = 8, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
+                         .device = FWD_DEVICE_CPU, .deterministic = 1, .max_ctx = 20};
+    struct fwd_ctx *f = NULL;
+    char err[256];
+    T_ASSERTF(fwd_create(m, e.kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    q = (struct fwd_seq){ok, 2, 19, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_EINVAL);
+    q = (struct fwd_seq){ok, 8, 12, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    fwd_destroy(f);
     free(lg);
     env_free(&e);
     model_free(m);
