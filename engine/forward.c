@@ -374,7 +374,7 @@ int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts
     c->attn_stride = fwd_attn_scratch_floats(m, max_span);
     c->attn_score_floats = fwd_attn_score_floats(m, max_span);
     c->attn_scratch =
-        xalloc((size_t)c->attn_chunks * c->attn_stride * sizeof(float), &fail);
+        xalloc((size_t)pool_size(c->pool) * c->attn_stride * sizeof(float), &fail);
     c->xsel = xalloc((size_t)c->o.max_logit_rows * E * sizeof(float), &fail);
     c->sel_row = xalloc((size_t)c->o.max_logit_rows * sizeof(int32_t), &fail);
     c->gelu_tab = gelu_table_create();

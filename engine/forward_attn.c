@@ -213,7 +213,7 @@ int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_
     return span;
 }
 
-/* Per-chunk scratch (floats) for the largest layer, laid out by attn_tile_run. max_span is
+/* Per-thread scratch (floats) for the largest layer, laid out by attn_subtile. max_span is
  * the most keys one row may see (the full layers' cache capacity or the sliding window). */
 size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
     const size_t pcap = fwd_attn_score_floats(m, max_span);
@@ -230,17 +230,17 @@ size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
     return (mx + 15) & ~(size_t)15;
 }
 
-/* Floats for the scores of a tile: a full tile of short rows, and at least one row (g
- * vectors of the widest head group) of the longest span. */
+/* Floats for the scores of a tile: all its query vectors over the longest span, so a tile
+ * runs whole (a sliding layer's tile, whose rows see windows that start at different
+ * places, may still be cut into fewer rows by attn_tile_run). */
 size_t fwd_attn_score_floats(const struct model *m, int max_span) {
-    size_t gmax = 1;
+    size_t nq = 1;
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        const size_t g = (size_t)(m->cfg.layer[l].n_head / m->cfg.layer[l].n_head_kv);
-        gmax = g > gmax ? g : gmax;
+        const int g = m->cfg.layer[l].n_head / m->cfg.layer[l].n_head_kv;
+        const size_t n = (size_t)attn_tile_rows(g) * (size_t)g;
+        nq = n > nq ? n : nq;
     }
-    const size_t one_row = gmax * attn_max_cols(max_span);
-    const size_t short_tile = (size_t)ATTN_TILE_QV * 64 * ATTN_BLOCK;
-    return up16(one_row > short_tile ? one_row : short_tile);
+    return up16(nq * attn_max_cols(max_span));
 }
 
 struct attn_job {
@@ -377,7 +377,7 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
 static void attn_task(void *arg, int task, int n_tasks) {
     const struct attn_job *J = arg;
     const struct fwd_ctx *c = J->c;
-    float *scr = J->c->attn_scratch + (size_t)task * J->c->attn_stride;
+    float *scr = J->c->attn_scratch + (size_t)pool_thread_index() * J->c->attn_stride;
     int64_t cum = 0;
     for (int r0 = 0; r0 < c->n_rows;) {
         const int r1 = attn_tile_end_row(J, r0);

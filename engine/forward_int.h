@@ -77,9 +77,10 @@ struct fwd_ctx {
     float *rope_cs;
 
     /* Attention: tiles (rows of one sequence x one KV head) are split by cost into at most
-     * attn_chunks pool tasks, each with its own scratch (fwd_attn_scratch_floats). */
+     * attn_chunks pool tasks; each pool thread has its own scratch (fwd_attn_scratch_floats,
+     * indexed by pool_thread_index). */
     int attn_chunks;
-    size_t attn_stride;         /* floats per chunk, a multiple of 16 (64-byte aligned) */
+    size_t attn_stride;         /* floats per thread, a multiple of 16 (64-byte aligned) */
     size_t attn_score_floats;   /* of which the tile's scores (fwd_attn_score_floats) */
     float *attn_scratch;
 

@@ -54,6 +54,7 @@ struct pool {
     atomic_int stop;   /* 1: workers exit */
     atomic_int sleepers;      /* workers asleep (or about to be) on wake_cv */
     atomic_int caller_sleeps; /* 1 while the caller is asleep (or about to be) on done_cv */
+    atomic_int named;         /* workers that took their index */
 };
 
 /* Takes and runs tasks until none is left. */
@@ -66,8 +67,14 @@ static void pool_drain(struct pool *p) {
     }
 }
 
+/* 0 for a thread inside pool_run (and any other thread), 1 .. n - 1 for a pool's workers. */
+static __thread int tls_index;
+
+int pool_thread_index(void) { return tls_index; }
+
 static void *pool_worker(void *vp) {
     struct pool *p = vp;
+    tls_index = atomic_fetch_add(&p->named, 1) + 1;
     unsigned seen = 0; /* gen starts at 0; a run may be published before we get here */
     for (;;) {
         unsigned g;
@@ -110,6 +117,7 @@ int pool_create(int n_threads, struct pool **out) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_sleeps, 0);
+    atomic_init(&p->named, 0);
     if ((rc = pthread_mutex_init(&p->lock, NULL))) goto fail_mutex;
     if ((rc = pthread_cond_init(&p->wake_cv, NULL))) goto fail_wake;
     if ((rc = pthread_cond_init(&p->done_cv, NULL))) goto fail_done;
@@ -163,7 +171,17 @@ int pool_size(const struct pool *p) {
     return p ? p->n_threads : 1;
 }
 
+static void pool_run_inner(struct pool *p, pool_fn fn, void *arg, int n_tasks);
+
 void pool_run(struct pool *p, pool_fn fn, void *arg, int n_tasks) {
+    /* the caller is thread 0 of this run, even if it is a worker of another pool */
+    const int saved = tls_index;
+    tls_index = 0;
+    pool_run_inner(p, fn, arg, n_tasks);
+    tls_index = saved;
+}
+
+static void pool_run_inner(struct pool *p, pool_fn fn, void *arg, int n_tasks) {
     if (n_tasks <= 0) return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
         for (int t = 0; t < n_tasks; t++)

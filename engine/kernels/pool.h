@@ -23,6 +23,10 @@ int pool_size(const struct pool *p);               /* threads including the call
 /* Runs fn over n_tasks tasks spread over the pool; p == NULL runs them inline. */
 void pool_run(struct pool *p, pool_fn fn, void *arg, int n_tasks);
 
+/* Which thread of the running pool_run the caller is: 0 for the thread that called
+ * pool_run, 1 .. pool_size - 1 for the workers; each runs one task at a time, so per-thread
+ * scratch indexed by this needs no locking. 0 outside any run. */
+int pool_thread_index(void);
 /* Physical cores of this machine (fallback: online CPUs). */
 int pool_default_threads(void);
 

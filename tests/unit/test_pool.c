@@ -127,6 +127,70 @@ static void test_tasks_spread_and_caller_participates(void) {
     free(c);
 }
 
+/* pool_thread_index: in range, 0 for the caller, one index per thread, never two tasks at
+ * once on one index (each task holds its index's slot while it sleeps), and the caller is
+ * 0 again for a run of a second pool started from inside a task of the first. */
+struct idx_state {
+    atomic_int busy[8];  /* tasks running on index i right now */
+    atomic_int bad;      /* out of range, caller not 0, or two at once */
+    pthread_t owner[8];  /* the thread seen with index i (guarded by lock) */
+    int seen[8];
+    pthread_mutex_t lock;
+    struct pool *inner;
+    atomic_int inner_bad;
+};
+
+static void inner_task(void *arg, int task, int n_tasks) {
+    (void)task, (void)n_tasks;
+    struct idx_state *s = arg;
+    const int i = pool_thread_index();
+    if (i < 0 || i >= 2) atomic_fetch_add(&s->inner_bad, 1);
+}
+
+static void idx_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    struct idx_state *s = arg;
+    const int i = pool_thread_index();
+    if (i < 0 || i >= 4) {
+        atomic_fetch_add(&s->bad, 1);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (!s->seen[i]) {
+        s->seen[i] = 1;
+        s->owner[i] = pthread_self();
+    } else if (!pthread_equal(s->owner[i], pthread_self())) {
+        atomic_fetch_add(&s->bad, 1);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (atomic_fetch_add(&s->busy[i], 1) != 0) atomic_fetch_add(&s->bad, 1);
+    struct timespec ts = {0, 500 * 1000};
+    nanosleep(&ts, NULL);
+    if (task == 5 && s->inner) pool_run(s->inner, inner_task, s, 8);
+    if (pool_thread_index() != i) atomic_fetch_add(&s->bad, 1); /* restored after the run */
+    atomic_fetch_sub(&s->busy[i], 1);
+}
+
+static void test_thread_index(void) {
+    struct pool *p = NULL, *q = NULL;
+    T_ASSERT(pool_create(4, &p) == 0);
+    T_ASSERT(pool_create(2, &q) == 0);
+    struct idx_state *s = calloc(1, sizeof(*s));
+    T_ASSERT(s);
+    pthread_mutex_init(&s->lock, NULL);
+    s->inner = q;
+    T_ASSERT(pool_thread_index() == 0);
+    for (int run = 0; run < 20; run++) pool_run(p, idx_task, s, 40);
+    T_ASSERT(atomic_load(&s->bad) == 0);
+    T_ASSERT(atomic_load(&s->inner_bad) == 0);
+    T_ASSERT(s->seen[0] && pthread_equal(s->owner[0], pthread_self()));
+    T_ASSERT(pool_thread_index() == 0);
+    pool_destroy(p);
+    pool_destroy(q);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
 /* Destroy right after create (workers maybe not started), and after workers went to sleep. */
 static void test_destroy_idle_and_fresh(void) {
     for (int i = 0; i < 50; i++) {
@@ -243,6 +307,7 @@ int main(int argc, char **argv) {
         T_CASE(test_sleep_wake_handover),
         T_CASE(test_results_visible_after_run),
         T_CASE(test_create_invalid_and_default),
+        T_CASE(test_thread_index),
         {0},
     };
     return t_main(argc, argv, cases);
