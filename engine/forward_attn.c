@@ -10,7 +10,8 @@
  * scores would not fit is run in fewer rows at a time. A row's result depends only on its
  * query, its position and the cache contents, not on the tile, batch or chunk it is
  * computed in. Tiles are spread over the pool by estimated cost (visible keys), not by row
- * count. Keys and values are always read back from the cache (also those written in this
+ * count; a step with fewer tiles than threads (one sequence decoding) runs each tile over
+ * the whole pool instead (split mode, the same bits). Keys and values are always read back from the cache (also those written in this
  * very step), so a prompt cut into chunks sees exactly the same (rounded) keys as a whole
  * one.
  */
@@ -284,29 +285,38 @@ static int64_t attn_tile_cost(const struct attn_job *J, int r0, int r1) {
     return cost + (hi - lo + 1) + 64;
 }
 
-/* Rows [r0, r1) (one sequence) x the g heads of KV head kvh, with the scores in scratch. */
-static void attn_subtile(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
-    struct fwd_ctx *c = J->c;
-    const struct kvs_pool *p = c->kv;
-    const enum kvs_dtype dt = p->dtype;
-    const struct kvs_seq *s = c->seqs[c->row_seq[r0]].kv;
+/* A tile's working set in one thread's scratch (attn_setup lays it out). */
+struct attn_view {
+    struct attn_tile t;
+    float *kb, *vb;   /* [ATTN_BLOCK][hd], [ATTN_BLOCK][hdv]: converted cache rows */
+    int tlo, thi;     /* union of the rows' visible ranges */
+};
+
+/* Scratch layout for rows [r0, r1) x the g heads of KV head kvh; with `fill`, also the
+ * queries and ranges (the split mode's helpers only use their own kb, vb and acc). */
+static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float *scr, int fill,
+                       struct attn_view *v) {
+    const struct fwd_ctx *c = J->c;
+    const enum kvs_dtype dt = c->kv->dtype;
     const int g = J->g, hd = J->hd, hdv = J->hdv, nh = g * J->nkv;
     const int R = r1 - r0, nq = R * g;
 
     float *qt = scr;                                        /* [nq][hd] */
     float *acc = qt + up16((size_t)nq * hd);                /* [nq][hdv] */
-    float *kb = acc + up16((size_t)nq * hdv);               /* [ATTN_BLOCK][hd] */
-    float *vb = kb + up16((size_t)ATTN_BLOCK * hd);         /* [ATTN_BLOCK][hdv] */
-    int32_t *lo = (int32_t *)(vb + up16((size_t)ATTN_BLOCK * hdv)); /* [R] */
+    v->kb = acc + up16((size_t)nq * hdv);                   /* [ATTN_BLOCK][hd] */
+    v->vb = v->kb + up16((size_t)ATTN_BLOCK * hd);          /* [ATTN_BLOCK][hdv] */
+    int32_t *lo = (int32_t *)(v->vb + up16((size_t)ATTN_BLOCK * hdv)); /* [R] */
     int32_t *hi = lo + up16((size_t)R);                     /* [R] */
     float *pm = (float *)(hi + up16((size_t)R));            /* [nq][ld_p] */
 
     int tlo = INT32_MAX, thi = -1;
     for (int i = 0; i < R; i++) {
-        lo[i] = attn_row_lo(J, r0 + i);
-        hi[i] = c->row_pos[r0 + i];
-        tlo = lo[i] < tlo ? lo[i] : tlo;
-        thi = hi[i] > thi ? hi[i] : thi;
+        const int l = attn_row_lo(J, r0 + i), h = c->row_pos[r0 + i];
+        tlo = l < tlo ? l : tlo;
+        thi = h > thi ? h : thi;
+        if (!fill) continue;
+        lo[i] = l;
+        hi[i] = h;
         const float *qrow = c->q + ((size_t)(r0 + i) * (size_t)nh + (size_t)kvh * g) * hd;
         float *dst = qt + (size_t)i * g * hd;
         /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
@@ -318,47 +328,137 @@ static void attn_subtile(const struct attn_job *J, int r0, int r1, int kvh, floa
     const int p0 = tlo & ~(ATTN_BLOCK - 1);
     const int ld = (thi - p0 + ATTN_BLOCK) & ~(ATTN_BLOCK - 1);
     /* llama.cpp rounds the probabilities to the V cache's type (F16) for P.V */
-    const struct attn_tile t = {R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVS_F16,
-                                lo, hi, qt, acc, pm, p0, ld};
-    attn_tile_begin(&t);
+    v->t = (struct attn_tile){R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVS_F16,
+                              lo, hi, qt, acc, pm, p0, ld};
+    v->tlo = tlo;
+    v->thi = thi;
+}
 
+/* One pass over the key blocks [b_first, b_last] (absolute starts) of tile t: K rows and
+ * `scores` (is_v = 0), or elements [d0, d0 + w) of the V rows and `pv` (t->hdv == w). */
+static void attn_pass(const struct attn_job *J, const struct attn_tile *t, int r0, int kvh,
+                      int tlo, int thi, int b_first, int b_last, int is_v, int d0, float *buf) {
+    const struct kvs_pool *p = J->c->kv;
+    const enum kvs_dtype dt = p->dtype;
+    const struct kvs_seq *s = J->c->seqs[J->c->row_seq[r0]].kv;
+    const int w = is_v ? t->hdv : t->hd, e0 = kvh * (is_v ? J->hdv : J->hd) + d0;
+    const size_t rb = is_v ? p->row_bytes_v[J->kvl] : p->row_bytes_k[J->kvl];
     /* When the cache blocks hold whole attention blocks (block size a multiple of
      * ATTN_BLOCK, the usual case), the rows of [j0, j1] are consecutive in one cache block:
      * one address computation per attention block instead of one per row. */
     const int same = p->block_size % ATTN_BLOCK == 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const int is_v = pass;
-        const int w = is_v ? hdv : hd;
-        float *buf = is_v ? vb : kb;
-        const size_t rb = is_v ? p->row_bytes_v[J->kvl] : p->row_bytes_k[J->kvl];
-        for (int b0 = p0; b0 <= thi; b0 += ATTN_BLOCK) {
-            const int j0 = tlo > b0 ? tlo - b0 : 0;
-            const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
-            const uint8_t *r0p = same ? kv_row(p, J->kvl, is_v, s, b0 + j0) : NULL;
-            for (int j = j0; j <= j1; j++) {
-                const uint8_t *row =
-                    same ? r0p + (size_t)(j - j0) * rb : kv_row(p, J->kvl, is_v, s, b0 + j);
-                float *d = buf + (size_t)j * w;
-                if (dt == KVS_F16)
-                    J->ops->cvt_f16((const uint16_t *)row + (size_t)kvh * w, d, w);
-                else
-                    load_seg(dt, row, kvh * w, d, w);
-            }
-            const struct attn_block blk = {b0, buf};
-            if (is_v) {
-                J->ops->pv(&t, &blk);
-                continue;
-            }
-            /* Keys the SIMD kernels may read for group alignment but nobody sees: finite. */
-            const int g0 = j0 & ~(ATTN_KGROUP - 1), g1 = j1 | (ATTN_KGROUP - 1);
-            if (g0 < j0) memset(kb + (size_t)g0 * hd, 0, (size_t)(j0 - g0) * hd * sizeof(float));
-            if (g1 > j1)
-                memset(kb + (size_t)(j1 + 1) * hd, 0, (size_t)(g1 - j1) * hd * sizeof(float));
-            J->ops->scores(&t, &blk);
+    for (int b0 = b_first; b0 <= b_last; b0 += ATTN_BLOCK) {
+        const int j0 = tlo > b0 ? tlo - b0 : 0;
+        const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi - b0 : ATTN_BLOCK - 1;
+        const uint8_t *r0p = same ? kv_row(p, J->kvl, is_v, s, b0 + j0) : NULL;
+        for (int j = j0; j <= j1; j++) {
+            const uint8_t *row =
+                same ? r0p + (size_t)(j - j0) * rb : kv_row(p, J->kvl, is_v, s, b0 + j);
+            float *d = buf + (size_t)j * w;
+            if (dt == KVS_F16)
+                J->ops->cvt_f16((const uint16_t *)row + (size_t)e0, d, w);
+            else
+                load_seg(dt, row, e0, d, w);
         }
-        if (!is_v) attn_tile_softmax(J->ops, &t);
+        const struct attn_block blk = {b0, buf};
+        if (is_v) {
+            J->ops->pv(t, &blk);
+            continue;
+        }
+        /* Keys the SIMD kernels may read for group alignment but nobody sees: finite. */
+        const int g0 = j0 & ~(ATTN_KGROUP - 1), g1 = j1 | (ATTN_KGROUP - 1);
+        if (g0 < j0) memset(buf + (size_t)g0 * w, 0, (size_t)(j0 - g0) * w * sizeof(float));
+        if (g1 > j1) memset(buf + (size_t)(j1 + 1) * w, 0, (size_t)(g1 - j1) * w * sizeof(float));
+        J->ops->scores(t, &blk);
     }
-    attn_tile_end(&t, c->att + ((size_t)r0 * nh + (size_t)kvh * g) * hdv, (size_t)nh * hdv);
+}
+
+/* Rows [r0, r1) (one sequence) x the g heads of KV head kvh, with the scores in scratch. */
+static void attn_subtile(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
+    const int nh = J->g * J->nkv;
+    struct attn_view v;
+    attn_setup(J, r0, r1, kvh, scr, 1, &v);
+    attn_tile_begin(&v.t);
+    const int last = v.thi & ~(ATTN_BLOCK - 1);
+    attn_pass(J, &v.t, r0, kvh, v.tlo, v.thi, v.t.p0, last, 0, 0, v.kb);
+    attn_tile_softmax(J->ops, &v.t);
+    attn_pass(J, &v.t, r0, kvh, v.tlo, v.thi, v.t.p0, last, 1, 0, v.vb);
+    attn_tile_end(&v.t, J->c->att + ((size_t)r0 * nh + (size_t)kvh * J->g) * J->hdv,
+                  (size_t)nh * J->hdv);
+}
+
+/* Split mode: one tile over the whole pool (a sequence decoding alone would otherwise leave
+ * all threads but one idle). Task t scores its share of the key blocks into the shared
+ * score matrix (each score computed once, as in attn_subtile); the calling thread runs the
+ * softmax; then task t accumulates its share of the output elements over all keys (each
+ * element's chain over the keys unchanged). Same bits as attn_subtile. */
+struct attn_split {
+    const struct attn_job *J;
+    int r0, r1, kvh;
+    struct attn_view shared; /* in the calling thread's scratch */
+    int n_blocks;            /* key blocks of the tile */
+};
+
+static float *attn_thread_scratch(const struct fwd_ctx *c) {
+    return c->attn_scratch + (size_t)pool_thread_index() * c->attn_stride;
+}
+
+static void attn_split_scores(void *arg, int task, int n_tasks) {
+    const struct attn_split *S = arg;
+    const struct attn_view *sv = &S->shared;
+    struct attn_view own;
+    attn_setup(S->J, S->r0, S->r1, S->kvh, attn_thread_scratch(S->J->c), 0, &own);
+    const int b_first = sv->t.p0 + (int)((int64_t)S->n_blocks * task / n_tasks) * ATTN_BLOCK;
+    const int b_last = sv->t.p0 + (int)((int64_t)S->n_blocks * (task + 1) / n_tasks) * ATTN_BLOCK - 1;
+    attn_pass(S->J, &sv->t, S->r0, S->kvh, sv->tlo, sv->thi, b_first, b_last, 0, 0, own.kb);
+}
+
+static void attn_split_pv(void *arg, int task, int n_tasks) {
+    const struct attn_split *S = arg;
+    const struct attn_job *J = S->J;
+    const struct attn_view *sv = &S->shared;
+    struct attn_view own;
+    attn_setup(J, S->r0, S->r1, S->kvh, attn_thread_scratch(J->c), 0, &own);
+    /* elements in whole 32s (a Q8_0 cache row dequantizes by blocks of 32) */
+    const int n32 = J->hdv / 32;
+    const int d0 = 32 * (int)((int64_t)n32 * task / n_tasks);
+    const int d1 = task == n_tasks - 1 ? J->hdv : 32 * (int)((int64_t)n32 * (task + 1) / n_tasks);
+    if (d1 <= d0) return;
+    struct attn_tile t = sv->t;
+    t.hdv = d1 - d0;
+    t.acc = own.t.acc;
+    attn_tile_begin(&t);
+    attn_pass(J, &t, S->r0, S->kvh, sv->tlo, sv->thi, t.p0, sv->thi & ~(ATTN_BLOCK - 1), 1, d0,
+              own.vb);
+    const int nh = J->g * J->nkv;
+    for (int r = 0; r < t.n_rows; r++)
+        for (int h = 0; h < t.g; h++)
+            memcpy(J->c->att + ((size_t)(S->r0 + r) * nh + (size_t)S->kvh * J->g + h) * J->hdv + d0,
+                   t.acc + ((size_t)r * t.g + h) * (size_t)t.hdv, (size_t)t.hdv * sizeof(float));
+}
+
+static void attn_tile_split(const struct attn_job *J, int r0, int r1, int kvh) {
+    struct attn_split S = {.J = J, .r0 = r0, .r1 = r1, .kvh = kvh};
+    attn_setup(J, r0, r1, kvh, J->c->attn_scratch, 1, &S.shared); /* thread 0's scratch */
+    S.n_blocks = ((S.shared.thi & ~(ATTN_BLOCK - 1)) - S.shared.t.p0) / ATTN_BLOCK + 1;
+    const int n = pool_size(J->c->pool);
+    pool_run(J->c->pool, attn_split_scores, &S, S.n_blocks < n ? S.n_blocks : n);
+    attn_tile_softmax(J->ops, &S.shared.t);
+    const int n32 = J->hdv / 32 > 0 ? J->hdv / 32 : 1;
+    pool_run(J->c->pool, attn_split_pv, &S, n32 < n ? n32 : n);
+}
+
+/* Whether every tile of the step runs whole (attn_tile_run would not cut it), as the split
+ * mode needs. */
+static int attn_split_fits(const struct attn_job *J) {
+    for (int r0 = 0; r0 < J->c->n_rows;) {
+        const int r1 = attn_tile_end_row(J, r0);
+        const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
+        const size_t need = (size_t)(r1 - r0) * (size_t)J->g * attn_max_cols(span);
+        if (need > J->c->attn_score_floats) return 0;
+        r0 = r1;
+    }
+    return 1;
 }
 
 /* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh, in as many rows at
@@ -377,7 +477,7 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
 static void attn_task(void *arg, int task, int n_tasks) {
     const struct attn_job *J = arg;
     const struct fwd_ctx *c = J->c;
-    float *scr = J->c->attn_scratch + (size_t)pool_thread_index() * J->c->attn_stride;
+    float *scr = attn_thread_scratch(J->c);
     int64_t cum = 0;
     for (int r0 = 0; r0 < c->n_rows;) {
         const int r1 = attn_tile_end_row(J, r0);
@@ -415,6 +515,14 @@ void fwd_attention(struct fwd_ctx *c, int layer) {
         r0 = r1;
     }
     if (n_tiles == 0) return;
+    if (n_tiles < pool_size(c->pool) && attn_split_fits(&J)) {
+        for (int r0 = 0; r0 < c->n_rows;) {
+            const int r1 = attn_tile_end_row(&J, r0);
+            for (int kvh = 0; kvh < J.nkv; kvh++) attn_tile_split(&J, r0, r1, kvh);
+            r0 = r1;
+        }
+        return;
+    }
     J.n_tasks = c->attn_chunks < n_tiles ? c->attn_chunks : n_tiles;
     pool_run(c->pool, attn_task, &J, J.n_tasks);
 }
