@@ -6,14 +6,14 @@
  * of ATTN_BLOCK aligned to absolute positions, twice (engine/kernels/attn.h): K blocks for
  * the scores, then the softmax of each query vector as llama.cpp computes it (probabilities
  * rounded to F16 for an F16 cache), then V blocks for P.V; each block's rows are converted
- * to f32 once per tile. The scores of a tile live in the task's scratch; a tile whose
- * scores would not fit is run in fewer rows at a time. A row's result depends only on its
- * query, its position and the cache contents, not on the tile, batch or chunk it is
+ * to f32 once per tile. The scores of a tile live in the pool thread's scratch; a tile
+ * whose scores would not fit is run in fewer rows at a time. A row's result depends only on
+ * its query, its position and the cache contents, not on the tile, batch or chunk it is
  * computed in. Tiles are spread over the pool by estimated cost (visible keys), not by row
  * count; a step with fewer tiles than threads (one sequence decoding) runs each tile over
- * the whole pool instead (split mode, the same bits). Keys and values are always read back from the cache (also those written in this
- * very step), so a prompt cut into chunks sees exactly the same (rounded) keys as a whole
- * one.
+ * the whole pool instead (split mode, the same bits). Keys and values are always read back
+ * from the cache (also those written in this very step), so a prompt cut into chunks sees
+ * exactly the same (rounded) keys as a whole one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -408,8 +408,9 @@ static void attn_split_scores(void *arg, int task, int n_tasks) {
     const struct attn_view *sv = &S->shared;
     struct attn_view own;
     attn_setup(S->J, S->r0, S->r1, S->kvh, attn_thread_scratch(S->J->c), 0, &own);
-    const int b_first = sv->t.p0 + (int)((int64_t)S->n_blocks * task / n_tasks) * ATTN_BLOCK;
-    const int b_last = sv->t.p0 + (int)((int64_t)S->n_blocks * (task + 1) / n_tasks) * ATTN_BLOCK - 1;
+    const int k0 = (int)((int64_t)S->n_blocks * task / n_tasks);
+    const int k1 = (int)((int64_t)S->n_blocks * (task + 1) / n_tasks);
+    const int b_first = sv->t.p0 + k0 * ATTN_BLOCK, b_last = sv->t.p0 + k1 * ATTN_BLOCK - 1;
     attn_pass(S->J, &sv->t, S->r0, S->kvh, sv->tlo, sv->thi, b_first, b_last, 0, 0, own.kb);
 }
 

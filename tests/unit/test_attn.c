@@ -186,7 +186,8 @@ static void check_softmax(enum kern_isa isa) {
                     /* exp's own error plus that of the f32 difference s - max (half an ulp) */
                     const double rel = 5e-7 + 1.2e-7 * fabs(log(want[j]));
                     /* F16 subnormals (below 2^-14) are 2^-24 apart */
-                    const double tol = fabs(w) * (rnd_p ? 1.0 / 1024 + rel : rel) + (rnd_p ? 0x1p-24 : 1e-30);
+                    const double tol = fabs(w) * (rnd_p ? 1.0 / 1024 + rel : rel) +
+                                       (rnd_p ? 0x1p-24 : 1e-30);
                     T_ASSERTF(fabs(p[j] - w) <= tol, "%s n %d scale %d round %d: p[%d] %g, want %g",
                               ops->name, n, sc, rnd_p, j, (double)p[j], w);
                     if (rnd_p)
@@ -300,7 +301,8 @@ int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_ref_vs_direct),   T_CASE(test_ref_invariance), T_CASE(test_avx2_invariance),
         T_CASE(test_avx2_vs_ref),     T_CASE(test_avx2_cvt_f16),   T_CASE(test_avx512_invariance),
-        T_CASE(test_avx512_vs_ref),   T_CASE(test_avx2_vs_ref_f16p), T_CASE(test_avx512_vs_ref_f16p),
+        T_CASE(test_avx512_vs_ref),   T_CASE(test_avx2_vs_ref_f16p),
+        T_CASE(test_avx512_vs_ref_f16p),
         T_CASE(test_ref_softmax),     T_CASE(test_avx2_softmax),   T_CASE(test_avx512_softmax),
         {0},
     };
