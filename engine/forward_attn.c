@@ -449,26 +449,29 @@ static void attn_tile_split(const struct attn_job *J, int r0, int r1, int kvh) {
     pool_run(J->c->pool, attn_split_pv, &S, n32 < n ? n32 : n);
 }
 
-/* Whether every tile of the step runs whole (attn_tile_run would not cut it), as the split
- * mode needs. */
+/* Rows of tile [r0, r1) whose scores the scratch holds at once: the whole tile, or fewer
+ * (at least one row, see fwd_attn_score_floats) when its rows' union span is long. */
+static int attn_tile_step(const struct attn_job *J, int r0, int r1) {
+    const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
+    const size_t per_row = (size_t)J->g * attn_max_cols(span);
+    const int step = (int)(J->c->attn_score_floats / per_row);
+    return step < 1 ? 1 : step > r1 - r0 ? r1 - r0 : step;
+}
+
+/* Whether every tile of the step runs whole, as the split mode needs. */
 static int attn_split_fits(const struct attn_job *J) {
     for (int r0 = 0; r0 < J->c->n_rows;) {
         const int r1 = attn_tile_end_row(J, r0);
-        const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
-        const size_t need = (size_t)(r1 - r0) * (size_t)J->g * attn_max_cols(span);
-        if (need > J->c->attn_score_floats) return 0;
+        if (attn_tile_step(J, r0, r1) < r1 - r0) return 0;
         r0 = r1;
     }
     return 1;
 }
 
-/* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh, in as many rows at
- * a time as the score scratch holds (always at least one row, see fwd_attn_score_floats). */
+/* One tile: rows [r0, r1) of one sequence x the g heads of KV head kvh, attn_tile_step rows
+ * at a time. */
 static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, float *scr) {
-    const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
-    const size_t per_row = (size_t)J->g * attn_max_cols(span);
-    int step = (int)(J->c->attn_score_floats / per_row);
-    step = step < 1 ? 1 : step;
+    const int step = attn_tile_step(J, r0, r1);
     for (int r = r0; r < r1; r += step) attn_subtile(J, r, r + step < r1 ? r + step : r1, kvh, scr);
 }
 

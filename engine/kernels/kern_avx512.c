@@ -687,25 +687,21 @@ KX_AI void kz_gemm_kq_batch(enum kx_kq k, const int TR, const int TC, const int 
 /* vec_dot and one activation: kz_tile_kq (rows one at a time, unpacked and multiplied in
  * one pass); more activations: kz_gemm_kq_batch, 4 x 4 tiles over 4 super-blocks
  * (kz_gemm_*) or 2 x 8 over 8 (kz_gemm1r_*, with the one-row streaming; see KZ_KQP_MAX). */
+#define KZ_GEMM_KQ(fname, name, kind, tr, tc, sb)                                                  \
+    static void fname(int64_t n, const void *w, size_t ws, int nw, const void *a, size_t as,      \
+                      int na, float *y, int ldy) {                                                 \
+        if (na == 1)                                                                               \
+            kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
+        else                                                                                       \
+            kz_gemm_kq_batch(kind, tr, tc, sb, n, w, ws, nw, a, as, na, y, ldy);                   \
+    }
 #define KZ_DEFINE_KQ(name, kind)                                                                   \
     KX_DEFINE(kz1, name, kz_tile_kq, kind, 1, 1, 1)                                                \
     static float kz_dot_##name(int64_t n, const void *w, const void *a) {                          \
         return kz1_dot_##name(n, w, a);                                                            \
     }                                                                                              \
-    static void kz_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,         \
-                               size_t as, int na, float *y, int ldy) {                             \
-        if (na == 1)                                                                               \
-            kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
-        else                                                                                       \
-            kz_gemm_kq_batch(kind, 4, 4, 4, n, w, ws, nw, a, as, na, y, ldy);                      \
-    }                                                                                              \
-    static void kz_gemm1r_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,       \
-                                 size_t as, int na, float *y, int ldy) {                           \
-        if (na == 1)                                                                               \
-            kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
-        else                                                                                       \
-            kz_gemm_kq_batch(kind, 2, 8, 8, n, w, ws, nw, a, as, na, y, ldy);                      \
-    }
+    KZ_GEMM_KQ(kz_gemm_##name, name, kind, 4, 4, 4)                                                \
+    KZ_GEMM_KQ(kz_gemm1r_##name, name, kind, 2, 8, 8)
 KZ_DEFINE_KQ(q4_K, KX_Q4_K)
 KZ_DEFINE_KQ(q5_K, KX_Q5_K)
 KZ_DEFINE_KQ(q6_K, KX_Q6_K)

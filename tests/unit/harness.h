@@ -21,11 +21,21 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* One xorshift64 step (13, 7, 17) of *s, returning the new state: the tests' deterministic
+ * random source (each test takes the bits it wants from it). */
+static inline uint64_t t_xorshift64(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
 
 struct t_case {
     const char *name;

@@ -84,10 +84,7 @@ static void dev_down(void *h, const void *d, size_t n) {
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
+    return (uint32_t)(t_xorshift64(&rng_state) >> 11);
 }
 static float frand(void) {
     return (float)(rnd() & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f;

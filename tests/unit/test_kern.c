@@ -28,10 +28,7 @@
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 
 static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(t_xorshift64(&rng_state) >> 16);
 }
 
 static float rnd_f(float lo, float hi) {

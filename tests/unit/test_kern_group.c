@@ -15,10 +15,7 @@
 
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 static uint32_t rng_u32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
+    return (uint32_t)(t_xorshift64(&rng) >> 32);
 }
 static float rng_f(void) { /* [-1, 1) */
     return (float)((double)rng_u32() / 2147483648.0 - 1.0);

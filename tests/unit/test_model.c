@@ -145,10 +145,7 @@ static void tiny_tensors(struct tiny *t) {
 
 static uint64_t rng_state = 0x12345678abcdefULL;
 static float frand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+    return (float)((t_xorshift64(&rng_state) >> 40) & 0xffffff) / 16777216.0f - 0.5f;
 }
 
 /* Builds the GGUF into a malloc'd buffer. */

@@ -26,10 +26,7 @@
 static uint64_t rng = 0x243F6A8885A308D3ULL;
 
 static uint32_t rnd_u32(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
+    return (uint32_t)(t_xorshift64(&rng) >> 16);
 }
 
 static float rnd_f(float lo, float hi) {

@@ -39,10 +39,7 @@ static uint8_t *read_file(const char *path, size_t *len) {
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
+    return (uint32_t)(t_xorshift64(&rng_state) >> 32);
 }
 
 /* Uniform in [-1, 1). */
