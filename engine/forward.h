@@ -10,8 +10,8 @@
  * Batch invariance: a row's results do not depend on which other rows share the step nor on
  * how a prompt is cut into chunks (kernels use a fixed per-row reduction order).
  *
- * All scratch memory is allocated by fwd_create for max_tokens rows per step; fwd_run
- * never allocates. On the CPU, fwd_create also repacks the Q8_0/Q5_0 weights into panels
+ * All scratch memory is allocated by fwd_create for max_tokens rows per step (the attention
+ * scores per compute thread for max_ctx positions); fwd_run never allocates. On the CPU, fwd_create also repacks the Q8_0/Q5_0 weights into panels
  * where the ISA has a panel kernel (engine/kernels/panel.h) and, for a tied-embedding model,
  * copies the rest it reads, so it stops reading the model's file mapping; the fwd_ctx owns
  * those copies. The model itself is never modified.
