@@ -54,8 +54,9 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf1
 ENGINE_SRC := $(wildcard engine/*.c) $(wildcard engine/kernels/*.c)
 SCHED_SRC := $(wildcard scheduler/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
+BASE_SRC := $(wildcard base/*.c)
 SERVER_SRC := $(filter-out %_main.c,$(wildcard server/*.c))
-LIB_SRC := $(ENGINE_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
+LIB_SRC := $(BASE_SRC) $(ENGINE_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
 
 # CUDA: host glue (engine/cuda/*.c) and kernels (*.cu) only with CUDA=1.
 CUDA_HOME ?= /usr/local/cuda

@@ -23,7 +23,7 @@
 #include "engine/gguf.h"
 #include "engine/kernels/panel.h"
 #include "engine/kernels/quant.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "engine/model.h"
 #ifdef GEMMAD_CUDA
 #include "engine/cuda/cuda_fwd.h"

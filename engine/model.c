@@ -16,7 +16,7 @@
 
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "engine/tokenizer.h"
 
 /* Loader state: the model being built, the arch prefix for keys, the error buffer. */

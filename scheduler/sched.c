@@ -26,7 +26,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "engine/tokenizer.h"
 #include "scheduler/kv.h"
 #include "scheduler/sample.h"
@@ -153,12 +154,6 @@ void sched_opts_default(struct sched_opts *o) {
     o->device = FWD_DEVICE_AUTO;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- histograms --------------------------------------------------------------------- */
 
 static void hist_init(struct sched_hist *h, const double *le, int n) {
@@ -200,7 +195,7 @@ static void emit_done(struct seq *q, enum sched_finish fin, const char *text, si
     ev.prompt_tokens = q->n_prompt;
     ev.completion_tokens = q->n_out;
     ev.cached_tokens = q->cached_tokens;
-    ev.queue_s = q->admitted ? q->queue_s : now_s() - q->t_submit;
+    ev.queue_s = q->admitted ? q->queue_s : clock_mono_s() - q->t_submit;
     emit(q, &ev);
 }
 
@@ -259,7 +254,7 @@ static void finish_running(struct sched *s, struct seq *q, enum sched_finish fin
     size_t n = (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH) ? final_text(q) : 0;
     emit_done(q, fin, q->done_text, n);
     if (q->session_id && (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH))
-        kv_session_put(s->kv, q->session_id, &q->kv, q->hist, q->n_kv, now_s());
+        kv_session_put(s->kv, q->session_id, &q->kv, q->hist, q->n_kv, clock_mono_s());
     else
         kv_seq_release(s->kv, &q->kv);
     run_remove(s, q);
@@ -426,7 +421,7 @@ static int handle_token(struct sched *s, struct seq *q) {
 }
 
 static void step(struct sched *s) {
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     int dec = 0;
     for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
@@ -490,7 +485,7 @@ static void step(struct sched *s) {
         else sample_task(&sj, 0, 1);
         for (int i = 0; i < n_sample; i++) handle_token(s, s->sampling[i]);
     }
-    double dt = now_s() - t0;
+    double dt = clock_mono_s() - t0;
     pthread_mutex_lock(&s->lock);
     hist_add(&s->h_batch, nb);
     hist_add(&s->h_tokens, n_tokens);
@@ -558,7 +553,7 @@ static void *sched_main(void *arg) {
                 clock_gettime(CLOCK_REALTIME, &ts);
                 ts.tv_sec += 1;
                 pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-                kv_session_expire(s->kv, now_s());
+                kv_session_expire(s->kv, clock_mono_s());
             } else {
                 pthread_cond_wait(&s->cond, &s->lock);
             }
@@ -567,7 +562,7 @@ static void *sched_main(void *arg) {
             pthread_mutex_unlock(&s->lock);
             break;
         }
-        double now = now_s();
+        double now = clock_mono_s();
         struct seq *gone = intake(s, now);
         int idle = s->n_run == 0;
         pthread_mutex_unlock(&s->lock);
@@ -822,7 +817,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);
-    q->t_submit = now_s();
+    q->t_submit = clock_mono_s();
 
     pthread_mutex_lock(&s->lock);
     int rc = SCHED_OK;

@@ -28,7 +28,8 @@
 #include "engine/kernels/kern.h"
 #include "engine/kernels/pool.h"
 #include "engine/kvstore.h"
-#include "engine/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "scheduler/sample.h"
@@ -218,12 +219,6 @@ static void parse_args(int argc, char **argv, struct cli_opts *o) {
     if (o->prompt && o->tokens) usage_die("give either -p or --tokens, not both");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static double rss_mib(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1.0;
@@ -379,12 +374,12 @@ static int32_t argmax(const float *x, int n) {
 /* ---- commands ---- */
 
 static struct model *load(const struct cli_opts *o, double *load_s) {
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     struct model *m = NULL;
     char err[512] = "";
     int rc = model_load(o->model, &m, err, sizeof err);
     if (rc != 0) die("%s: %s", o->model, err[0] ? err : "cannot load the model");
-    if (load_s) *load_s = now_s() - t0;
+    if (load_s) *load_s = clock_mono_s() - t0;
     LOG_I("cli", 0, "loaded %s (%s, %d layers, vocab %d)", m->name,
           model_arch_name(m->cfg.arch), m->cfg.n_layer, m->cfg.n_vocab);
     return m;
@@ -412,9 +407,9 @@ static int cmd_generate(const struct cli_opts *o) {
     runner_init(&r, m, o, n_prompt + o->n_gen + 1, 1);
     float *logits = malloc((size_t)V * sizeof(float));
     if (!logits) die("out of memory");
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     runner_feed(&r, ids, n_prompt, FWD_LOGITS_LAST, logits);
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     struct sched_sampling sp = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p,
                                 .min_p = o->min_p, .repetition_penalty = 1.0f,
                                 .seed = o->seed, .has_seed = 1};
@@ -450,7 +445,7 @@ static int cmd_generate(const struct cli_opts *o) {
         if (k > 0) fwrite(buf, 1, (size_t)k, stdout);
         putchar('\n');
     }
-    double t2 = now_s();
+    double t2 = clock_mono_s();
     LOG_I("cli", 0, "prompt %d tokens in %.3f s, generated %d in %.3f s", n_prompt, t1 - t0,
           n_out, t2 - t1);
     smp_ctx_destroy(smp);
@@ -606,14 +601,14 @@ static int cmd_bench_seqs(const struct cli_opts *o, struct model *m, const int32
     struct fwd_ctx *fwd = NULL;
     int rc = fwd_create(m, kv, &fo, &fwd, err, sizeof err);
     if (rc != 0) die("%s", err[0] ? err : fwd_strerror(rc));
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     for (int s = 0; s < ns; s++) {
         fs[s] = (struct fwd_seq){ids + (size_t)s * (size_t)np, np, 0, &kseq[s], FWD_LOGITS_LAST};
         if ((rc = fwd_run(fwd, &fs[s], 1, logits)) != 0)
             die("forward pass failed: %s", fwd_strerror(rc));
         next[s] = argmax(logits, V);
     }
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     for (int i = 0; i < ng; i++) {
         for (int s = 0; s < ns; s++)
             fs[s] = (struct fwd_seq){&next[s], 1, np + i, &kseq[s], FWD_LOGITS_LAST};
@@ -621,7 +616,7 @@ static int cmd_bench_seqs(const struct cli_opts *o, struct model *m, const int32
             die("forward pass failed: %s", fwd_strerror(rc));
         for (int s = 0; s < ns; s++) next[s] = argmax(logits + (size_t)s * (size_t)V, V);
     }
-    double t2 = now_s();
+    double t2 = clock_mono_s();
     printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"rss_mib\": %.1f, "
            "\"load_s\": %.3f, \"rss_after_load_mib\": %.1f, \"prompt_tokens\": %d, "
            "\"gen_tokens\": %d, \"seqs\": %d, \"threads\": %d, \"isa\": \"%s\"}\n",
@@ -667,14 +662,14 @@ static int cmd_bench(const struct cli_opts *o) {
     runner_init(&r, m, &oo, np + ng + 1, 1);
     float *logits = malloc((size_t)V * sizeof(float));
     if (!logits) die("out of memory");
-    double t0 = now_s();
+    double t0 = clock_mono_s();
     runner_feed(&r, ids, np, FWD_LOGITS_LAST, logits);
-    double t1 = now_s();
+    double t1 = clock_mono_s();
     for (int i = 0; i < ng; i++) {
         int32_t t = argmax(logits, V);
         runner_feed(&r, &t, 1, FWD_LOGITS_LAST, logits);
     }
-    double t2 = now_s();
+    double t2 = clock_mono_s();
     size_t file = m->gguf->map_size;
     printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"rss_mib\": %.1f, "
            "\"load_s\": %.3f, \"rss_after_load_mib\": %.1f, \"file_mib\": %.1f, "

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "config/config.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "server/server.h"
 
 extern char **environ;

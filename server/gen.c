@@ -14,7 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "engine/tokenizer.h"
 #include "server/openai.h"
 #include "server/server_int.h"
@@ -33,7 +34,7 @@ static void gen_on_event(void *user, const struct sched_event *ev) {
     it->next = NULL;
     it->choice = c;
     it->ev = *ev;
-    it->t = http_now();
+    it->t = clock_mono_s();
     memcpy(it->data, ev->text ? ev->text : "", tlen);
     it->ev.text = it->data;
     it->ev.text_len = tlen;
@@ -67,7 +68,7 @@ static void gen_out(struct hreq *hr, const char *data, size_t len) {
     }
     memcpy(hr->out + hr->out_len, data, len);
     hr->out_len += len;
-    hr->last_write = http_now();
+    hr->last_write = clock_mono_s();
     http_wake(hr);
 }
 
@@ -457,7 +458,7 @@ enum MHD_Result gen_start_json(struct hreq *hr, json_t *root, int is_chat) {
             gen_sse_choice(hr, i, NULL, p->prompt_text[i / p->n], p->prompt_text_len[i / p->n],
                            NULL, NULL);
     }
-    hr->last_write = http_now();
+    hr->last_write = clock_mono_s();
     enum MHD_Result ret = MHD_queue_response(hr->conn, 200, r);
     MHD_destroy_response(r);
     return ret;

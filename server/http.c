@@ -25,19 +25,14 @@
 #include <unistd.h>
 
 #include "engine/chat.h"
-#include "engine/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/openai.h"
 #include "server/server_int.h"
 
 #define HTTP_MOD "http"
-
-double http_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- replies --------------------------------------------------------------------------- */
 
@@ -146,7 +141,7 @@ static void *http_uri_log(void *cls, const char *uri, struct MHD_Connection *con
     hr->srv = s;
     hr->refs = 1;
     hr->id = ++s->next_id;
-    hr->t_start = http_now();
+    hr->t_start = clock_mono_s();
     hr->deadline = hr->t_start + s->cfg->request_timeout_s;
     size_t l = strcspn(uri ? uri : "", "?");
     if (l >= sizeof hr->path) l = sizeof hr->path - 1;
@@ -167,13 +162,13 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     *con_cls = NULL;
     if (hr->hc) {
         hr->hc->cur = NULL;
-        hr->hc->t_phase = http_now();
+        hr->hc->t_phase = clock_mono_s();
     }
     hr->mhd_done = 1;
     hr->conn = NULL;
     hr->suspended = 0;
     gen_cancel_all(hr);
-    double total = http_now() - hr->t_start;
+    double total = clock_mono_s() - hr->t_start;
     int status = hr->status ? hr->status : 499; /* no response: the client went away */
     metrics_http(&s->metrics, hr->route, status);
     double ttft = -1;
@@ -197,7 +192,7 @@ static void http_notify_conn(void *cls, struct MHD_Connection *conn, void **sock
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = ci ? ci->connect_fd : -1;
-        hc->t_phase = http_now();
+        hc->t_phase = clock_mono_s();
         hc->next = s->conns;
         if (s->conns) s->conns->prev = hc;
         s->conns = hc;
@@ -283,7 +278,7 @@ static enum MHD_Result http_upload(struct hreq *hr, const char *data, size_t *si
     size_t n = *size;
     *size = 0;
     hr->body_seen += n;
-    if (http_now() > hr->deadline) return MHD_NO; /* slow sender: close */
+    if (clock_mono_s() > hr->deadline) return MHD_NO; /* slow sender: close */
     if (hr->too_large || hr->body_len + n > (uint64_t)s->cfg->body_limit) {
         hr->too_large = 1;
         /* Discard a little past the limit so the 413 can be sent, then hang up. */
@@ -384,7 +379,7 @@ static void http_begin_drain(struct srv *s) {
         return;
     }
     s->state = SRV_DRAINING;
-    s->drain_deadline = http_now() + s->cfg->drain_timeout_s;
+    s->drain_deadline = clock_mono_s() + s->cfg->drain_timeout_s;
     if (s->sched) sched_drain(s->sched);
     LOG_I(HTTP_MOD, 0, "draining: %d generation requests running, deadline %.0f s",
           http_live_generation(s), s->cfg->drain_timeout_s);
@@ -406,7 +401,7 @@ static int http_peer_closed(int fd) {
 
 static void http_on_tick(uv_timer_t *t) {
     struct srv *s = t->data;
-    double now = http_now();
+    double now = clock_mono_s();
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) {
         if (hr->mhd_done) continue;
         if (hr->suspended && !hr->client_gone && hr->hc && http_peer_closed(hr->hc->fd)) {

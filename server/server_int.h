@@ -163,7 +163,6 @@ enum MHD_Result http_reply_error(struct hreq *hr, int status, const char *type,
     __attribute__((format(printf, 6, 7)));
 void http_wake(struct hreq *hr);
 void http_unref(struct hreq *hr);
-double http_now(void);
 
 /* routes.c */
 enum route_id route_lookup(const char *path, const char **allow);

@@ -7,18 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "engine/kernels/kern.h"
 #include "engine/kvstore.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 
 #define CB_BLOCK 16
-
-static double cb_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cb_argmax(const float *x, int n) {
     int b = 0;
@@ -139,22 +134,22 @@ int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char
 
     /* warm-up (first launches, allocator and clocks), then the single-sequence runs */
     if ((rc = cb_prefill(&b, 0, P < 16 ? P : 16, P)) != FWD_OK) goto fail_run;
-    double t0 = cb_now();
+    double t0 = clock_mono_s();
     if ((rc = cb_prefill(&b, 0, P, P)) != FWD_OK) goto fail_run;
-    const double t_prefill = cb_now() - t0;
+    const double t_prefill = clock_mono_s() - t0;
     pos0[0] = P;
-    t0 = cb_now();
+    t0 = clock_mono_s();
     if ((rc = cb_decode(&b, 1, pos0, G, qs)) != FWD_OK) goto fail_run;
-    const double t_dec1 = cb_now() - t0;
+    const double t_dec1 = clock_mono_s() - t0;
 
     /* S sequences: prompts prefilled one by one (not timed), then decoded together */
     for (int s = 0; s < S; s++) {
         if ((rc = cb_prefill(&b, s, SP, max_tokens)) != FWD_OK) goto fail_run;
         pos0[s] = SP;
     }
-    t0 = cb_now();
+    t0 = clock_mono_s();
     if ((rc = cb_decode(&b, S, pos0, G, qs)) != FWD_OK) goto fail_run;
-    const double t_decS = cb_now() - t0;
+    const double t_decS = clock_mono_s() - t0;
 
     snprintf(json, jsonlen,
              "{\"model\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, "

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 
 static __thread char cf_err_text[512];
 

@@ -31,7 +31,7 @@
 #include "engine/cuda/cuda_probe.h"
 #include "engine/cuda/cuda_rope.h"
 #include "engine/kernels/quant.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "engine/model.h"
 
 #define CF_ALIGN 256

@@ -13,7 +13,7 @@
 
 #include "engine/cuda/cuda_bench.h"
 #include "engine/kernels/kern.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 static int arg_int(const char *name, const char *v) {
     char *end = NULL;

@@ -5,8 +5,8 @@
  * comparison. log_set_level() is called once at start-up; log_write() may be called from any
  * thread (one write(2) per line, so lines from different threads never interleave).
  */
-#ifndef GEMMAD_LOG_H
-#define GEMMAD_LOG_H
+#ifndef GEMMAD_BASE_LOG_H
+#define GEMMAD_BASE_LOG_H
 
 #include <stdint.h>
 
