@@ -107,6 +107,9 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# The chat page is embedded by server/ui.c (.incbin), which -MMD cannot see.
+$(BUILD)/obj/server/ui.o: server/ui/index.html
+
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")

