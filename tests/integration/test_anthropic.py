@@ -34,7 +34,8 @@ def test_messages_plain(ac, client, model_id):
     assert m.usage.input_tokens > 5 and 0 < m.usage.output_tokens <= 16
     text, r = chat_greedy(client, model_id, MSG, 16)
     assert m.content[0].text == text
-    assert m.usage.input_tokens == r.usage.prompt_tokens
+    # Anthropic's accounting: computed + cache-read input tokens make the prompt.
+    assert m.usage.input_tokens + m.usage.cache_read_input_tokens == r.usage.prompt_tokens
     assert m.stop_reason == ("max_tokens" if r.choices[0].finish_reason == "length" else "end_turn")
 
 
@@ -81,7 +82,8 @@ def test_stream_helper(ac, model_id):
     assert text == plain.content[0].text == final.content[0].text
     assert final.stop_reason == plain.stop_reason
     assert final.usage.output_tokens == plain.usage.output_tokens
-    assert final.usage.input_tokens == plain.usage.input_tokens
+    assert (final.usage.input_tokens + final.usage.cache_read_input_tokens ==
+            plain.usage.input_tokens + plain.usage.cache_read_input_tokens)
 
 
 def test_stream_event_sequence(server, model_id):
@@ -111,6 +113,8 @@ def test_stream_event_sequence(server, model_id):
     start = datas[0]["message"]
     assert start["role"] == "assistant" and start["content"] == [] and start["stop_reason"] is None
     assert start["usage"]["input_tokens"] > 5
+    md0 = [d for d in datas if d["type"] == "message_delta"][0]["usage"]
+    assert md0["input_tokens"] + md0["cache_read_input_tokens"] == start["usage"]["input_tokens"]
     md = [d for d in datas if d["type"] == "message_delta"][0]
     assert md["delta"]["stop_reason"] in ("end_turn", "max_tokens")
     assert 0 < md["usage"]["output_tokens"] <= 8
@@ -123,7 +127,7 @@ def test_count_tokens(ac, model_id):
     system = "Be brief."
     c = ac.messages.count_tokens(model=model_id, system=system, messages=MSG)
     m = ac.messages.create(model=model_id, max_tokens=1, system=system, messages=MSG)
-    assert c.input_tokens == m.usage.input_tokens > 5
+    assert c.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens > 5
 
 
 def anthropic_error(r, status, etype, word):

@@ -1,0 +1,500 @@
+/*
+ * api_responses — see api_responses.h.
+ */
+#include "server/api_responses.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+
+/* ---- the store ------------------------------------------------------------------------- */
+
+struct resp_entry {
+    struct resp_entry *prev, *next; /* most recently used first */
+    char id[48];
+    char session[48];
+    json_t *messages;               /* the whole conversation, reply included (owned) */
+    double t;                       /* when stored (monotonic s) */
+};
+
+struct resp_store {
+    struct resp_entry *head, *tail;
+    int n, cap;
+    double ttl_s;
+};
+
+int resp_store_create(int cap, double ttl_s, struct resp_store **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return -1;
+    (*out)->cap = cap < 0 ? 0 : cap;
+    (*out)->ttl_s = ttl_s;
+    return 0;
+}
+
+static void resp_unlink(struct resp_store *s, struct resp_entry *e) {
+    if (e->prev) e->prev->next = e->next;
+    else s->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else s->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void resp_push_front(struct resp_store *s, struct resp_entry *e) {
+    e->next = s->head;
+    e->prev = NULL;
+    if (s->head) s->head->prev = e;
+    s->head = e;
+    if (!s->tail) s->tail = e;
+}
+
+static void resp_drop(struct resp_store *s, struct resp_entry *e) {
+    resp_unlink(s, e);
+    json_decref(e->messages);
+    free(e);
+    s->n--;
+}
+
+void resp_store_destroy(struct resp_store *s) {
+    if (!s) return;
+    while (s->head) resp_drop(s, s->head);
+    free(s);
+}
+
+int resp_store_count(const struct resp_store *s) { return s ? s->n : 0; }
+
+static void resp_expire(struct resp_store *s, double now) {
+    while (s->tail && (s->n > s->cap || (s->ttl_s > 0 && now - s->tail->t > s->ttl_s)))
+        resp_drop(s, s->tail);
+}
+
+/* Looks id up (and makes it the most recent), or NULL. */
+static struct resp_entry *resp_store_get(struct resp_store *s, const char *id, double now) {
+    if (!s) return NULL;
+    resp_expire(s, now);
+    for (struct resp_entry *e = s->head; e; e = e->next)
+        if (!strcmp(e->id, id)) {
+            resp_unlink(s, e);
+            resp_push_front(s, e);
+            return e;
+        }
+    return NULL;
+}
+
+/* Takes messages. */
+static void resp_store_put(struct resp_store *s, const char *id, const char *session,
+                           json_t *messages, double now) {
+    if (!s || s->cap == 0) {
+        json_decref(messages);
+        return;
+    }
+    struct resp_entry *e = calloc(1, sizeof *e);
+    if (!e) {
+        json_decref(messages);
+        return;
+    }
+    snprintf(e->id, sizeof e->id, "%s", id);
+    snprintf(e->session, sizeof e->session, "%s", session);
+    e->messages = messages;
+    e->t = now;
+    resp_push_front(s, e);
+    s->n++;
+    resp_expire(s, now);
+}
+
+/* ---- the request ------------------------------------------------------------------------- */
+
+static const char *const resp_part_types[] = {"input_text", "output_text", "text", NULL};
+
+/* One input item as a chat message appended to msgs. */
+static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
+    if (!json_is_object(it)) return api_fail(e, 400, "input", "input[%zu] must be an object", i);
+    json_t *type = api_field(it, "type");
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message") != 0))
+        return api_fail(e, 400, "input", "input[%zu]: items of type '%.40s' are not supported",
+                        i, json_is_string(type) ? json_string_value(type) : "?");
+    json_t *role = json_object_get(it, "role");
+    const char *r = json_is_string(role) ? json_string_value(role) : "";
+    if (!strcmp(r, "developer")) r = "system";
+    if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system"))
+        return api_fail(e, 400, "input",
+                        "input[%zu].role must be 'user', 'assistant', 'system' or 'developer'", i);
+    json_t *c = json_object_get(it, "content");
+    if (!c) return api_fail(e, 400, "input", "input[%zu].content is required", i);
+    char param[48];
+    snprintf(param, sizeof param, "input[%zu].content", i);
+    json_t *text = api_text_content(c, resp_part_types, param, e);
+    if (!text) {
+        snprintf(e->param, sizeof e->param, "input");
+        return -1;
+    }
+    json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", r, "content", text));
+    return 0;
+}
+
+static int resp_input(json_t *req, json_t *msgs, struct oai_error *e) {
+    json_t *in = api_field(req, "input");
+    if (!in) return api_fail(e, 400, "input", "'input' is required");
+    if (json_is_string(in)) {
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
+        return 0;
+    }
+    if (!json_is_array(in) || json_array_size(in) == 0)
+        return api_fail(e, 400, "input", "'input' must be a string or a non-empty array of items");
+    size_t i;
+    json_t *it;
+    json_array_foreach(in, i, it) if (resp_item(it, i, msgs, e)) return -1;
+    return 0;
+}
+
+/* text.format -> the chat response_format (whose rules then apply). */
+static int resp_text_format(json_t *req, json_t *chat, struct oai_error *e) {
+    json_t *text = api_field(req, "text");
+    if (!text) return 0;
+    if (!json_is_object(text)) return api_fail(e, 400, "text", "'text' must be an object");
+    json_t *f = api_field(text, "format");
+    if (!f) return 0;
+    json_t *t = json_is_object(f) ? json_object_get(f, "type") : NULL;
+    if (!json_is_string(t))
+        return api_fail(e, 400, "text.format", "'text.format' must be an object with a 'type'");
+    const char *ty = json_string_value(t);
+    if (!strcmp(ty, "text")) return 0;
+    if (!strcmp(ty, "json_object")) {
+        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+        return 0;
+    }
+    if (!strcmp(ty, "json_schema")) {
+        json_t *js = json_object();
+        static const char *const keys[] = {"name", "schema", "strict", "description"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (api_field(f, keys[i])) json_object_set(js, keys[i], json_object_get(f, keys[i]));
+        json_object_set_new(chat, "response_format",
+                            json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
+        return 0;
+    }
+    return api_fail(e, 400, "text.format", "text.format type '%.32s' is not supported", ty);
+}
+
+static int resp_scalars(json_t *req, int max_tokens, struct resp_req *r, struct oai_error *e) {
+    long long mo = 0;
+    const char *s = NULL;
+    r->store = 1;
+    if (api_int_field(req, "max_output_tokens", 1, max_tokens, &mo, e) ||
+        api_bool_field(req, "stream", &r->stream, e) ||
+        api_bool_field(req, "store", &r->store, e) ||
+        api_str_field(req, "instructions", 1 << 24, &s, e))
+        return -1;
+    s = NULL;
+    if (api_str_field(req, "previous_response_id", 64, &s, e)) return -1;
+    json_t *md = api_field(req, "metadata");
+    if (md && !json_is_object(md)) return api_fail(e, 400, "metadata", "'metadata' must be an object");
+    json_t *tools = api_field(req, "tools");
+    if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
+        return api_fail(e, 400, "tools", "'tools' is not supported");
+    if (mo) json_object_set_new(r->chat, "max_tokens", json_integer(mo));
+    if (r->stream) json_object_set_new(r->chat, "stream", json_true());
+    static const char *const same[] = {"model", "temperature", "top_p", "top_k", "seed", "user"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (api_field(req, same[i])) json_object_set(r->chat, same[i], json_object_get(req, same[i]));
+    /* Echoed in the response object, as the API does. */
+    static const char *const echo[] = {"instructions", "max_output_tokens", "temperature",
+                                       "top_p", "previous_response_id", "metadata", "text",
+                                       "user"};
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++)
+        if (api_field(req, echo[i])) json_object_set(r->echo, echo[i], json_object_get(req, echo[i]));
+    return 0;
+}
+
+int resp_to_chat(json_t *req, struct resp_store *st, int max_tokens, struct resp_req *r,
+                 struct oai_error *e) {
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    if (!json_is_object(req)) return api_fail(e, 400, NULL, "the request body must be a JSON object");
+    r->chat = json_object();
+    r->history = json_array();
+    r->echo = json_object();
+    json_t *msgs = json_array();
+    if (!r->chat || !r->history || !r->echo || !msgs) {
+        json_decref(msgs);
+        api_fail(e, 500, NULL, "out of memory");
+        goto fail;
+    }
+    api_new_id("resp_", r->id, sizeof r->id);
+    if (resp_scalars(req, max_tokens, r, e) || resp_text_format(req, r->chat, e)) goto fail_msgs;
+    json_t *prev = api_field(req, "previous_response_id");
+    snprintf(r->session, sizeof r->session, "%s", r->id);
+    if (prev) {
+        struct resp_entry *pe = resp_store_get(st, json_string_value(prev), clock_mono_s());
+        if (!pe) {
+            api_fail(e, 400, "previous_response_id", "previous response with id '%.64s' not found",
+                     json_string_value(prev));
+            goto fail_msgs;
+        }
+        json_array_extend(r->history, pe->messages);
+        snprintf(r->session, sizeof r->session, "%s", pe->session);
+    }
+    if (resp_input(req, r->history, e)) goto fail_msgs;
+    json_t *ins = api_field(req, "instructions");
+    if (ins) json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+    json_array_extend(msgs, r->history);
+    json_object_set_new(r->chat, "messages", msgs);
+    /* A conversation that may continue keeps its KV warm under one key for all its turns. */
+    if (r->store || prev) json_object_set_new(r->chat, "session_id", json_string(r->session));
+    return 0;
+fail_msgs:
+    json_decref(msgs);
+fail:
+    resp_req_free(r);
+    return -1;
+}
+
+void resp_req_free(struct resp_req *r) {
+    json_decref(r->chat);
+    json_decref(r->history);
+    json_decref(r->echo);
+    r->chat = r->history = r->echo = NULL;
+}
+
+void resp_map_error(struct oai_error *e) {
+    if (!strncmp(e->param, "messages", 8)) snprintf(e->param, sizeof e->param, "input");
+    else if (!strcmp(e->param, "max_tokens"))
+        snprintf(e->param, sizeof e->param, "max_output_tokens");
+    else if (!strcmp(e->param, "response_format"))
+        snprintf(e->param, sizeof e->param, "text.format");
+    else if (!strcmp(e->param, "session_id"))
+        snprintf(e->param, sizeof e->param, "previous_response_id");
+}
+
+/* ---- the response ------------------------------------------------------------------------ */
+
+struct resp_state {
+    struct resp_store *store;       /* NULL: do not store */
+    char id[48], msg_id[48], session[48];
+    char *model;
+    int64_t created;
+    json_t *history;                /* owned */
+    json_t *echo;                   /* owned */
+    int seq;                        /* next sequence_number */
+    int prompt_tokens;
+    char *text;                     /* stream: the text so far */
+    size_t text_len, text_cap;
+};
+
+static json_t *resp_usage(const struct api_result *r) {
+    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", r->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", r->cached_tokens, "output_tokens",
+                     r->completion_tokens, "output_tokens_details", "reasoning_tokens", 0,
+                     "total_tokens", r->prompt_tokens + r->completion_tokens);
+}
+
+static const char *resp_status(const struct api_result *r) {
+    if (!r) return "in_progress";
+    if (r->error || r->finish == SCHED_FINISH_ERROR) return "failed";
+    if (r->finish == SCHED_FINISH_LENGTH || r->finish == SCHED_FINISH_DEADLINE) return "incomplete";
+    if (r->finish == SCHED_FINISH_CANCELLED) return "cancelled";
+    return "completed";
+}
+
+static json_t *resp_echo_or(const struct resp_state *s, const char *k, json_t *dflt) {
+    json_t *v = json_object_get(s->echo, k);
+    if (v) {
+        json_decref(dflt);
+        return json_incref(v);
+    }
+    return dflt;
+}
+
+static json_t *resp_part(const char *text, size_t len) {
+    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
+                     oai_string(text, len), "annotations", "logprobs");
+}
+
+static json_t *resp_item_json(const struct resp_state *s, const char *status, json_t *content) {
+    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", s->msg_id, "type", "message", "status",
+                     status, "role", "assistant", "content", content);
+}
+
+/* The response object; r NULL: in progress (no output, no usage yet). */
+static json_t *resp_object(const struct resp_state *s, const struct api_result *r,
+                           const char *text, size_t len) {
+    const char *status = resp_status(r);
+    json_t *output = json_array();
+    if (r && strcmp(status, "failed") != 0)
+        json_array_append_new(output,
+                              resp_item_json(s, !strcmp(status, "incomplete") ? "incomplete"
+                                                                              : "completed",
+                                             json_pack("[o]", resp_part(text, len))));
+    json_t *err = json_null(), *inc = json_null();
+    if (r && !strcmp(status, "failed")) {
+        const char *m = r->error ? r->error : "generation failed";
+        json_decref(err);
+        err = json_pack("{s:s,s:o}", "code", "server_error", "message", oai_string(m, strlen(m)));
+    }
+    if (r && !strcmp(status, "incomplete")) {
+        json_decref(inc);
+        inc = json_pack("{s:s}", "reason", r->finish == SCHED_FINISH_LENGTH ? "max_output_tokens"
+                                                                             : "timeout");
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:s,s:o}", "id", s->id, "object", "response",
+                          "created_at", (json_int_t)s->created, "status", status, "error", err,
+                          "incomplete_details", inc, "model", s->model, "output", output);
+    json_object_set_new(o, "instructions", resp_echo_or(s, "instructions", json_null()));
+    json_object_set_new(o, "max_output_tokens", resp_echo_or(s, "max_output_tokens", json_null()));
+    json_object_set_new(o, "parallel_tool_calls", json_true());
+    json_object_set_new(o, "previous_response_id",
+                        resp_echo_or(s, "previous_response_id", json_null()));
+    json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
+    json_object_set_new(o, "store", json_boolean(s->store != NULL));
+    json_object_set_new(o, "temperature", resp_echo_or(s, "temperature", json_real(1.0)));
+    json_object_set_new(o, "text", resp_echo_or(s, "text", json_pack("{s:{s:s}}", "format",
+                                                                      "type", "text")));
+    json_object_set_new(o, "tool_choice", json_string("auto"));
+    json_object_set_new(o, "tools", json_array());
+    json_object_set_new(o, "top_p", resp_echo_or(s, "top_p", json_real(1.0)));
+    json_object_set_new(o, "truncation", json_string("disabled"));
+    json_object_set_new(o, "usage", r ? resp_usage(r) : json_null());
+    json_object_set_new(o, "user", resp_echo_or(s, "user", json_null()));
+    json_object_set_new(o, "metadata", resp_echo_or(s, "metadata", json_object()));
+    return o;
+}
+
+/* The conversation with its reply goes into the store (a finished, non-failed reply). */
+static void resp_keep(struct resp_state *s, const struct api_result *r, const char *text,
+                      size_t len) {
+    if (!s->store || r->error || r->finish == SCHED_FINISH_ERROR ||
+        r->finish == SCHED_FINISH_CANCELLED)
+        return;
+    json_t *m = json_deep_copy(s->history);
+    if (!m) return;
+    json_array_append_new(m, json_pack("{s:s,s:o}", "role", "assistant", "content",
+                                       oai_string(text, len)));
+    resp_store_put(s->store, s->id, s->session, m, clock_mono_s());
+}
+
+static json_t *resp_reply(void *st, const struct api_result *r) {
+    struct resp_state *s = st;
+    const char *t = r->text ? r->text : "";
+    size_t n = r->text ? r->text_len : 0;
+    resp_keep(s, r, t, n);
+    return resp_object(s, r, t, n);
+}
+
+/* Appends event `type` (payload j, which gets type and sequence_number) to *buf. */
+static void resp_put(struct resp_state *s, char **buf, size_t *len, const char *type, json_t *j) {
+    if (!j) return;
+    json_object_set_new(j, "type", json_string(type));
+    json_object_set_new(j, "sequence_number", json_integer(s->seq++));
+    api_sse_append(buf, len, type, j);
+}
+
+static char *resp_stream_start(void *st, size_t *len) {
+    struct resp_state *s = st;
+    char *buf = NULL;
+    *len = 0;
+    resp_put(s, &buf, len, "response.created",
+             json_pack("{s:o}", "response", resp_object(s, NULL, "", 0)));
+    resp_put(s, &buf, len, "response.in_progress",
+             json_pack("{s:o}", "response", resp_object(s, NULL, "", 0)));
+    resp_put(s, &buf, len, "response.output_item.added",
+             json_pack("{s:i,s:o}", "output_index", 0, "item",
+                       resp_item_json(s, "in_progress", json_array())));
+    resp_put(s, &buf, len, "response.content_part.added",
+             json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->msg_id, "output_index", 0,
+                       "content_index", 0, "part", resp_part("", 0)));
+    return buf;
+}
+
+static char *resp_stream_delta(void *st, const char *text, size_t n, size_t *len) {
+    struct resp_state *s = st;
+    char *buf = NULL;
+    *len = 0;
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap : 256;
+        while (cap < s->text_len + n + 1) cap *= 2;
+        char *b = realloc(s->text, cap);
+        if (!b) return NULL;
+        s->text = b;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, text, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    resp_put(s, &buf, len, "response.output_text.delta",
+             json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->msg_id, "output_index", 0,
+                       "content_index", 0, "delta", oai_string(text, n), "logprobs"));
+    return buf;
+}
+
+static char *resp_stream_end(void *st, const struct api_result *r, size_t *len) {
+    struct resp_state *s = st;
+    char *buf = NULL;
+    *len = 0;
+    const char *t = s->text ? s->text : "";
+    const char *status = resp_status(r);
+    if (!strcmp(status, "failed")) {
+        const char *m = r->error ? r->error : "generation failed";
+        resp_put(s, &buf, len, "error",
+                 json_pack("{s:s,s:o,s:n}", "code", "server_error", "message",
+                           oai_string(m, strlen(m)), "param"));
+        resp_put(s, &buf, len, "response.failed",
+                 json_pack("{s:o}", "response", resp_object(s, r, t, s->text_len)));
+        return buf;
+    }
+    resp_keep(s, r, t, s->text_len);
+    resp_put(s, &buf, len, "response.output_text.done",
+             json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->msg_id, "output_index", 0,
+                       "content_index", 0, "text", oai_string(t, s->text_len), "logprobs"));
+    resp_put(s, &buf, len, "response.content_part.done",
+             json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->msg_id, "output_index", 0,
+                       "content_index", 0, "part", resp_part(t, s->text_len)));
+    int incomplete = !strcmp(status, "incomplete");
+    resp_put(s, &buf, len, "response.output_item.done",
+             json_pack("{s:i,s:o}", "output_index", 0, "item",
+                       resp_item_json(s, incomplete ? "incomplete" : "completed",
+                                      json_pack("[o]", resp_part(t, s->text_len)))));
+    resp_put(s, &buf, len, incomplete ? "response.incomplete" : "response.completed",
+             json_pack("{s:o}", "response", resp_object(s, r, t, s->text_len)));
+    return buf;
+}
+
+static json_t *resp_error_body(const struct oai_error *e) {
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message",
+                     oai_string(e->msg, strlen(e->msg)), "type",
+                     e->type ? e->type : "invalid_request_error", "param",
+                     e->param[0] ? json_string(e->param) : json_null(), "code",
+                     e->code ? json_string(e->code) : json_null());
+}
+
+static void resp_destroy(void *st) {
+    struct resp_state *s = st;
+    if (!s) return;
+    json_decref(s->history);
+    json_decref(s->echo);
+    free(s->model);
+    free(s->text);
+    free(s);
+}
+
+struct api_shape *resp_shape_create(struct resp_req *r, const char *model, int64_t created,
+                                    struct resp_store *st) {
+    struct api_shape *sh = calloc(1, sizeof *sh);
+    struct resp_state *s = calloc(1, sizeof *s);
+    if (!sh || !s || !(s->model = strdup(model))) {
+        free(sh);
+        resp_destroy(s);
+        return NULL;
+    }
+    snprintf(s->id, sizeof s->id, "%s", r->id);
+    snprintf(s->session, sizeof s->session, "%s", r->session);
+    api_new_id("msg_", s->msg_id, sizeof s->msg_id);
+    s->created = created;
+    s->store = r->store ? st : NULL;
+    s->history = r->history;
+    s->echo = r->echo;
+    r->history = r->echo = NULL;
+    *sh = (struct api_shape){s, resp_stream_start, resp_stream_delta, resp_stream_end,
+                             resp_reply, resp_error_body, resp_destroy};
+    return sh;
+}
