@@ -69,12 +69,12 @@ static int anth_stops(json_t *req, json_t **stops, struct oai_error *e) {
     return 0;
 }
 
-int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops,
-                 struct oai_error *e) {
+int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops, struct oai_error *e) {
     memset(e, 0, sizeof *e);
     *chat = NULL;
     *stops = NULL;
-    if (!json_is_object(req)) return api_fail(e, 400, NULL, "the request body must be a JSON object");
+    if (!json_is_object(req))
+        return api_fail(e, 400, NULL, "the request body must be a JSON object");
     json_t *c = json_object();
     json_t *msgs = json_array();
     if (!c || !msgs) {
@@ -128,14 +128,22 @@ struct anth_state {
 
 static const char *anth_error_type(int status) {
     switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "overloaded_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
     }
 }
 
@@ -152,7 +160,8 @@ static void anth_stop(const struct anth_state *s, const struct api_result *r, js
                       json_t **seq) {
     const char *why = "end_turn";
     *seq = json_null();
-    if (r->finish == SCHED_FINISH_LENGTH) why = "max_tokens";
+    if (r->finish == SCHED_FINISH_LENGTH)
+        why = "max_tokens";
     else if (r->finish == SCHED_FINISH_STOP && r->stop_index >= 0 && s->stops &&
              (size_t)r->stop_index < json_array_size(s->stops)) {
         why = "stop_sequence";
@@ -165,8 +174,8 @@ static void anth_stop(const struct anth_state *s, const struct api_result *r, js
  * the cached part is known (clients take the later values). */
 static json_t *anth_usage(const struct api_result *r) {
     return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", r->prompt_tokens - r->cached_tokens,
-                     "cache_creation_input_tokens", 0, "cache_read_input_tokens",
-                     r->cached_tokens, "output_tokens", r->completion_tokens);
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", r->cached_tokens,
+                     "output_tokens", r->completion_tokens);
 }
 
 static json_t *anth_message(const struct anth_state *s, json_t *content, json_t *reason,
@@ -191,11 +200,11 @@ static char *anth_stream_start(void *st, size_t *len) {
     *len = 0;
     struct api_result r0 = {.prompt_tokens = s->prompt_tokens};
     json_t *msg = anth_message(s, json_array(), json_null(), json_null(), anth_usage(&r0));
-    api_sse_append(&buf, len, "message_start", json_pack("{s:s,s:o}", "type", "message_start",
-                                                   "message", msg));
+    api_sse_append(&buf, len, "message_start",
+                   json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
     api_sse_append(&buf, len, "content_block_start",
-             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
-                       "content_block", "type", "text", "text", ""));
+                   json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
+                             "content_block", "type", "text", "text", ""));
     api_sse_append(&buf, len, "ping", json_pack("{s:s}", "type", "ping"));
     return buf;
 }
@@ -205,8 +214,8 @@ static char *anth_stream_delta(void *st, const char *text, size_t n, size_t *len
     char *buf = NULL;
     *len = 0;
     api_sse_append(&buf, len, "content_block_delta",
-             json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
-                       "delta", "type", "text_delta", "text", oai_string(text, n)));
+                   json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
+                             "delta", "type", "text_delta", "text", oai_string(text, n)));
     return buf;
 }
 
@@ -216,18 +225,18 @@ static char *anth_stream_end(void *st, const struct api_result *r, size_t *len) 
     *len = 0;
     if (r->error || r->finish == SCHED_FINISH_ERROR) {
         const char *m = r->error ? r->error : "generation failed";
-        api_sse_append(&buf, len, "error", json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error",
-                                               "type", "api_error", "message",
-                                               oai_string(m, strlen(m))));
+        api_sse_append(&buf, len, "error",
+                       json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", "api_error",
+                                 "message", oai_string(m, strlen(m))));
         return buf;
     }
     json_t *reason, *seq;
     anth_stop(s, r, &reason, &seq);
     api_sse_append(&buf, len, "content_block_stop",
-             json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+                   json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
     api_sse_append(&buf, len, "message_delta",
-             json_pack("{s:s,s:{s:o,s:o},s:o}", "type", "message_delta", "delta", "stop_reason",
-                       reason, "stop_sequence", seq, "usage", anth_usage(r)));
+                   json_pack("{s:s,s:{s:o,s:o},s:o}", "type", "message_delta", "delta",
+                             "stop_reason", reason, "stop_sequence", seq, "usage", anth_usage(r)));
     api_sse_append(&buf, len, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     return buf;
 }
@@ -251,7 +260,7 @@ struct api_shape *anth_shape_create(const char *model, json_t *stops, int prompt
     api_new_id("msg_", s->id, sizeof s->id);
     s->stops = json_incref(stops);
     s->prompt_tokens = prompt_tokens;
-    *sh = (struct api_shape){s, anth_stream_start, anth_stream_delta, anth_stream_end,
-                             anth_reply, anth_error_body, anth_destroy};
+    *sh = (struct api_shape){s,          anth_stream_start, anth_stream_delta, anth_stream_end,
+                             anth_reply, anth_error_body,   anth_destroy};
     return sh;
 }

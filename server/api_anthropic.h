@@ -18,8 +18,7 @@
 /* Translates req into a new chat request (*chat). count_only: for count_tokens, where
  * max_tokens is not required and stream is ignored. *stops receives a new reference to
  * stop_sequences (or NULL) for the stop_sequence field. Returns 0 or -1 with e filled. */
-int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops,
-                 struct oai_error *e);
+int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops, struct oai_error *e);
 
 /* The shape for one request: model as answered, stop_sequences (a reference is taken) and
  * the prompt's token count (for message_start). NULL when out of memory. */

@@ -50,8 +50,7 @@ int api_str_field(json_t *obj, const char *name, size_t max_len, const char **ou
     json_t *v = api_field(obj, name);
     if (!v) return 0;
     if (!json_is_string(v) || json_string_length(v) > max_len)
-        return api_fail(e, 400, name, "'%s' must be a string of at most %zu bytes", name,
-                        max_len);
+        return api_fail(e, 400, name, "'%s' must be a string of at most %zu bytes", name, max_len);
     *out = json_string_value(v);
     return 0;
 }
@@ -79,8 +78,8 @@ json_t *api_text_content(json_t *c, const char *const *types, const char *param,
             return NULL;
         }
         if (!api_type_in(json_string_value(t), types)) {
-            api_fail(e, 400, param, "%s[%zu]: blocks of type '%.40s' are not supported", param,
-                     i, json_string_value(t));
+            api_fail(e, 400, param, "%s[%zu]: blocks of type '%.40s' are not supported", param, i,
+                     json_string_value(t));
             return NULL;
         }
         if (!json_is_string(tx)) {
@@ -136,9 +135,11 @@ void api_new_id(const char *prefix, char *out, size_t cap) {
         static unsigned long long ctr;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        unsigned long long x = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30);
+        unsigned long long x =
+            (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30);
         x += ++ctr * 0x9e3779b97f4a7c15ull;
-        for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)(x >> (8 * (i % 8)) ^ i * 31);
+        for (size_t i = 0; i < sizeof r; i++)
+            r[i] = (unsigned char)(x >> (8 * (i % 8)) ^ i * 31);
     }
     int n = snprintf(out, cap, "%s", prefix);
     for (size_t i = 0; i < sizeof r && n + 2 < (int)cap; i++)

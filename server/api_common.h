@@ -45,12 +45,12 @@ void api_new_id(const char *prefix, char *out, size_t cap);
 
 /* What the completion flow knows when a generation ends. */
 struct api_result {
-    const char *text;          /* the whole output (non-stream) or NULL (stream) */
+    const char *text; /* the whole output (non-stream) or NULL (stream) */
     size_t text_len;
     enum sched_finish finish;
-    int stop_index;            /* which stop string ended it, or -1 (end of generation) */
+    int stop_index; /* which stop string ended it, or -1 (end of generation) */
     int prompt_tokens, completion_tokens, cached_tokens;
-    const char *error;         /* ERROR / failed outcome message, or NULL */
+    const char *error; /* ERROR / failed outcome message, or NULL */
 };
 
 /* A response shape other than OpenAI chat/completions. The flow calls, on the loop thread:

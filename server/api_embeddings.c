@@ -39,8 +39,10 @@ static int emb_one(json_t *x, size_t i, const struct tok_vocab *v, int n_ctx, st
         size_t m = json_array_size(x), j;
         json_t *t;
         if (m == 0) return api_fail(e, 400, "input", "input[%zu] must not be empty", i);
-        if (m > (size_t)n_ctx) n = (int)m; /* reported below without reading the ids */
-        else if (!(ids = malloc(m * sizeof *ids))) return api_fail(e, 500, NULL, "out of memory");
+        if (m > (size_t)n_ctx)
+            n = (int)m; /* reported below without reading the ids */
+        else if (!(ids = malloc(m * sizeof *ids)))
+            return api_fail(e, 500, NULL, "out of memory");
         else {
             json_array_foreach(x, j, t) {
                 if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -54,13 +56,14 @@ static int emb_one(json_t *x, size_t i, const struct tok_vocab *v, int n_ctx, st
             n = (int)m;
         }
     } else {
-        return api_fail(e, 400, "input", "input[%zu] must be a string or an array of token ids",
-                        i);
+        return api_fail(e, 400, "input", "input[%zu] must be a string or an array of token ids", i);
     }
     if (n > n_ctx) {
         free(ids);
-        api_fail(e, 400, "input", "input[%zu] has %d tokens; this model's maximum context "
-                 "length is %d tokens", i, n, n_ctx);
+        api_fail(e, 400, "input",
+                 "input[%zu] has %d tokens; this model's maximum context "
+                 "length is %d tokens",
+                 i, n, n_ctx);
         e->code = "context_length_exceeded";
         return -1;
     }
@@ -83,8 +86,10 @@ static int emb_options(json_t *req, int n_embd, enum emb_pooling dflt, struct em
         return api_fail(e, 400, "dimensions", "'dimensions' must be an integer");
     if (api_int_field(req, "dimensions", 1, 1 << 20, &d, e)) return -1;
     if (d != n_embd)
-        return api_fail(e, 400, "dimensions", "this model's embeddings have %d dimensions; "
-                        "other sizes are not supported", n_embd);
+        return api_fail(e, 400, "dimensions",
+                        "this model's embeddings have %d dimensions; "
+                        "other sizes are not supported",
+                        n_embd);
     s = NULL;
     r->pooling = dflt;
     if (api_str_field(req, "pooling", 16, &s, e)) return -1;
@@ -101,20 +106,21 @@ static int emb_options(json_t *req, int n_embd, enum emb_pooling dflt, struct em
     return 0;
 }
 
-int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd,
-              enum emb_pooling dflt, struct emb_req *r, struct oai_error *e) {
+int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd, enum emb_pooling dflt,
+              struct emb_req *r, struct oai_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
-    if (!json_is_object(req)) return api_fail(e, 400, NULL, "the request body must be a JSON object");
+    if (!json_is_object(req))
+        return api_fail(e, 400, NULL, "the request body must be a JSON object");
     if (emb_options(req, n_embd, dflt, r, e)) return -1;
     json_t *in = api_field(req, "input");
     if (!in) return api_fail(e, 400, "input", "'input' is required");
     /* One input: a string or a flat array of ids. Several: an array of those. */
-    int single = json_is_string(in) ||
-                 (json_is_array(in) && json_array_size(in) > 0 &&
-                  json_is_integer(json_array_get(in, 0)));
+    int single = json_is_string(in) || (json_is_array(in) && json_array_size(in) > 0 &&
+                                        json_is_integer(json_array_get(in, 0)));
     if (!single && (!json_is_array(in) || json_array_size(in) == 0))
-        return api_fail(e, 400, "input", "'input' must be a non-empty string, array of strings, "
+        return api_fail(e, 400, "input",
+                        "'input' must be a non-empty string, array of strings, "
                         "array of token ids or array of such arrays");
     size_t n = single ? 1 : json_array_size(in);
     if (n > EMB_MAX_INPUTS)
@@ -141,7 +147,8 @@ int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd,
 }
 
 void emb_req_free(struct emb_req *r) {
-    for (int i = 0; r->ids && i < r->n; i++) free(r->ids[i]);
+    for (int i = 0; r->ids && i < r->n; i++)
+        free(r->ids[i]);
     free(r->ids);
     free(r->len);
     memset(r, 0, sizeof *r);
@@ -151,14 +158,17 @@ void emb_pool(const float *rows, int n_rows, int n_embd, enum emb_pooling p, flo
     int first = p == EMB_POOL_LAST ? n_rows - 1 : 0;
     for (int k = 0; k < n_embd; k++) {
         double acc = 0; /* double: a long input's mean does not lose its small rows */
-        for (int i = first; i < n_rows; i++) acc += rows[(size_t)i * (size_t)n_embd + (size_t)k];
+        for (int i = first; i < n_rows; i++)
+            acc += rows[(size_t)i * (size_t)n_embd + (size_t)k];
         out[k] = (float)(acc / (n_rows - first));
     }
     double ss = 0;
-    for (int k = 0; k < n_embd; k++) ss += (double)out[k] * out[k];
+    for (int k = 0; k < n_embd; k++)
+        ss += (double)out[k] * out[k];
     if (ss > 0) {
         float inv = (float)(1.0 / sqrt(ss));
-        for (int k = 0; k < n_embd; k++) out[k] *= inv;
+        for (int k = 0; k < n_embd; k++)
+            out[k] *= inv;
     }
 }
 
@@ -172,7 +182,8 @@ static json_t *emb_base64(const float *v, int n) {
         for (int i = 0; i < n; i++) { /* little-endian float32, as OpenAI's clients read it */
             uint32_t u;
             memcpy(&u, &v[i], 4);
-            for (int b = 0; b < 4; b++) in[4 * i + b] = (unsigned char)(u >> (8 * b));
+            for (int b = 0; b < 4; b++)
+                in[4 * i + b] = (unsigned char)(u >> (8 * b));
         }
         size_t o = 0;
         for (size_t i = 0; i < nb; i += 3) {
@@ -195,13 +206,15 @@ json_t *emb_reply(const struct emb_req *r, const float *vecs, int n_embd, const 
     for (int i = 0; i < r->n; i++) {
         const float *v = vecs + (size_t)i * (size_t)n_embd;
         json_t *emb;
-        if (r->base64) emb = emb_base64(v, n_embd);
+        if (r->base64)
+            emb = emb_base64(v, n_embd);
         else {
             emb = json_array();
-            for (int k = 0; k < n_embd; k++) json_array_append_new(emb, json_real(v[k]));
+            for (int k = 0; k < n_embd; k++)
+                json_array_append_new(emb, json_real(v[k]));
         }
-        json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i,
-                                               "embedding", emb));
+        json_array_append_new(
+            data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", emb));
     }
     return json_pack("{s:s,s:o,s:s,s:{s:i,s:i}}", "object", "list", "data", data, "model", model,
                      "usage", "prompt_tokens", r->total, "total_tokens", r->total);

@@ -27,18 +27,18 @@ enum emb_pooling { EMB_POOL_MEAN = 0, EMB_POOL_LAST = 1 };
 #define EMB_MAX_INPUTS 2048
 
 struct emb_req {
-    int n;                     /* inputs */
-    int32_t **ids;             /* [n][len[i]] token ids (owned) */
+    int n;         /* inputs */
+    int32_t **ids; /* [n][len[i]] token ids (owned) */
     int *len;
-    int total;                 /* sum of len */
-    int base64;                /* encoding_format "base64" */
+    int total;  /* sum of len */
+    int base64; /* encoding_format "base64" */
     enum emb_pooling pooling;
 };
 
 /* Returns 0, or -1 with e filled (param names the field; an input longer than n_ctx is
  * 400 context_length_exceeded). */
-int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd,
-              enum emb_pooling dflt, struct emb_req *out, struct oai_error *e);
+int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd, enum emb_pooling dflt,
+              struct emb_req *out, struct oai_error *e);
 void emb_req_free(struct emb_req *r);
 
 /* Pools rows [n_rows][n_embd] into out[n_embd] and L2-normalises it (a zero vector stays

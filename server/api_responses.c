@@ -16,8 +16,8 @@ struct resp_entry {
     struct resp_entry *prev, *next; /* most recently used first */
     char id[48];
     char session[48];
-    json_t *messages;               /* the whole conversation, reply included (owned) */
-    double t;                       /* when stored (monotonic s) */
+    json_t *messages; /* the whole conversation, reply included (owned) */
+    double t;         /* when stored (monotonic s) */
 };
 
 struct resp_store {
@@ -35,10 +35,14 @@ int resp_store_create(int cap, double ttl_s, struct resp_store **out) {
 }
 
 static void resp_unlink(struct resp_store *s, struct resp_entry *e) {
-    if (e->prev) e->prev->next = e->next;
-    else s->head = e->next;
-    if (e->next) e->next->prev = e->prev;
-    else s->tail = e->prev;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        s->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        s->tail = e->prev;
     e->prev = e->next = NULL;
 }
 
@@ -59,11 +63,14 @@ static void resp_drop(struct resp_store *s, struct resp_entry *e) {
 
 void resp_store_destroy(struct resp_store *s) {
     if (!s) return;
-    while (s->head) resp_drop(s, s->head);
+    while (s->head)
+        resp_drop(s, s->head);
     free(s);
 }
 
-int resp_store_count(const struct resp_store *s) { return s ? s->n : 0; }
+int resp_store_count(const struct resp_store *s) {
+    return s ? s->n : 0;
+}
 
 static void resp_expire(struct resp_store *s, double now) {
     while (s->tail && (s->n > s->cap || (s->ttl_s > 0 && now - s->tail->t > s->ttl_s)))
@@ -113,8 +120,8 @@ static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
     if (!json_is_object(it)) return api_fail(e, 400, "input", "input[%zu] must be an object", i);
     json_t *type = api_field(it, "type");
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message") != 0))
-        return api_fail(e, 400, "input", "input[%zu]: items of type '%.40s' are not supported",
-                        i, json_is_string(type) ? json_string_value(type) : "?");
+        return api_fail(e, 400, "input", "input[%zu]: items of type '%.40s' are not supported", i,
+                        json_is_string(type) ? json_string_value(type) : "?");
     json_t *role = json_object_get(it, "role");
     const char *r = json_is_string(role) ? json_string_value(role) : "";
     if (!strcmp(r, "developer")) r = "system";
@@ -189,7 +196,8 @@ static int resp_scalars(json_t *req, int max_tokens, struct resp_req *r, struct 
     s = NULL;
     if (api_str_field(req, "previous_response_id", 64, &s, e)) return -1;
     json_t *md = api_field(req, "metadata");
-    if (md && !json_is_object(md)) return api_fail(e, 400, "metadata", "'metadata' must be an object");
+    if (md && !json_is_object(md))
+        return api_fail(e, 400, "metadata", "'metadata' must be an object");
     json_t *tools = api_field(req, "tools");
     if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
         return api_fail(e, 400, "tools", "'tools' is not supported");
@@ -197,13 +205,15 @@ static int resp_scalars(json_t *req, int max_tokens, struct resp_req *r, struct 
     if (r->stream) json_object_set_new(r->chat, "stream", json_true());
     static const char *const same[] = {"model", "temperature", "top_p", "top_k", "seed", "user"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (api_field(req, same[i])) json_object_set(r->chat, same[i], json_object_get(req, same[i]));
+        if (api_field(req, same[i]))
+            json_object_set(r->chat, same[i], json_object_get(req, same[i]));
     /* Echoed in the response object, as the API does. */
-    static const char *const echo[] = {"instructions", "max_output_tokens", "temperature",
-                                       "top_p", "previous_response_id", "metadata", "text",
-                                       "user"};
+    static const char *const echo[] = {
+        "instructions",         "max_output_tokens", "temperature", "top_p",
+        "previous_response_id", "metadata",          "text",        "user"};
     for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++)
-        if (api_field(req, echo[i])) json_object_set(r->echo, echo[i], json_object_get(req, echo[i]));
+        if (api_field(req, echo[i]))
+            json_object_set(r->echo, echo[i], json_object_get(req, echo[i]));
     return 0;
 }
 
@@ -211,7 +221,8 @@ int resp_to_chat(json_t *req, struct resp_store *st, int max_tokens, struct resp
                  struct oai_error *e) {
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
-    if (!json_is_object(req)) return api_fail(e, 400, NULL, "the request body must be a JSON object");
+    if (!json_is_object(req))
+        return api_fail(e, 400, NULL, "the request body must be a JSON object");
     r->chat = json_object();
     r->history = json_array();
     r->echo = json_object();
@@ -258,7 +269,8 @@ void resp_req_free(struct resp_req *r) {
 }
 
 void resp_map_error(struct oai_error *e) {
-    if (!strncmp(e->param, "messages", 8)) snprintf(e->param, sizeof e->param, "input");
+    if (!strncmp(e->param, "messages", 8))
+        snprintf(e->param, sizeof e->param, "input");
     else if (!strcmp(e->param, "max_tokens"))
         snprintf(e->param, sizeof e->param, "max_output_tokens");
     else if (!strcmp(e->param, "response_format"))
@@ -270,15 +282,15 @@ void resp_map_error(struct oai_error *e) {
 /* ---- the response ------------------------------------------------------------------------ */
 
 struct resp_state {
-    struct resp_store *store;       /* NULL: do not store */
+    struct resp_store *store; /* NULL: do not store */
     char id[48], msg_id[48], session[48];
     char *model;
     int64_t created;
-    json_t *history;                /* owned */
-    json_t *echo;                   /* owned */
-    int seq;                        /* next sequence_number */
+    json_t *history; /* owned */
+    json_t *echo;    /* owned */
+    int seq;         /* next sequence_number */
     int prompt_tokens;
-    char *text;                     /* stream: the text so far */
+    char *text; /* stream: the text so far */
     size_t text_len, text_cap;
 };
 
@@ -307,25 +319,24 @@ static json_t *resp_echo_or(const struct resp_state *s, const char *k, json_t *d
 }
 
 static json_t *resp_part(const char *text, size_t len) {
-    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text",
-                     oai_string(text, len), "annotations", "logprobs");
+    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", oai_string(text, len),
+                     "annotations", "logprobs");
 }
 
 static json_t *resp_item_json(const struct resp_state *s, const char *status, json_t *content) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", s->msg_id, "type", "message", "status",
-                     status, "role", "assistant", "content", content);
+    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "id", s->msg_id, "type", "message", "status", status,
+                     "role", "assistant", "content", content);
 }
 
 /* The response object; r NULL: in progress (no output, no usage yet). */
-static json_t *resp_object(const struct resp_state *s, const struct api_result *r,
-                           const char *text, size_t len) {
+static json_t *resp_object(const struct resp_state *s, const struct api_result *r, const char *text,
+                           size_t len) {
     const char *status = resp_status(r);
     json_t *output = json_array();
     if (r && strcmp(status, "failed") != 0)
-        json_array_append_new(output,
-                              resp_item_json(s, !strcmp(status, "incomplete") ? "incomplete"
-                                                                              : "completed",
-                                             json_pack("[o]", resp_part(text, len))));
+        json_array_append_new(
+            output, resp_item_json(s, !strcmp(status, "incomplete") ? "incomplete" : "completed",
+                                   json_pack("[o]", resp_part(text, len))));
     json_t *err = json_null(), *inc = json_null();
     if (r && !strcmp(status, "failed")) {
         const char *m = r->error ? r->error : "generation failed";
@@ -334,8 +345,8 @@ static json_t *resp_object(const struct resp_state *s, const struct api_result *
     }
     if (r && !strcmp(status, "incomplete")) {
         json_decref(inc);
-        inc = json_pack("{s:s}", "reason", r->finish == SCHED_FINISH_LENGTH ? "max_output_tokens"
-                                                                             : "timeout");
+        inc = json_pack("{s:s}", "reason",
+                        r->finish == SCHED_FINISH_LENGTH ? "max_output_tokens" : "timeout");
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:s,s:o}", "id", s->id, "object", "response",
                           "created_at", (json_int_t)s->created, "status", status, "error", err,
@@ -348,8 +359,8 @@ static json_t *resp_object(const struct resp_state *s, const struct api_result *
     json_object_set_new(o, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
     json_object_set_new(o, "store", json_boolean(s->store != NULL));
     json_object_set_new(o, "temperature", resp_echo_or(s, "temperature", json_real(1.0)));
-    json_object_set_new(o, "text", resp_echo_or(s, "text", json_pack("{s:{s:s}}", "format",
-                                                                      "type", "text")));
+    json_object_set_new(o, "text",
+                        resp_echo_or(s, "text", json_pack("{s:{s:s}}", "format", "type", "text")));
     json_object_set_new(o, "tool_choice", json_string("auto"));
     json_object_set_new(o, "tools", json_array());
     json_object_set_new(o, "top_p", resp_echo_or(s, "top_p", json_real(1.0)));
@@ -368,8 +379,8 @@ static void resp_keep(struct resp_state *s, const struct api_result *r, const ch
         return;
     json_t *m = json_deep_copy(s->history);
     if (!m) return;
-    json_array_append_new(m, json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                       oai_string(text, len)));
+    json_array_append_new(
+        m, json_pack("{s:s,s:o}", "role", "assistant", "content", oai_string(text, len)));
     resp_store_put(s->store, s->id, s->session, m, clock_mono_s());
 }
 
@@ -412,7 +423,8 @@ static char *resp_stream_delta(void *st, const char *text, size_t n, size_t *len
     *len = 0;
     if (s->text_len + n + 1 > s->text_cap) {
         size_t cap = s->text_cap ? s->text_cap : 256;
-        while (cap < s->text_len + n + 1) cap *= 2;
+        while (cap < s->text_len + n + 1)
+            cap *= 2;
         char *b = realloc(s->text, cap);
         if (!b) return NULL;
         s->text = b;
@@ -494,7 +506,7 @@ struct api_shape *resp_shape_create(struct resp_req *r, const char *model, int64
     s->history = r->history;
     s->echo = r->echo;
     r->history = r->echo = NULL;
-    *sh = (struct api_shape){s, resp_stream_start, resp_stream_delta, resp_stream_end,
-                             resp_reply, resp_error_body, resp_destroy};
+    *sh = (struct api_shape){s,          resp_stream_start, resp_stream_delta, resp_stream_end,
+                             resp_reply, resp_error_body,   resp_destroy};
     return sh;
 }

@@ -32,11 +32,11 @@ int resp_store_count(const struct resp_store *s);
 
 /* One request, translated. */
 struct resp_req {
-    json_t *chat;              /* the chat request for oai_parse (owned) */
-    json_t *history;           /* conversation before the reply, chat-shaped messages (owned) */
-    json_t *echo;              /* request fields the response object repeats (owned) */
-    char id[48];               /* "resp_…": this response's id */
-    char session[48];          /* KV session key of the conversation */
+    json_t *chat;     /* the chat request for oai_parse (owned) */
+    json_t *history;  /* conversation before the reply, chat-shaped messages (owned) */
+    json_t *echo;     /* request fields the response object repeats (owned) */
+    char id[48];      /* "resp_…": this response's id */
+    char session[48]; /* KV session key of the conversation */
     int stream, store;
 };
 

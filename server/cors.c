@@ -12,9 +12,12 @@
 #include <strings.h>
 
 static int cors_add(struct cors *c, const char *s, size_t n, char *err, size_t errlen) {
-    while (n && isspace((unsigned char)*s)) s++, n--;
-    while (n && isspace((unsigned char)s[n - 1])) n--;
-    while (n > 1 && s[n - 1] == '/') n--;
+    while (n && isspace((unsigned char)*s))
+        s++, n--;
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    while (n > 1 && s[n - 1] == '/')
+        n--;
     if (!n) return 0;
     if (n == 1 && *s == '*') {
         c->any = 1;
@@ -57,7 +60,8 @@ int cors_init(struct cors *c, const char *list, char *err, size_t errlen) {
 }
 
 void cors_free(struct cors *c) {
-    for (int i = 0; i < c->n; i++) free(c->origins[i]);
+    for (int i = 0; i < c->n; i++)
+        free(c->origins[i]);
     free(c->origins);
     memset(c, 0, sizeof *c);
 }

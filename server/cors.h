@@ -13,9 +13,9 @@
 #include <stddef.h>
 
 struct cors {
-    char **origins;            /* [n] allowed origins, without a trailing slash */
+    char **origins; /* [n] allowed origins, without a trailing slash */
     int n;
-    int any;                   /* "*" was listed */
+    int any; /* "*" was listed */
 };
 
 /* Returns 0, or -1 with err naming the bad entry. */
@@ -32,8 +32,8 @@ const char *cors_allow(const struct cors *c, const char *origin);
 const char *cors_allow_headers(const char *requested);
 
 #define CORS_ALLOW_METHODS "GET, HEAD, POST, OPTIONS"
-#define CORS_DEFAULT_HEADERS                                                                 \
-    "Authorization, Content-Type, X-API-Key, Anthropic-Version, Anthropic-Beta, "            \
+#define CORS_DEFAULT_HEADERS                                                                       \
+    "Authorization, Content-Type, X-API-Key, Anthropic-Version, Anthropic-Beta, "                  \
     "OpenAI-Organization, OpenAI-Project, OpenAI-Beta"
 #define CORS_MAX_AGE "600"
 

@@ -14,9 +14,9 @@ const unsigned char *ui_page(size_t *len);
 /* Headers the page is served with: it loads nothing from elsewhere, so the policy forbids it
  * (a check that the page stays self-contained, and a guard against injected scripts). */
 #define UI_CONTENT_TYPE "text/html; charset=utf-8"
-#define UI_CSP                                                                               \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "            \
-    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "        \
+#define UI_CSP                                                                                     \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "              \
     "frame-ancestors 'none'"
 
 #endif

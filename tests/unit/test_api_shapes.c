@@ -105,7 +105,8 @@ static json_t *sse_parse(const char *buf) {
         json_t *d = json_loadb(nl + 7, (size_t)(end - nl - 7), 0, &je);
         T_ASSERT(d);
         const char *type = json_string_value(json_object_get(d, "type"));
-        T_ASSERT(type && strlen(type) == (size_t)(nl - p - 7) && !strncmp(type, p + 7, strlen(type)));
+        T_ASSERT(type && strlen(type) == (size_t)(nl - p - 7) &&
+                 !strncmp(type, p + 7, strlen(type)));
         json_array_append_new(out, d);
         p = end + 2;
     }
@@ -123,8 +124,11 @@ static void test_anthropic_stream(void) {
     size_t n;
     char *a = sh->stream_start(sh->st, &n);
     char *b = sh->stream_delta(sh->st, "Hel", 3, &n);
-    struct api_result r = {.finish = SCHED_FINISH_STOP, .stop_index = 0, .prompt_tokens = 12,
-                           .completion_tokens = 3, .cached_tokens = 4};
+    struct api_result r = {.finish = SCHED_FINISH_STOP,
+                           .stop_index = 0,
+                           .prompt_tokens = 12,
+                           .completion_tokens = 3,
+                           .cached_tokens = 4};
     char *c = sh->stream_end(sh->st, &r, &n);
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
     char *all = malloc(la + lb + lc + 1);
@@ -132,14 +136,17 @@ static void test_anthropic_stream(void) {
     memcpy(all + la, b, lb);
     memcpy(all + la + lb, c, lc + 1);
     json_t *evs = sse_parse(all);
-    const char *want[] = {"message_start", "content_block_start", "ping", "content_block_delta",
-                          "content_block_stop", "message_delta", "message_stop"};
+    const char *want[] = {"message_start",       "content_block_start", "ping",
+                          "content_block_delta", "content_block_stop",  "message_delta",
+                          "message_stop"};
     T_ASSERT(json_array_size(evs) == 7);
-    for (size_t i = 0; i < 7; i++) T_ASSERTF(!strcmp(type_at(evs, i), want[i]), "%zu", i);
+    for (size_t i = 0; i < 7; i++)
+        T_ASSERTF(!strcmp(type_at(evs, i), want[i]), "%zu", i);
     json_t *md = json_array_get(evs, 5);
     T_ASSERT(json_same(json_object_get(md, "delta"),
                        "{\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\"}"));
-    T_ASSERT(json_integer_value(json_object_get(json_object_get(md, "usage"), "input_tokens")) == 8);
+    T_ASSERT(json_integer_value(json_object_get(json_object_get(md, "usage"), "input_tokens")) ==
+             8);
     r.text = "Hello";
     r.text_len = 5;
     r.stop_index = -1;
@@ -169,8 +176,12 @@ static struct api_shape *resp_turn(struct resp_store *st, const char *body, cons
     strcpy(id_out, rq.id);
     struct api_shape *sh = resp_shape_create(&rq, "gemma", 1700000000, st);
     resp_req_free(&rq);
-    struct api_result r = {.text = reply, .text_len = strlen(reply), .finish = SCHED_FINISH_STOP,
-                           .stop_index = -1, .prompt_tokens = 10, .completion_tokens = 2};
+    struct api_result r = {.text = reply,
+                           .text_len = strlen(reply),
+                           .finish = SCHED_FINISH_STOP,
+                           .stop_index = -1,
+                           .prompt_tokens = 10,
+                           .completion_tokens = 2};
     json_t *o = sh->reply(sh->st, &r);
     T_ASSERT(!strcmp(json_string_value(json_object_get(o, "status")), "completed"));
     T_ASSERT(!strcmp(json_string_value(json_object_get(o, "id")), id_out));
@@ -192,8 +203,10 @@ static void test_responses_store_chain(void) {
     T_ASSERT(json_same(json_object_get(c1, "messages"),
                        "[{\"role\":\"system\",\"content\":\"Terse.\"},{\"role\":\"user\","
                        "\"content\":\"Hi\"}]"));
-    snprintf(body, sizeof body, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
-             "\"input_text\",\"text\":\"Again\"}]}],\"previous_response_id\":\"%s\"}", id1);
+    snprintf(body, sizeof body,
+             "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+             "\"input_text\",\"text\":\"Again\"}]}],\"previous_response_id\":\"%s\"}",
+             id1);
     free_shape(resp_turn(st, body, "Sure", &c2, id2));
     /* Instructions are not carried over; the stored turn is. One KV session per chain. */
     T_ASSERT(json_same(json_object_get(c2, "messages"),
@@ -257,20 +270,25 @@ static void test_responses_stream(void) {
     parts[0] = sh->stream_start(sh->st, &n);
     parts[1] = sh->stream_delta(sh->st, "He", 2, &n);
     parts[2] = sh->stream_delta(sh->st, "y", 1, &n);
-    struct api_result r = {.finish = SCHED_FINISH_LENGTH, .stop_index = -1, .prompt_tokens = 5,
-                           .completion_tokens = 2, .cached_tokens = 1};
+    struct api_result r = {.finish = SCHED_FINISH_LENGTH,
+                           .stop_index = -1,
+                           .prompt_tokens = 5,
+                           .completion_tokens = 2,
+                           .cached_tokens = 1};
     parts[3] = sh->stream_end(sh->st, &r, &n);
     size_t tot = 0;
-    for (int i = 0; i < 4; i++) tot += strlen(parts[i]);
+    for (int i = 0; i < 4; i++)
+        tot += strlen(parts[i]);
     char *all = malloc(tot + 1);
     all[0] = 0;
-    for (int i = 0; i < 4; i++) strcat(all, parts[i]), free(parts[i]);
+    for (int i = 0; i < 4; i++)
+        strcat(all, parts[i]), free(parts[i]);
     json_t *evs = sse_parse(all);
-    const char *want[] = {"response.created", "response.in_progress",
+    const char *want[] = {"response.created",           "response.in_progress",
                           "response.output_item.added", "response.content_part.added",
                           "response.output_text.delta", "response.output_text.delta",
-                          "response.output_text.done", "response.content_part.done",
-                          "response.output_item.done", "response.incomplete"};
+                          "response.output_text.done",  "response.content_part.done",
+                          "response.output_item.done",  "response.incomplete"};
     T_ASSERT(json_array_size(evs) == 10);
     for (size_t i = 0; i < 10; i++) {
         T_ASSERTF(!strcmp(type_at(evs, i), want[i]), "%zu: %s", i, type_at(evs, i));
@@ -300,15 +318,16 @@ static void test_embedding_pool_and_base64(void) {
     float out[2];
     emb_pool(rows, 3, 2, EMB_POOL_MEAN, out); /* mean (4/3, 2) -> normalised */
     double norm = sqrt(16.0 / 9 + 4);
-    T_ASSERT(fabsf(out[0] - (float)(4.0 / 3 / norm)) < 1e-6f && fabsf(out[1] - (float)(2 / norm)) < 1e-6f);
+    T_ASSERT(fabsf(out[0] - (float)(4.0 / 3 / norm)) < 1e-6f &&
+             fabsf(out[1] - (float)(2 / norm)) < 1e-6f);
     emb_pool(rows, 3, 2, EMB_POOL_LAST, out);
     T_ASSERT(out[0] == 0 && out[1] == 1);
     struct emb_req r = {.n = 1, .total = 3, .base64 = 1};
     const float v[2] = {1.0f, -2.0f};
     json_t *j = emb_reply(&r, v, 2, "m");
     /* 1.0f = 00 00 80 3f, -2.0f = 00 00 00 c0 (little-endian) */
-    T_ASSERT(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0),
-                                                       "embedding")),
+    T_ASSERT(!strcmp(json_string_value(json_object_get(
+                         json_array_get(json_object_get(j, "data"), 0), "embedding")),
                      "AACAPwAAAMA="));
     json_decref(j);
     T_ASSERT(emb_pooling_parse("last") == EMB_POOL_LAST && emb_pooling_parse("max") == -1);
@@ -319,8 +338,8 @@ static void test_cors(void) {
     char err[128];
     T_ASSERT(cors_init(&c, " http://a.example , https://B.example:8443/ ", err, sizeof err) == 0);
     T_ASSERT(c.n == 2 && !c.any);
-    T_ASSERT(cors_allow(&c, "http://a.example") && !strcmp(cors_allow(&c, "http://a.example"),
-                                                          "http://a.example"));
+    T_ASSERT(cors_allow(&c, "http://a.example") &&
+             !strcmp(cors_allow(&c, "http://a.example"), "http://a.example"));
     T_ASSERT(cors_allow(&c, "https://b.example:8443"));
     T_ASSERT(!cors_allow(&c, "http://a.example.evil.com"));
     T_ASSERT(!cors_allow(&c, "https://a.example"));
@@ -349,11 +368,15 @@ static void test_ui_embedded(void) {
 }
 
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {
-        T_CASE(test_anthropic_translation), T_CASE(test_anthropic_errors),
-        T_CASE(test_anthropic_stream),      T_CASE(test_responses_store_chain),
-        T_CASE(test_responses_errors),      T_CASE(test_responses_stream),
-        T_CASE(test_embedding_pool_and_base64), T_CASE(test_cors),
-        T_CASE(test_ui_embedded),           {0}};
+    static const struct t_case cases[] = {T_CASE(test_anthropic_translation),
+                                          T_CASE(test_anthropic_errors),
+                                          T_CASE(test_anthropic_stream),
+                                          T_CASE(test_responses_store_chain),
+                                          T_CASE(test_responses_errors),
+                                          T_CASE(test_responses_stream),
+                                          T_CASE(test_embedding_pool_and_base64),
+                                          T_CASE(test_cors),
+                                          T_CASE(test_ui_embedded),
+                                          {0}};
     return t_main(argc, argv, cases);
 }
