@@ -79,7 +79,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli
 
-.PHONY: all tests run test test-unit test-san test-tsan test-py test-cuda-compile deps model \
+.PHONY: all tests run test check-layers test-unit test-san test-tsan test-py test-cuda-compile deps model \
         bench bench-engine fuzz-api clean format check-cuda
 .DEFAULT_GOAL := all
 .SECONDARY:
@@ -141,11 +141,16 @@ run: deps model
 # ---- tests ----------------------------------------------------------------------------------
 test: deps model
 	$(Q)$(MAKE) --no-print-directory WERROR=1 all tests
+	$(Q)$(MAKE) --no-print-directory check-layers
 	$(Q)$(MAKE) --no-print-directory test-unit
 	$(Q)$(MAKE) --no-print-directory test-san
 	$(Q)$(MAKE) --no-print-directory test-tsan
 	$(Q)$(MAKE) --no-print-directory test-cuda-compile
 	$(Q)$(MAKE) --no-print-directory test-py
+
+# Includes and symbol uses point down the layers; no two modules depend on each other.
+check-layers: all
+	$(Q)$(PYTHON) tests/check-layers.py --objects $(BUILD)/obj
 
 test-unit: tests
 	$(Q)bash tests/run-unit.sh $(BUILD)/tests
