@@ -116,7 +116,12 @@ $(BUILD)/gemmad: $(BUILD)/obj/server/gemmad_main.o $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/gemmad-cli: $(BUILD)/obj/server/cli_main.o $(LIB)
+# tools/: programs built on the library, never linked into it. gemmad-cli is every .c in
+# tools/gemmad-cli/ (one file per subcommand).
+CLI_SRC := $(wildcard tools/gemmad-cli/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/gemmad-cli: $(CLI_OBJ) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 

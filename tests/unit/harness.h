@@ -79,6 +79,17 @@ static inline const char *t_model_path(void) {
     return p ? p : "models/gemma-3-270m-q4_k_m.gguf";
 }
 
+#ifdef GEMMAD_MODEL_H
+/* The test model (for tests that include engine/model.h first); skips when it is absent. */
+static inline struct model *t_model_or_skip(void) {
+    struct model *m = NULL;
+    char err[256];
+    if (access(t_model_path(), R_OK)) T_SKIP("model %s not present", t_model_path());
+    T_ASSERTF(model_load(t_model_path(), &m, err, sizeof err) == 0, "%s", err);
+    return m;
+}
+#endif
+
 static inline int t_main(int argc, char **argv, const struct t_case *cases) {
     int passed = 0, failed = 0, skipped = 0;
     int nofork = getenv("T_NOFORK") != NULL;
