@@ -670,15 +670,6 @@ int tok_type(const struct tok_vocab *v, int32_t id) {
     return TOK_TYPE_UNDEFINED;
 }
 
-const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len) {
-    if (id < 0 || id >= v->n) {
-        *len = 0;
-        return NULL;
-    }
-    *len = v->tok[id].len;
-    return v->tok[id].text;
-}
-
 int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len) {
     return tok_find(v, text, len);
 }

@@ -51,8 +51,6 @@ int tok_is_eog(const struct tok_vocab *v, int32_t id); /* <eos>, <end_of_turn>, 
 /* Effective type after llama.cpp's load-time adjustments: end-of-generation and FIM texts are
  * forced to CONTROL (in Gemma 3, "</s>" id 212 is USER_DEFINED in the file but CONTROL here). */
 int tok_type(const struct tok_vocab *v, int32_t id);
-/* Piece text as stored (SentencePiece form, U+2581 for space); not NUL-terminated. */
-const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len);
 /* id of a piece with exactly this text, or -1. */
 int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len);
 
