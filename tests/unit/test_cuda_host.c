@@ -36,7 +36,6 @@ static void test_host_matmul_modes(void) {
 
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_attn.h"
-#include "engine/cuda/cuda_fwd.h"
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
@@ -385,9 +384,11 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
                          .device = FWD_DEVICE_CPU,
                          .deterministic = 1};
     struct fwd_ctx *cpu = NULL;
-    struct cudafwd *gpu = NULL;
+    struct fwd_ctx *gpu = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &cpu, err, sizeof err) == 0, "%s", err);
-    T_ASSERTF(cudafwd_create(m, kv, &o, &gpu, err, sizeof err) == 0, "cudafwd_create: %s", err);
+    struct fwd_opts og = o;
+    og.device = FWD_DEVICE_CUDA;
+    T_ASSERTF(fwd_create(m, kv, &og, &gpu, err, sizeof err) == 0, "fwd_create (CUDA): %s", err);
     int32_t full[2][64], swa[2][64], ids[2][256];
     struct kvs_seq sk[2];
     T_ASSERT(nfull <= 64 && ring <= 64 && n_prompt + n_dec <= 256);
@@ -420,8 +421,8 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
             q[nq++] = (struct fwd_seq){ids[s] + done[s], n, done[s], &sk[s], FWD_LOGITS_LAST};
         }
         T_ASSERT(fwd_run(cpu, q, nq, lc) == 0);
-        int rc = cudafwd_run(gpu, q, nq, lg);
-        T_ASSERTF(rc == 0, "cudafwd_run: %s", fwd_strerror(rc));
+        int rc = fwd_run(gpu, q, nq, lg);
+        T_ASSERTF(rc == 0, "fwd_run (CUDA): %s", fwd_strerror(rc));
         for (int i = 0; i < nq; i++) {
             const float *a = lc + (size_t)i * V, *b = lg + (size_t)i * V;
             double md = 0, mx = 0;
@@ -452,7 +453,7 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
            m->name, rows, agree, rows, worst);
     free(lc);
     free(lg);
-    cudafwd_destroy(gpu);
+    fwd_destroy(gpu);
     fwd_destroy(cpu);
     kvs_destroy(kv);
 }
@@ -495,11 +496,11 @@ static void test_host_matmul_modes(void) {
                              .n_threads = 1,
                              .device = FWD_DEVICE_CUDA,
                              .deterministic = det};
-        struct cudafwd *g = NULL;
-        T_ASSERTF(cudafwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
+        struct fwd_ctx *g = NULL;
+        T_ASSERTF(fwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
         memset(mm_seen, 0, sizeof mm_seen);
         struct fwd_seq q = {ids, T, 0, &sk, FWD_LOGITS_LAST};
-        T_ASSERT(cudafwd_run(g, &q, 1, lg) == FWD_OK);
+        T_ASSERT(fwd_run(g, &q, 1, lg) == FWD_OK);
         if (det) {
             T_ASSERT(mm_seen[1].kernel > 0 && mm_seen[1].auto_blas == 0 &&
                      mm_seen[1].auto_noblas == 0);
@@ -509,14 +510,14 @@ static void test_host_matmul_modes(void) {
                       mm_seen[1].auto_noblas);
             T_ASSERT(mm_seen[0].kernel == 1); /* the LM head, one row */
         }
-        cudafwd_destroy(g);
+        fwd_destroy(g);
     }
     free(lg);
     kvs_destroy(kv);
     model_free(m);
 }
 
-/* forward.c's dispatch: AUTO picks the CUDA backend when cudafwd_available says yes, and
+/* forward.c's dispatch: AUTO picks the CUDA backend when it is available, and
  * fwd_run then runs on it. */
 static void test_host_fwd_dispatch(void) {
     struct model *m = cu_load_model(t_model_path());
