@@ -517,8 +517,14 @@ static void test_host_matmul_modes(void) {
     model_free(m);
 }
 
-/* forward.c's dispatch: AUTO picks the CUDA backend when it is available, and
- * fwd_run then runs on it. */
+static void count_tap(void *user, int layer, const float *x, int n_rows, int n_embd) {
+    (void)layer, (void)x, (void)n_rows, (void)n_embd;
+    (*(int *)user)++;
+}
+
+/* forward.c's dispatch: AUTO picks the CUDA backend when it is available, and fwd_run
+ * then runs on it, with the compute pool's threads for fwd_parallel and the tap fired
+ * after every layer and the output norm. */
 static void test_host_fwd_dispatch(void) {
     struct model *m = cu_load_model(t_model_path());
     struct kvs_pool *kv = NULL;
@@ -528,12 +534,15 @@ static void test_host_fwd_dispatch(void) {
     struct fwd_opts o = {.max_tokens = 4,
                          .max_seqs = 1,
                          .max_logit_rows = 1,
-                         .n_threads = 1,
+                         .n_threads = 2,
                          .device = FWD_DEVICE_AUTO,
                          .deterministic = 1};
     struct fwd_ctx *f = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     T_ASSERT(fwd_device(f) == FWD_DEVICE_CUDA);
+    T_ASSERT(fwd_threads(f) == 2);
+    int taps = 0;
+    fwd_set_tap(f, count_tap, &taps);
     int32_t full[2] = {0, 1}, swa[64];
     for (int i = 0; i < 64; i++)
         swa[i] = i;
@@ -544,6 +553,7 @@ static void test_host_fwd_dispatch(void) {
     float *lg = malloc((size_t)m->cfg.n_vocab * 4);
     T_ASSERT(lg);
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERTF(taps == m->cfg.n_layer + 1, "%d tap calls for %d layers", taps, m->cfg.n_layer);
     T_ASSERT(!isnan(lg[0]) && !isnan(lg[cu_argmax(lg, m->cfg.n_vocab)]));
     q.pos = 40; /* beyond the two FULL blocks */
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_EKV);
