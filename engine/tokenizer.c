@@ -17,26 +17,6 @@
 #include "engine/gguf.h"
 #include "engine/tokenizer_int.h"
 
-
-const char *tok_strerror(int status) {
-    switch (status) {
-    case TOK_OK:
-        return "ok";
-    case TOK_EFORMAT:
-        return "malformed tokenizer metadata";
-    case TOK_ENOMEM:
-        return "out of memory";
-    case TOK_ERANGE:
-        return "value out of range";
-    case TOK_ENOBYTE:
-        return "no byte-fallback token for a byte";
-    case TOK_ESPACE:
-        return "output buffer too small";
-    default:
-        return "unknown tokenizer error";
-    }
-}
-
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -593,10 +573,6 @@ int32_t tok_bos(const struct tok_vocab *v) {
 int32_t tok_eos(const struct tok_vocab *v) {
     return v->eos;
 }
-int tok_add_bos(const struct tok_vocab *v) {
-    return v->add_bos;
-}
-
 int tok_is_eog(const struct tok_vocab *v, int32_t id) {
     return id >= 0 && bsearch(&id, v->eog, (size_t)v->n_eog, sizeof(*v->eog), cmp_i32) != NULL;
 }
