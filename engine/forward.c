@@ -156,7 +156,7 @@ static int start_cuda(struct fwd_ctx *c, enum fwd_device want, char *err, size_t
 int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
                struct fwd_ctx **out, char *err, size_t errlen) {
     *out = NULL;
-    g_fault_step = 0;
+    if (fwd_fail_at > 0) g_fault_step = 0; /* tests only: untouched otherwise */
     if (err && errlen) err[0] = 0;
     if (!m || !kv || !opts || opts->max_tokens < 1 || opts->max_seqs < 1 ||
         opts->max_logit_rows < 0 || opts->max_tokens > (1 << 20) || opts->max_ctx < 0) {
