@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check — the one script for a session that has an NVIDIA GPU (issue 6 part 5): builds
+# gpu-check — the one script for a session that has an NVIDIA GPU: builds
 # gemmad with CUDA=1 for the GPU's architecture, runs the CUDA tests (kernels against the CPU
 # references, CUDA vs CPU logits, batched == solo), and benchmarks prefill and decode
 # (1 and 64 concurrent sequences) on the CUDA backend against the CPU path. Everything it

@@ -1,5 +1,5 @@
 /*
- * test_cuda — the CUDA backend against the CPU (issue 6 part 4).
+ * test_cuda — the CUDA backend against the CPU.
  *
  * Kernels: every weight format's dequantization and matmul (kernel and cuBLAS paths) against
  * the quant _ref decoders with a normalised error bound, and the kernel path's batch
