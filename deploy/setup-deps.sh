@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-debs="libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev make gcc"
+debs="libmicrohttpd-dev libjansson-dev libuv1-dev make gcc"
 missing=""
 for p in $debs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -62,7 +62,7 @@ struct kern_type_ops {
     quant_vec_dot_fn vec_dot;    /* one weight row . one activation row */
     kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
     kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
-    kern_dequant_fn dequant;     /* row -> f32 (BLAS prefill tiles, kern_get_row) */
+    kern_dequant_fn dequant;     /* row -> f32 (kern_get_row) */
     kern_panel_fn panel;         /* optional: the kernel over panel_pack'ed weights */
     int gemm_task;               /* 1: gemm takes any number of weight rows, and with one
                                   * activation prefetches its weight rows itself;

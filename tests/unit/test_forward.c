@@ -1,5 +1,6 @@
 /*
- * test_forward — batch invariance of the forward pass on the bundled model (issue 2 part 7).
+ * test_forward — batch invariance of the forward pass on the bundled model, its taps, and
+ * fwd_create failing cleanly at every step.
  *
  * A sequence's logits must be bit-identical (memcmp) whether it runs alone or in a step with
  * other sequences at other positions, whether its prompt is fed whole or in chunks of
@@ -16,6 +17,10 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "tests/unit/harness.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 static int quick(void) {
     const char *q = getenv("GEMMAD_TEST_QUICK");
@@ -182,7 +187,7 @@ static void test_batched_vs_alone(void) {
 /* The same prompt and decode step with 1, 2 and 3 compute threads: identical logits (the
  * CPU path promises thread-count invariance, which --deterministic relies on). With more
  * threads than attention tiles (the decode step; the quick prompt on 3 threads) attention
- * runs each tile over the whole pool (forward_attn.c's split mode), with 1 thread never. */
+ * runs each tile over the whole pool (cpu_attn.c's split mode), with 1 thread never. */
 static void test_thread_count_invariant(void) {
     struct model *m = load_or_skip();
     const int V = m->cfg.n_vocab;
@@ -359,8 +364,98 @@ static void test_cuda_without_build(void) {
 #endif
 }
 
+/* A pool of 4 FULL blocks of 16 and the SWA ring for 4-token steps. */
+static struct kvs_pool *small_kv(const struct model *m) {
+    struct kvs_pool *kv = NULL;
+    char err[256] = "";
+    T_ASSERTF(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
+                         sizeof err) == 0, "%s", err);
+    return kv;
+}
+
+/* fwd_create fails cleanly at every failable step (fwd_fail_at = 1, 2, ... until it
+ * succeeds): an error code, no context, a message. Under ASan the test runs LeakSanitizer
+ * itself at the end (the harness's forked child leaves with _exit, which skips it), so
+ * anything a failed create left allocated fails the test. */
+static void test_create_fault_injection(void) {
+    struct model *m = load_or_skip();
+    struct kvs_pool *kv = small_kv(m);
+    char err[256] = "";
+    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 2, .max_logit_rows = 2, .n_threads = 2,
+                         .device = FWD_DEVICE_AUTO};
+    int n = 1;
+    for (;; n++) {
+        T_ASSERTF(n < 1000, "fwd_create still fails at step %d", n);
+        fwd_fail_at = n;
+        struct fwd_ctx *f = NULL;
+        err[0] = 0;
+        const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
+        if (rc == FWD_OK) {
+            fwd_destroy(f);
+            break;
+        }
+        T_ASSERTF(rc == FWD_ENOMEM || rc == FWD_EINVAL, "step %d: status %d", n, rc);
+        T_ASSERTF(f == NULL, "step %d: a context after a failure", n);
+        T_ASSERTF(err[0] != 0, "step %d: no message", n);
+    }
+    fwd_fail_at = 0;
+    printf("    fwd_create: %d failable steps, each fails cleanly\n", n - 1);
+    T_ASSERT(n > 10);
+    kvs_destroy(kv);
+    model_free(m);
+#if defined(__SANITIZE_ADDRESS__)
+    T_ASSERTF(__lsan_do_recoverable_leak_check() == 0, "leaks after the failed creates");
+#endif
+}
+
+struct tap_count {
+    int calls, last_layer, rows_after_norm;
+};
+
+static void count_tap(void *user, int layer, const float *x, int n_rows, int n_embd) {
+    struct tap_count *t = user;
+    (void)x;
+    (void)n_embd;
+    t->calls++;
+    t->last_layer = layer;
+    t->rows_after_norm = n_rows;
+}
+
+/* The tap fires after every layer and once after the output norm, with the selected rows. */
+static void test_tap(void) {
+    struct model *m = load_or_skip();
+    struct kvs_pool *kv = small_kv(m);
+    char err[256] = "";
+    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 2,
+                         .device = FWD_DEVICE_AUTO};
+    struct fwd_ctx *f = NULL;
+    T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    struct tap_count t = {0, -1, 0};
+    fwd_set_tap(f, count_tap, &t);
+    struct tseq s;
+    int nf = 0, ns = 0;
+    tseq_init(&s, kv, &nf, &ns, 1, kv->n_blocks[KVS_SWA] ? kvs_swa_ring_blocks(m, 16, 4) : 0);
+    int32_t ids[4] = {tok_bos(m->vocab), 100, 200, 300};
+    float *lg = malloc((size_t)m->cfg.n_vocab * sizeof(float));
+    T_ASSERT(lg);
+    struct fwd_seq q = {ids, 4, 0, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERTF(t.calls == m->cfg.n_layer + 1, "%d tap calls for %d layers", t.calls,
+              m->cfg.n_layer);
+    T_ASSERT(t.last_layer == m->cfg.n_layer && t.rows_after_norm == 1);
+    fwd_set_tap(f, NULL, NULL);
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(t.calls == m->cfg.n_layer + 1);
+    free(lg);
+    fwd_destroy(f);
+    kvs_destroy(kv);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
+        T_CASE(test_create_fault_injection),
+        T_CASE(test_tap),
         T_CASE(test_batched_vs_alone),
         T_CASE(test_chunked_prefill),
         T_CASE(test_thread_count_invariant),

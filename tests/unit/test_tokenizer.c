@@ -188,7 +188,7 @@ static void test_synthetic_spm(void) {
     struct tok_vocab *v;
     char err[256];
     T_ASSERTF(open_vocab(&b, &gf, &v, err, sizeof(err)) == 0, "%s", err);
-    T_ASSERT(tok_n_vocab(v) == SPM_N && tok_bos(v) == 2 && tok_eos(v) == 1 && tok_add_bos(v));
+    T_ASSERT(tok_n_vocab(v) == SPM_N && tok_bos(v) == 2 && tok_eos(v) == 1);
     /* "abc" (score 5) wins over the pairs. */
     expect_ids(v, "abc", 0, (const int32_t[]){2, 13}, 2);
     /* "bc" (1) beats "ab" (-11): a + bc. */
@@ -314,7 +314,6 @@ static void test_synthetic_gemma4(void) {
     struct tok_vocab *v;
     char err[256];
     T_ASSERTF(open_vocab(&b, &gf, &v, err, sizeof(err)) == 0, "%s", err);
-    T_ASSERT(tok_add_bos(v));
     expect_ids(v, "abc", 0, (const int32_t[]){2, 11}, 2);
     expect_ids(v, "bc a", 0, (const int32_t[]){2, 19, 12}, 3);
     /* "\n\n\n" is not a piece: split, then merged pairwise by rank. */

@@ -1,5 +1,5 @@
 /* cuda_bench — see cuda_bench.h. */
-#include "engine/cuda/cuda_bench.h"
+#include "tools/cuda-bench/cuda_bench.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -74,7 +74,7 @@ static int cb_decode(struct cb *b, int n, const int *pos0, int n_steps, struct f
     return FWD_OK;
 }
 
-int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char *err,
+int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, char *err,
                  size_t errlen) {
     struct cb b;
     memset(&b, 0, sizeof b);
