@@ -121,9 +121,13 @@ struct be_ops {
     void (*destroy)(void *b);
 };
 
-/* Fault injection for tests (forward.h's fwd_fail_at): 1 when this failable step of
- * fwd_create must fail; call it once before each allocation a create makes. */
+/* Fault injection for tests (forward.h's fwd_set_fail_at): be_fault() is 1 when this
+ * failable step of fwd_create must fail; call it once before each allocation a create makes.
+ * be_fault_arm(n) makes the n-th step of each later create fail (0: off); be_fault_restart()
+ * starts a create's count from 1. Tests only; not thread-safe. engine/backend.c. */
 int be_fault(void);
+void be_fault_arm(int n);
+void be_fault_restart(void);
 
 extern const struct be_ops be_cpu;  /* engine/cpu_fwd.c */
 extern const struct be_ops be_cuda; /* engine/cuda/cuda_fwd.c, CUDA=1 builds only */

@@ -61,14 +61,7 @@ const char *fwd_strerror(int status) {
     return "unknown forward error";
 }
 
-/* ---- fault injection (tests) ---- */
-
-int fwd_fail_at;
-static int g_fault_step;
-
-int be_fault(void) {
-    return fwd_fail_at > 0 && ++g_fault_step == fwd_fail_at;
-}
+void fwd_set_fail_at(int n) { be_fault_arm(n); }
 
 /* ---- descriptors ---- */
 
@@ -156,7 +149,7 @@ static int start_cuda(struct fwd_ctx *c, enum fwd_device want, char *err, size_t
 int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
                struct fwd_ctx **out, char *err, size_t errlen) {
     *out = NULL;
-    if (fwd_fail_at > 0) g_fault_step = 0; /* tests only: untouched otherwise */
+    be_fault_restart(); /* tests only: a no-op unless fwd_set_fail_at armed it */
     if (err && errlen) err[0] = 0;
     if (!m || !kv || !opts || opts->max_tokens < 1 || opts->max_seqs < 1 ||
         opts->max_logit_rows < 0 || opts->max_tokens > (1 << 20) || opts->max_ctx < 0) {

@@ -86,9 +86,9 @@ void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks
 typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
 void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
 
-/* Test hook: when > 0, the fwd_fail_at-th failable step (allocation, thread start, ...) of
- * the next fwd_create fails as if out of memory; each fwd_create counts from 1 again.
+/* Test hook: when n > 0, the n-th failable step (allocation, thread start, ...) of each
+ * later fwd_create fails as if out of memory; each fwd_create counts from 1 again.
  * 0 (the default): off. Tests only; not thread-safe. */
-extern int fwd_fail_at;
+void fwd_set_fail_at(int n);
 
 #endif

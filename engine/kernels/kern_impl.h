@@ -85,7 +85,7 @@ void kern_register_avx512(struct kern_ops *ops);
  * kern_register_avx512 passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results
  * are the same bits either way. */
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
-/* panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
+/* kern_panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
 void panel_register_avx512(struct kern_ops *ops);
 /* The active ISA's panel kernel for a weight type, or NULL (kern.c). */
 kern_panel_fn kern_panel_kernel(uint32_t type);

@@ -373,7 +373,7 @@ static struct kvs_pool *small_kv(const struct model *m) {
     return kv;
 }
 
-/* fwd_create fails cleanly at every failable step (fwd_fail_at = 1, 2, ... until it
+/* fwd_create fails cleanly at every failable step (fwd_set_fail_at(n), n = 1, 2, ... until it
  * succeeds): an error code, no context, a message. Under ASan the test runs LeakSanitizer
  * itself at the end (the harness's forked child leaves with _exit, which skips it), so
  * anything a failed create left allocated fails the test. */
@@ -386,7 +386,7 @@ static void test_create_fault_injection(void) {
     int n = 1;
     for (;; n++) {
         T_ASSERTF(n < 1000, "fwd_create still fails at step %d", n);
-        fwd_fail_at = n;
+        fwd_set_fail_at(n);
         struct fwd_ctx *f = NULL;
         err[0] = 0;
         const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
@@ -398,7 +398,7 @@ static void test_create_fault_injection(void) {
         T_ASSERTF(f == NULL, "step %d: a context after a failure", n);
         T_ASSERTF(err[0] != 0, "step %d: no message", n);
     }
-    fwd_fail_at = 0;
+    fwd_set_fail_at(0);
     printf("    fwd_create: %d failable steps, each fails cleanly\n", n - 1);
     T_ASSERT(n > 10);
     kvs_destroy(kv);
