@@ -339,6 +339,7 @@ static void test_dequant_matches_gguf_py(void) {
         off += nbytes + 4 * (size_t)n;
         seen_types++;
     }
+    free(buf);
     T_ASSERT(seen_types >= 13);
 }
 

@@ -101,6 +101,7 @@ static int open_vocab(struct gbuf *kvs, struct gguf_file **gf, struct tok_vocab 
     char gerr[256];
     int rc = gguf_open_buffer(bytes, len, gf, gerr, sizeof(gerr));
     T_ASSERTF(rc == 0, "gguf_open_buffer: %s", gerr);
+    t_keep(bytes); /* the gguf_file points into it: alive until the test ends */
     err[0] = 0;
     return tok_create(*gf, v, err, errlen);
 }
