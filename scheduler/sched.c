@@ -20,7 +20,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/prom.h"
+#include "config/defaults.h"
 #include "engine/tokenizer.h"
 #include "scheduler/kv.h"
 #include "scheduler/sample.h"
@@ -36,16 +37,6 @@
 #define SCHED_MOD "sched"
 #define SCHED_MAX_TOP 20
 #define SCHED_MAX_SESSIONS 64
-
-/* Histogram with fixed upper bounds (+Inf implied). */
-#define SCHED_HMAX 16
-struct sched_hist {
-    int n;                       /* finite buckets */
-    double le[SCHED_HMAX];       /* upper bounds */
-    long long count[SCHED_HMAX + 1]; /* per bucket (not cumulative), last = +Inf */
-    double sum;
-    long long total;
-};
 
 struct seq {
     uint64_t id;                 /* what sched_submit returned */
@@ -120,7 +111,7 @@ struct sched {
     struct sched_counts counts;
     struct kv_stats kst;
     long long preemptions, rejections, steps;
-    struct sched_hist h_batch, h_tokens, h_step;
+    struct prom_hist h_batch, h_tokens, h_step;
 };
 
 const char *sched_strerror(int status) {
@@ -136,38 +127,31 @@ const char *sched_strerror(int status) {
     }
 }
 
+enum fwd_device sched_device_parse(const char *name) {
+    return !strcmp(name, "cpu")    ? FWD_DEVICE_CPU
+           : !strcmp(name, "cuda") ? FWD_DEVICE_CUDA
+                                   : FWD_DEVICE_AUTO;
+}
+
+/* From the one defaults table (config/defaults.h), so the server, the tools and the tests
+ * start from the same scheduler settings. */
 void sched_opts_default(struct sched_opts *o) {
+    const struct gemmad_defaults *d = &gemmad_defaults;
     memset(o, 0, sizeof(*o));
-    o->n_threads = 0;
-    o->n_ctx = 4096;
-    o->max_batch_tokens = 512;
-    o->max_seqs = 16;
-    o->kv_block_size = 16;
-    o->kv_memory_mib = 0;
-    o->kv_tokens = 65536;
-    o->kv_dtype = KVS_F16;
-    o->max_queue = 256;
-    o->max_queued_tokens = 262144;
-    o->prefix_cache = 1;
-    o->session_ttl_s = 300;
-    o->deterministic = 0;
-    o->device = FWD_DEVICE_AUTO;
-}
-
-/* ---- histograms --------------------------------------------------------------------- */
-
-static void hist_init(struct sched_hist *h, const double *le, int n) {
-    memset(h, 0, sizeof(*h));
-    h->n = n;
-    memcpy(h->le, le, (size_t)n * sizeof(double));
-}
-
-static void hist_add(struct sched_hist *h, double v) {
-    int i = 0;
-    while (i < h->n && v > h->le[i]) i++;
-    h->count[i]++;
-    h->sum += v;
-    h->total++;
+    o->n_threads = d->threads;
+    o->n_ctx = d->ctx_size;
+    o->max_batch_tokens = d->max_batch_tokens;
+    o->max_seqs = d->max_seqs;
+    o->kv_block_size = d->kv_block_size;
+    o->kv_memory_mib = (size_t)d->kv_memory_mib;
+    o->kv_tokens = d->kv_tokens;
+    if (kvs_dtype_parse(d->kv_dtype, &o->kv_dtype)) o->kv_dtype = KVS_F16;
+    o->max_queue = d->max_queue;
+    o->max_queued_tokens = d->max_queued_tokens;
+    o->prefix_cache = d->prefix_cache;
+    o->session_ttl_s = d->session_ttl_s;
+    o->deterministic = d->deterministic;
+    o->device = sched_device_parse(d->device);
 }
 
 /* ---- sequences ---------------------------------------------------------------------- */
@@ -487,9 +471,9 @@ static void step(struct sched *s) {
     }
     double dt = clock_mono_s() - t0;
     pthread_mutex_lock(&s->lock);
-    hist_add(&s->h_batch, nb);
-    hist_add(&s->h_tokens, n_tokens);
-    hist_add(&s->h_step, dt);
+    prom_hist_observe(&s->h_batch, nb);
+    prom_hist_observe(&s->h_tokens, n_tokens);
+    prom_hist_observe(&s->h_step, dt);
     s->steps++;
     pthread_mutex_unlock(&s->lock);
 }
@@ -717,9 +701,9 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     static const double le_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
     static const double le_step[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                      0.1,   0.25,   0.5,   1,    2.5,   5};
-    hist_init(&s->h_batch, le_batch, 9);
-    hist_init(&s->h_tokens, le_tokens, 13);
-    hist_init(&s->h_step, le_step, 12);
+    prom_hist_init(&s->h_batch, le_batch, 9);
+    prom_hist_init(&s->h_tokens, le_tokens, 13);
+    prom_hist_init(&s->h_step, le_step, 12);
     publish_counts(s);
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         if (err) snprintf(err, errlen, "cannot start the scheduler thread");
@@ -874,97 +858,28 @@ void sched_get_counts(struct sched *s, struct sched_counts *out) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* ---- metrics ------------------------------------------------------------------------- */
+/* ---- statistics ---------------------------------------------------------------------- */
 
-struct mbuf {
-    char *p;
-    size_t cap, n;
-};
-
-static void mput(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mput(struct mbuf *b, const char *fmt, ...) {
-    if (b->n + 1 >= b->cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    b->n += (size_t)k;
-    if (b->n >= b->cap) b->n = b->cap - 1;
-}
-
-static void mhist(struct mbuf *b, const char *name, const char *help, const struct sched_hist *h) {
-    mput(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    long long cum = 0;
-    for (int i = 0; i < h->n; i++) {
-        cum += h->count[i];
-        mput(b, "%s_bucket{le=\"%g\"} %lld\n", name, h->le[i], cum);
-    }
-    mput(b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name, h->total, name,
-         h->sum, name, h->total);
-}
-
-size_t sched_metrics_text(struct sched *s, char *buf, size_t cap) {
-    if (!buf || cap == 0) return 0;
-    buf[0] = 0;
-    struct mbuf b = {buf, cap, 0};
+void sched_stats(struct sched *s, struct sched_stats *out) {
     pthread_mutex_lock(&s->lock);
     const struct kv_stats *k = &s->kst;
-    mput(&b, "# HELP gemmad_sched_sequences Sequences by scheduler state.\n"
-             "# TYPE gemmad_sched_sequences gauge\n"
-             "gemmad_sched_sequences{state=\"running\"} %d\n"
-             "gemmad_sched_sequences{state=\"waiting\"} %d\n",
-         s->counts.running, s->counts.waiting);
-    static const char *cls[2] = {"full", "swa"};
-    mput(&b, "# HELP gemmad_kv_blocks KV cache blocks by class and state (used: referenced by "
-             "a sequence or session; cached: prefix-cache blocks nobody references; free).\n"
-             "# TYPE gemmad_kv_blocks gauge\n");
-    for (int c = 0; c < 2; c++)
-        if (k->total[c] > 0)
-            mput(&b,
-                 "gemmad_kv_blocks{class=\"%s\",state=\"used\"} %d\n"
-                 "gemmad_kv_blocks{class=\"%s\",state=\"cached\"} %d\n"
-                 "gemmad_kv_blocks{class=\"%s\",state=\"free\"} %d\n",
-                 cls[c], k->used[c], cls[c], k->total[c] - k->used[c] - k->free[c], cls[c],
-                 k->free[c]);
-    mput(&b, "# HELP gemmad_kv_usage_ratio Fraction of KV blocks in use by sequences.\n"
-             "# TYPE gemmad_kv_usage_ratio gauge\n");
-    for (int c = 0; c < 2; c++)
-        if (k->total[c] > 0)
-            mput(&b, "gemmad_kv_usage_ratio{class=\"%s\"} %.6f\n", cls[c],
-                 (double)k->used[c] / k->total[c]);
-    mput(&b,
-         "# HELP gemmad_prefix_cache_queries_total Admissions that looked up the prefix cache.\n"
-         "# TYPE gemmad_prefix_cache_queries_total counter\n"
-         "gemmad_prefix_cache_queries_total %lld\n"
-         "# HELP gemmad_prefix_cache_hits_total Admissions that reused cached KV blocks.\n"
-         "# TYPE gemmad_prefix_cache_hits_total counter\n"
-         "gemmad_prefix_cache_hits_total %lld\n"
-         "# HELP gemmad_prefix_cache_hit_tokens_total Prompt positions reused from the cache.\n"
-         "# TYPE gemmad_prefix_cache_hit_tokens_total counter\n"
-         "gemmad_prefix_cache_hit_tokens_total %lld\n"
-         "# HELP gemmad_kv_evictions_total Cached KV blocks evicted (LRU).\n"
-         "# TYPE gemmad_kv_evictions_total counter\n"
-         "gemmad_kv_evictions_total %lld\n"
-         "# HELP gemmad_kv_sessions Warm sessions holding KV blocks.\n"
-         "# TYPE gemmad_kv_sessions gauge\n"
-         "gemmad_kv_sessions %d\n"
-         "# HELP gemmad_sched_preemptions_total Sequences preempted when KV ran out.\n"
-         "# TYPE gemmad_sched_preemptions_total counter\n"
-         "gemmad_sched_preemptions_total %lld\n"
-         "# HELP gemmad_sched_queue_rejections_total Submissions refused: queue full.\n"
-         "# TYPE gemmad_sched_queue_rejections_total counter\n"
-         "gemmad_sched_queue_rejections_total %lld\n"
-         "# HELP gemmad_sched_steps_total Scheduler steps (forward passes).\n"
-         "# TYPE gemmad_sched_steps_total counter\n"
-         "gemmad_sched_steps_total %lld\n",
-         k->queries, k->hits, k->hit_tokens, k->evictions, k->sessions, s->preemptions,
-         s->rejections, s->steps);
-    mhist(&b, "gemmad_sched_batch_sequences", "Sequences per step.", &s->h_batch);
-    mhist(&b, "gemmad_sched_batch_tokens", "Tokens per step (decode rows plus prefill chunks).",
-          &s->h_tokens);
-    mhist(&b, "gemmad_sched_step_seconds", "Wall time of one step (forward plus sampling).",
-          &s->h_step);
+    out->running = s->counts.running;
+    out->waiting = s->counts.waiting;
+    for (int c = 0; c < 2; c++) {
+        out->kv_total[c] = k->total[c];
+        out->kv_used[c] = k->used[c];
+        out->kv_free[c] = k->free[c];
+    }
+    out->prefix_queries = (uint64_t)k->queries;
+    out->prefix_hits = (uint64_t)k->hits;
+    out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->kv_evictions = (uint64_t)k->evictions;
+    out->kv_sessions = k->sessions;
+    out->preemptions = (uint64_t)s->preemptions;
+    out->rejections = (uint64_t)s->rejections;
+    out->steps = (uint64_t)s->steps;
+    out->batch_seqs = s->h_batch;
+    out->batch_tokens = s->h_tokens;
+    out->step_s = s->h_step;
     pthread_mutex_unlock(&s->lock);
-    return b.n;
 }
