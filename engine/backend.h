@@ -7,7 +7,7 @@
  * The descriptors below are self-contained (plain numbers, pointers to weight bytes, block
  * tables), so a backend outside engine/ needs no engine header: engine/cuda/ includes only
  * this one and engine/kernels/quant.h (tensor format definitions). The engine's own objects
- * (struct model, kvs_pool, pool) are passed along as opaque pointers for the CPU backend,
+ * (struct model, kvstore_pool, pool) are passed along as opaque pointers for the CPU backend,
  * which reads and writes them directly; other backends ignore them.
  *
  * Status codes are those of forward.h (FWD_OK, FWD_EINVAL, ...), repeated here as BE_*.
@@ -93,7 +93,7 @@ struct be_opts {
 typedef void (*be_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
 
 struct model;
-struct kvs_pool;
+struct kvstore_pool;
 struct pool;
 
 struct be_desc {
@@ -102,7 +102,7 @@ struct be_desc {
     struct be_opts o;
     /* the engine's objects, for the CPU backend only */
     const struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct pool *pool;      /* the compute threads (forward.c owns them) */
 };
 

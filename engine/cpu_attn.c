@@ -96,33 +96,33 @@ void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, i
 
 /* ---- KV cache ---- */
 
-static inline uint8_t *kv_row(const struct kvs_pool *p, int l, int is_v, const struct be_seq *s,
+static inline uint8_t *kv_row(const struct kvstore_pool *p, int l, int is_v, const struct be_seq *s,
                               int pos) {
     const int bs = p->block_size;
     const int blk = pos / bs;
-    const int32_t id = p->cls[l] == KVS_FULL ? s->full[blk] : s->swa[blk % s->n_swa];
+    const int32_t id = p->cls[l] == KVSTORE_FULL ? s->full[blk] : s->swa[blk % s->n_swa];
     const uint8_t *base = is_v ? p->v_base[l] + (size_t)id * p->v_block_stride[l]
                                : p->k_base[l] + (size_t)id * p->k_block_stride[l];
     const size_t rb = is_v ? p->row_bytes_v[l] : p->row_bytes_k[l];
     return (uint8_t *)base + (size_t)(pos % bs) * rb;
 }
 
-static void store_row(const struct vec_ops *vec, enum kvs_dtype dt, const float *x, uint8_t *dst,
+static void store_row(const struct vec_ops *vec, enum kvstore_dtype dt, const float *x, uint8_t *dst,
                       int n) {
     switch (dt) {
-    case KVS_F16: vec->f32_to_f16(x, (uint16_t *)dst, n); break;
-    case KVS_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case KVS_Q8_0: quant_q8_0_row_ref(x, dst, n); break;
+    case KVSTORE_F16: vec->f32_to_f16(x, (uint16_t *)dst, n); break;
+    case KVSTORE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
+    case KVSTORE_Q8_0: quant_q8_0_row_ref(x, dst, n); break;
     }
 }
 
 /* One head segment (n elements starting at element e0 of the row) to f32. */
-static void load_seg(const struct vec_ops *vec, enum kvs_dtype dt, const uint8_t *row, int e0,
+static void load_seg(const struct vec_ops *vec, enum kvstore_dtype dt, const uint8_t *row, int e0,
                      float *dst, int n) {
     switch (dt) {
-    case KVS_F16: vec->f16_to_f32((const uint16_t *)row + e0, dst, n); break;
-    case KVS_F32: memcpy(dst, (const float *)row + e0, (size_t)n * sizeof(float)); break;
-    case KVS_Q8_0:
+    case KVSTORE_F16: vec->f16_to_f32((const uint16_t *)row + e0, dst, n); break;
+    case KVSTORE_F32: memcpy(dst, (const float *)row + e0, (size_t)n * sizeof(float)); break;
+    case KVSTORE_Q8_0:
         quant_dequant_q8_0_ref(row + (size_t)(e0 / QK8_0) * sizeof(struct block_q8_0), dst, n);
         break;
     }
@@ -130,7 +130,7 @@ static void load_seg(const struct vec_ops *vec, enum kvs_dtype dt, const uint8_t
 
 /* Writes this step's K and V rows of a layer that owns its cache. */
 void cpu_kv_write(struct cpu_ctx *c, int layer) {
-    const struct kvs_pool *p = c->kv;
+    const struct kvstore_pool *p = c->kv;
     const struct model_layer_cfg *lc = &c->m->cfg.layer[layer];
     const int nk = lc->n_head_kv * lc->head_dim, nv = lc->n_head_kv * lc->head_dim_v;
     const int hd = lc->head_dim, hdv = lc->head_dim_v;
@@ -138,7 +138,7 @@ void cpu_kv_write(struct cpu_ctx *c, int layer) {
         const struct be_seq *s = &c->seqs[c->row_seq[r]];
         const int pos = c->row_pos[r];
         uint8_t *kd = kv_row(p, layer, 0, s, pos), *vd = kv_row(p, layer, 1, s, pos);
-        if (p->dtype == KVS_Q8_0) { /* per head: blocks never straddle heads */
+        if (p->dtype == KVSTORE_Q8_0) { /* per head: blocks never straddle heads */
             for (int h = 0; h < lc->n_head_kv; h++) {
                 store_row(c->vec, p->dtype, c->k + (size_t)r * nk + (size_t)h * hd,
                           kd + (size_t)h * (p->row_bytes_k[layer] / (size_t)lc->n_head_kv), hd);
@@ -168,8 +168,8 @@ static size_t attn_max_cols(int max_span) { return (size_t)max_span + 2 * ATTN_B
 
 /* The most keys one row may see: a sliding layer's window, a global layer's context
  * (max_ctx when given, else what the pool's full layers hold; fwd_run refuses more). */
-int cpu_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx) {
-    int ctx = kv->n_blocks[KVS_FULL] * kv->block_size;
+int cpu_attn_max_span(const struct model *m, const struct kvstore_pool *kv, int max_ctx) {
+    int ctx = kv->n_blocks[KVSTORE_FULL] * kv->block_size;
     if (max_ctx > 0 && (max_ctx < ctx || ctx == 0)) ctx = max_ctx;
     const int w = m->cfg.sliding_window;
     int span = 1;
@@ -263,7 +263,7 @@ struct attn_view {
 static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float *scr, int fill,
                        struct attn_view *v) {
     const struct cpu_ctx *c = J->c;
-    const enum kvs_dtype dt = c->kv->dtype;
+    const enum kvstore_dtype dt = c->kv->dtype;
     const int g = J->g, hd = J->hd, hdv = J->hdv, nh = g * J->nkv;
     const int R = r1 - r0, nq = R * g;
 
@@ -286,7 +286,7 @@ static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float 
         const float *qrow = c->q + ((size_t)(r0 + i) * (size_t)nh + (size_t)kvh * g) * hd;
         float *dst = qt + (size_t)i * g * hd;
         /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
-        if (dt == KVS_F16)
+        if (dt == KVSTORE_F16)
             c->vec->round_f16(qrow, dst, g * hd);
         else
             memcpy(dst, qrow, (size_t)g * hd * sizeof(float));
@@ -294,7 +294,7 @@ static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float 
     const int p0 = tlo & ~(ATTN_BLOCK - 1);
     const int ld = (thi - p0 + ATTN_BLOCK) & ~(ATTN_BLOCK - 1);
     /* llama.cpp rounds the probabilities to the V cache's type (F16) for P.V */
-    v->t = (struct attn_tile){R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVS_F16,
+    v->t = (struct attn_tile){R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVSTORE_F16,
                               lo, hi, qt, acc, pm, p0, ld};
     v->tlo = tlo;
     v->thi = thi;
@@ -304,8 +304,8 @@ static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float 
  * `scores` (is_v = 0), or elements [d0, d0 + w) of the V rows and `pv` (t->hdv == w). */
 static void attn_pass(const struct attn_job *J, const struct attn_tile *t, int r0, int kvh,
                       int tlo, int thi, int b_first, int b_last, int is_v, int d0, float *buf) {
-    const struct kvs_pool *p = J->c->kv;
-    const enum kvs_dtype dt = p->dtype;
+    const struct kvstore_pool *p = J->c->kv;
+    const enum kvstore_dtype dt = p->dtype;
     const struct be_seq *s = &J->c->seqs[J->c->row_seq[r0]];
     const int w = is_v ? t->hdv : t->hd, e0 = kvh * (is_v ? J->hdv : J->hd) + d0;
     const size_t rb = is_v ? p->row_bytes_v[J->kvl] : p->row_bytes_k[J->kvl];
@@ -321,7 +321,7 @@ static void attn_pass(const struct attn_job *J, const struct attn_tile *t, int r
             const uint8_t *row =
                 same ? r0p + (size_t)(j - j0) * rb : kv_row(p, J->kvl, is_v, s, b0 + j);
             float *d = buf + (size_t)j * w;
-            if (dt == KVS_F16)
+            if (dt == KVSTORE_F16)
                 J->ops->cvt_f16((const uint16_t *)row + (size_t)e0, d, w);
             else
                 load_seg(J->c->vec, dt, row, e0, d, w);

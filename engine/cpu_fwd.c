@@ -63,7 +63,7 @@ static void cpu_destroy(void *b);
 static int cpu_create(const struct be_desc *desc, void **out, char *err, size_t errlen) {
     *out = NULL;
     const struct model *m = desc->m;
-    struct kvs_pool *kv = desc->kv;
+    struct kvstore_pool *kv = desc->kv;
     int st = BE_ENOMEM;
     struct cpu_ctx *c = be_fault() ? NULL : calloc(1, sizeof *c);
     if (!c) goto fail_nomem;

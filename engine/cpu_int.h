@@ -29,7 +29,7 @@ struct cpu_rope {
 
 struct cpu_ctx {
     const struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct be_opts o;           /* as given */
     struct pool *pool;          /* forward.c's compute threads (not owned) */
     const struct vec_ops *vec;  /* row kernels of the active ISA */
@@ -107,6 +107,6 @@ void cpu_kv_write(struct cpu_ctx *c, int layer);
 void cpu_attention(struct cpu_ctx *c, int layer);
 size_t cpu_attn_scratch_floats(const struct model *m, int max_span);
 size_t cpu_attn_score_floats(const struct model *m, int max_span);
-int cpu_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx);
+int cpu_attn_max_span(const struct model *m, const struct kvstore_pool *kv, int max_ctx);
 
 #endif

@@ -25,18 +25,18 @@ static const struct be_ops *const g_cuda = NULL;
 #endif
 
 _Static_assert(MODEL_MAX_LAYERS == BE_MAX_LAYERS, "one layer limit");
-_Static_assert((int)KVS_F16 == (int)BE_KV_F16 && (int)KVS_Q8_0 == (int)BE_KV_Q8_0 &&
-                   (int)KVS_F32 == (int)BE_KV_F32,
-               "kvs_dtype and be_kv_dtype agree");
-_Static_assert((int)KVS_FULL == (int)BE_KV_FULL && (int)KVS_SWA == (int)BE_KV_SWA,
-               "kvs_class and be_kv_class agree");
+_Static_assert((int)KVSTORE_F16 == (int)BE_KV_F16 && (int)KVSTORE_Q8_0 == (int)BE_KV_Q8_0 &&
+                   (int)KVSTORE_F32 == (int)BE_KV_F32,
+               "kvstore_dtype and be_kv_dtype agree");
+_Static_assert((int)KVSTORE_FULL == (int)BE_KV_FULL && (int)KVSTORE_SWA == (int)BE_KV_SWA,
+               "kvstore_class and be_kv_class agree");
 _Static_assert((int)FWD_LOGITS_LAST == (int)BE_LOGITS_LAST &&
                    (int)FWD_LOGITS_ALL == (int)BE_LOGITS_ALL,
                "fwd_logits and be_logits agree");
 
 struct fwd_ctx {
     const struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct fwd_opts o;          /* as given, n_threads and max_logit_rows resolved */
     struct pool *pool;          /* owned: the compute threads */
     const struct be_ops *be;    /* the backend running the steps */
@@ -101,9 +101,9 @@ static int describe(struct fwd_ctx *c) {
         .output = tensor(&m->output), .pl_tok_embd = tensor(&m->per_layer_tok_embd),
         .pl_proj = tensor(&m->per_layer_model_proj), .output_norm = m->output_norm,
         .pl_proj_norm = m->per_layer_proj_norm, .layer = c->layers};
-    const struct kvs_pool *kv = c->kv;
-    c->bkv = (struct be_kv){(enum be_kv_dtype)kv->dtype, kvs_dtype_name(kv->dtype),
-                            kv->block_size, {kv->n_blocks[KVS_FULL], kv->n_blocks[KVS_SWA]},
+    const struct kvstore_pool *kv = c->kv;
+    c->bkv = (struct be_kv){(enum be_kv_dtype)kv->dtype, kvstore_dtype_name(kv->dtype),
+                            kv->block_size, {kv->n_blocks[KVSTORE_FULL], kv->n_blocks[KVSTORE_SWA]},
                             kv->cls};
     return 0;
 }
@@ -146,7 +146,7 @@ static int start_cuda(struct fwd_ctx *c, enum fwd_device want, char *err, size_t
     return 1;
 }
 
-int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
+int fwd_create(const struct model *m, struct kvstore_pool *kv, const struct fwd_opts *opts,
                struct fwd_ctx **out, char *err, size_t errlen) {
     *out = NULL;
     be_fault_restart(); /* tests only: a no-op unless fwd_set_fail_at armed it */
@@ -237,7 +237,7 @@ void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks
 
 /* ---- validation ---- */
 
-static int has_class(const struct kvs_pool *p, int n_layer, int cls) {
+static int has_class(const struct kvstore_pool *p, int n_layer, int cls) {
     for (int l = 0; l < n_layer; l++)
         if (p->cls[l] == cls) return 1;
     return 0;
@@ -248,10 +248,10 @@ static int has_class(const struct kvs_pool *p, int n_layer, int cls) {
 static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs,
                     int *n_rows, int *n_logits) {
     const struct model *m = c->m;
-    const struct kvs_pool *p = c->kv;
+    const struct kvstore_pool *p = c->kv;
     if (!seqs || n_seqs < 1 || n_seqs > c->o.max_seqs) return FWD_EINVAL;
-    const int need_full = has_class(p, m->cfg.n_layer, KVS_FULL);
-    const int need_swa = has_class(p, m->cfg.n_layer, KVS_SWA);
+    const int need_full = has_class(p, m->cfg.n_layer, KVSTORE_FULL);
+    const int need_swa = has_class(p, m->cfg.n_layer, KVSTORE_SWA);
     const int bs = p->block_size;
     int rows = 0, lg = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -269,17 +269,17 @@ static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_s
         const int end = q->pos + q->n_tokens; /* one past the last position written */
         if (need_full) {
             /* a sequence's blocks are distinct, so it never holds more than the pool */
-            if ((int64_t)end > (int64_t)p->n_blocks[KVS_FULL] * bs) return FWD_EKV;
+            if ((int64_t)end > (int64_t)p->n_blocks[KVSTORE_FULL] * bs) return FWD_EKV;
             const int nb = (end + bs - 1) / bs;
             if (!q->kv->full || q->kv->n_full < nb) return FWD_EKV;
             for (int b = 0; b < nb; b++)
-                if (q->kv->full[b] < 0 || q->kv->full[b] >= p->n_blocks[KVS_FULL]) return FWD_EKV;
+                if (q->kv->full[b] < 0 || q->kv->full[b] >= p->n_blocks[KVSTORE_FULL]) return FWD_EKV;
         }
         if (need_swa) {
             const int ring = (m->cfg.sliding_window + q->n_tokens - 2) / bs + 2;
             if (!q->kv->swa || q->kv->n_swa < ring) return FWD_EKV;
             for (int b = 0; b < q->kv->n_swa; b++)
-                if (q->kv->swa[b] < 0 || q->kv->swa[b] >= p->n_blocks[KVS_SWA]) return FWD_EKV;
+                if (q->kv->swa[b] < 0 || q->kv->swa[b] >= p->n_blocks[KVSTORE_SWA]) return FWD_EKV;
         }
     }
     if (lg > c->o.max_logit_rows) return FWD_EINVAL;

@@ -17,7 +17,7 @@
  * (engine/cuda/, CUDA=1 builds). The model itself is never modified.
  *
  * Threads: a fwd_ctx belongs to one thread (the engine/scheduler thread); it fans work out
- * over its compute pool. The model and kvs_pool must outlive it.
+ * over its compute pool. The model and kvstore_pool must outlive it.
  */
 #ifndef GEMMAD_FORWARD_H
 #define GEMMAD_FORWARD_H
@@ -37,7 +37,7 @@ struct fwd_seq {
     const int32_t *tokens;      /* [n_tokens] ids, each < n_vocab */
     int n_tokens;               /* >= 1 */
     int pos;                    /* position of tokens[0]; earlier positions are in the KV */
-    const struct kvs_seq *kv;   /* this sequence's block tables */
+    const struct kvstore_seq *kv;   /* this sequence's block tables */
     enum fwd_logits logits;     /* which rows to return */
 };
 
@@ -60,7 +60,7 @@ struct fwd_opts {
                                  * pool's full layers hold); sizes the attention scratch */
 };
 
-int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
+int fwd_create(const struct model *m, struct kvstore_pool *kv, const struct fwd_opts *opts,
                struct fwd_ctx **out, char *err, size_t errlen);
 void fwd_destroy(struct fwd_ctx *c);
 enum fwd_device fwd_device(const struct fwd_ctx *c); /* what actually runs */

@@ -1,5 +1,5 @@
 /*
- * runner — sequences on the engine with kv.h block tables and no scheduling (runner.h).
+ * runner — sequences on the engine with kvcache.h block tables and no scheduling (runner.h).
  */
 #include "scheduler/runner.h"
 
@@ -7,16 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/kv.h"
+#include "scheduler/kvcache.h"
 
 struct runner {
     const struct model *m;
     struct runner_opts o;
-    struct kvs_pool *pool;
-    struct kv_cache *kv;
+    struct kvstore_pool *pool;
+    struct kvcache *kv;
     struct fwd_ctx *fwd;
-    struct kv_seq *seq;       /* [max_seqs] block tables */
-    struct kvs_seq *view;     /* [max_seqs] what fwd_run reads of them */
+    struct kvcache_seq *seq;       /* [max_seqs] block tables */
+    struct kvstore_seq *view;     /* [max_seqs] what fwd_run reads of them */
     struct fwd_seq *rows;     /* [max_seqs] one step */
     int *n_past;              /* [max_seqs] positions in each sequence's KV */
 };
@@ -38,13 +38,13 @@ int runner_create(const struct model *m, const struct runner_opts *o, struct run
     r->o = *o;
     const int ns = o->max_seqs, bs = o->block_size;
     const int nb_full = ceil_div(o->max_ctx, bs);
-    const int ring = kvs_swa_ring_blocks(m, bs, o->batch);
-    if (kvs_create(m, o->kv_dtype, bs, nb_full * ns, ring * ns, &r->pool, err, errlen) != 0)
+    const int ring = kvstore_swa_ring_blocks(m, bs, o->batch);
+    if (kvstore_create(m, o->kv_dtype, bs, nb_full * ns, ring * ns, &r->pool, err, errlen) != 0)
         goto fail;
-    struct kv_opts ko = {.n_full = nb_full * ns, .n_swa = ring * ns, .block_size = bs,
+    struct kvcache_opts ko = {.n_full = nb_full * ns, .n_swa = ring * ns, .block_size = bs,
                          .window = m->cfg.sliding_window, .ring = ring,
                          .max_seq_blocks = nb_full};
-    if (kv_create(&ko, &r->kv) != KV_OK) {
+    if (kvcache_create(&ko, &r->kv) != KVCACHE_OK) {
         if (err) snprintf(err, errlen, "cannot allocate the KV block tables");
         goto fail;
     }
@@ -55,8 +55,8 @@ int runner_create(const struct model *m, const struct runner_opts *o, struct run
     if (!r->seq || !r->view || !r->rows || !r->n_past) goto fail_mem;
     for (int s = 0; s < ns; s++) {
         /* The pool holds every ring in full, so filling cannot fail for want of blocks. */
-        if (kv_seq_init(r->kv, &r->seq[s]) != KV_OK ||
-            kv_seq_fill_ring(r->kv, &r->seq[s]) != KV_OK)
+        if (kvcache_seq_init(r->kv, &r->seq[s]) != KVCACHE_OK ||
+            kvcache_seq_fill_ring(r->kv, &r->seq[s]) != KVCACHE_OK)
             goto fail_mem;
     }
     /* max_ctx stays 0 (the pool's capacity) so the attention scratch, and with it every
@@ -82,11 +82,11 @@ void runner_destroy(struct runner *r) {
     if (!r) return;
     fwd_destroy(r->fwd);
     for (int s = 0; r->seq && s < r->o.max_seqs; s++) {
-        if (r->kv && r->seq[s].full) kv_seq_release(r->kv, &r->seq[s]);
-        kv_seq_free(&r->seq[s]);
+        if (r->kv && r->seq[s].full) kvcache_seq_release(r->kv, &r->seq[s]);
+        kvcache_seq_free(&r->seq[s]);
     }
-    kv_destroy(r->kv);
-    kvs_destroy(r->pool);
+    kvcache_destroy(r->kv);
+    kvstore_destroy(r->pool);
     free(r->seq);
     free(r->view);
     free(r->rows);
@@ -98,9 +98,9 @@ void runner_destroy(struct runner *r) {
 static int prepare(struct runner *r, int s, const int32_t *ids, int n, enum fwd_logits lg,
                    struct fwd_seq *row) {
     if (r->n_past[s] + n > r->o.max_ctx) return RUNNER_ECTX;
-    struct kv_seq *q = &r->seq[s];
-    if (kv_seq_prepare(r->kv, q, r->n_past[s], n) != KV_OK) return FWD_EKV;
-    struct kvs_seq *v = &r->view[s];
+    struct kvcache_seq *q = &r->seq[s];
+    if (kvcache_seq_prepare(r->kv, q, r->n_past[s], n) != KVCACHE_OK) return FWD_EKV;
+    struct kvstore_seq *v = &r->view[s];
     v->full = q->full;
     v->n_full = q->n_full;
     v->swa = q->n_swa ? q->swa : NULL;

@@ -3,7 +3,7 @@
  * batching policy or sampling: for tools (gemmad-cli generate/logits/taps/bench) and tests
  * that want one fwd_run per call they make.
  *
- * Blocks come from the scheduler's bookkeeping (scheduler/kv.h) over a kvs_pool sized
+ * Blocks come from the scheduler's bookkeeping (scheduler/kvcache.h) over a kvstore_pool sized
  * exactly for max_seqs sequences of max_ctx positions, so a runner never runs out of KV and
  * never preempts; there is no prefix cache and there are no sessions. All memory (pool,
  * block tables, step arrays) is allocated by runner_create; feeding and stepping allocate
@@ -31,7 +31,7 @@ struct runner_opts {
     int batch;                /* most tokens of one sequence per step (prefill chunk) */
     int max_logit_rows;       /* most logit rows one step returns */
     int block_size;           /* positions per KV block */
-    enum kvs_dtype kv_dtype;
+    enum kvstore_dtype kv_dtype;
     int n_threads;            /* compute threads (0 = physical cores) */
     enum fwd_device device;
     int deterministic;

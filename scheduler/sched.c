@@ -44,7 +44,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->kv_block_size = d->kv_block_size;
     o->kv_memory_mib = (size_t)d->kv_memory_mib;
     o->kv_tokens = d->kv_tokens;
-    if (kvs_dtype_parse(d->kv_dtype, &o->kv_dtype)) o->kv_dtype = KVS_F16;
+    if (kvstore_dtype_parse(d->kv_dtype, &o->kv_dtype)) o->kv_dtype = KVSTORE_F16;
     o->max_queue = d->max_queue;
     o->max_queued_tokens = d->max_queued_tokens;
     o->prefix_cache = d->prefix_cache;
@@ -81,15 +81,15 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
 
     /* Pool sizes. Every running sequence owns a full SWA ring; a few windows more let the
      * prefix cache keep sliding-layer blocks. */
-    s->ring = kvs_swa_ring_blocks(m, bs, o->max_batch_tokens);
+    s->ring = kvstore_swa_ring_blocks(m, bs, o->max_batch_tokens);
     int n_swa = 0;
     if (s->ring > 0)
         n_swa = o->max_seqs * s->ring + 4 * (ceil_div(m->cfg.sliding_window, bs) + 1);
     int seq_blocks = ceil_div(o->n_ctx, bs) + 1;
     long long n_full;
     if (o->kv_memory_mib > 0) {
-        size_t bf = kvs_block_bytes(m, o->kv_dtype, bs, KVS_FULL);
-        size_t bw = kvs_block_bytes(m, o->kv_dtype, bs, KVS_SWA);
+        size_t bf = kvstore_block_bytes(m, o->kv_dtype, bs, KVSTORE_FULL);
+        size_t bw = kvstore_block_bytes(m, o->kv_dtype, bs, KVSTORE_SWA);
         long long bytes = (long long)o->kv_memory_mib << 20;
         long long left = bytes - (long long)n_swa * (long long)bw;
         n_full = bf ? left / (long long)bf : 0;
@@ -112,18 +112,18 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         }
     }
     if (n_full > (1 << 30)) n_full = 1 << 30;
-    rc = kvs_create(m, o->kv_dtype, bs, (int)n_full, n_swa, &s->pool, err, errlen);
+    rc = kvstore_create(m, o->kv_dtype, bs, (int)n_full, n_swa, &s->pool, err, errlen);
     if (rc) {
         rc = SCHED_ENOMEM;
         goto fail;
     }
-    struct kv_opts ko = {.n_full = (int)n_full, .n_swa = n_swa, .block_size = bs,
+    struct kvcache_opts ko = {.n_full = (int)n_full, .n_swa = n_swa, .block_size = bs,
                          .window = m->cfg.sliding_window, .ring = s->ring,
                          .max_seq_blocks = seq_blocks, .prefix_cache = o->prefix_cache,
                          .max_sessions = o->session_ttl_s > 0 ? SCHED_MAX_SESSIONS : 0,
                          .session_ttl_s = o->session_ttl_s};
     rc = SCHED_ENOMEM;
-    if (kv_create(&ko, &s->kv)) {
+    if (kvcache_create(&ko, &s->kv)) {
         if (err) snprintf(err, errlen, "cannot allocate the KV block tables");
         goto fail;
     }
@@ -171,7 +171,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->thread_started = 1;
     LOG_I(SCHED_MOD, 0,
           "KV pool: %lld FULL blocks + %d SWA blocks of %d positions (%s, %.1f MiB), ring %d",
-          n_full, n_swa, bs, kvs_dtype_name(o->kv_dtype), (double)s->pool->mem_bytes / 1048576.0,
+          n_full, n_swa, bs, kvstore_dtype_name(o->kv_dtype), (double)s->pool->mem_bytes / 1048576.0,
           s->ring);
     *out = s;
     return SCHED_OK;
@@ -193,8 +193,8 @@ void sched_destroy(struct sched *s) {
         pthread_join(s->thread, NULL);
     }
     fwd_destroy(s->fwd);
-    kv_destroy(s->kv);
-    kvs_destroy(s->pool);
+    kvcache_destroy(s->kv);
+    kvstore_destroy(s->pool);
     if (s->smp)
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
@@ -238,7 +238,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->done_cap = 2 * TOK_STREAM_MAX;
     for (int i = 0; i < r->n_stop; i++) q->done_cap += strlen(r->stop[i]);
     q->done_text = malloc(q->done_cap);
-    if (!q->hist || !q->done_text || kv_seq_init(s->kv, &q->kv) ||
+    if (!q->hist || !q->done_text || kvcache_seq_init(s->kv, &q->kv) ||
         stop_init(&q->stop, r->stop, r->n_stop, TOK_STREAM_MAX))
         goto fail;
     memcpy(q->hist, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
@@ -320,7 +320,7 @@ void sched_get_counts(struct sched *s, struct sched_counts *out) {
 
 void sched_stats(struct sched *s, struct sched_stats *out) {
     pthread_mutex_lock(&s->lock);
-    const struct kv_stats *k = &s->kst;
+    const struct kvcache_stats *k = &s->kst;
     out->running = s->counts.running;
     out->waiting = s->counts.waiting;
     for (int c = 0; c < 2; c++) {

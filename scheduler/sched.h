@@ -38,7 +38,7 @@ struct sched_opts {
     int kv_block_size;        /* positions per KV block */
     size_t kv_memory_mib;     /* KV pool size in MiB (0: derive from kv_tokens) */
     int kv_tokens;            /* alternatively, total FULL-class token capacity */
-    enum kvs_dtype kv_dtype;  /* f16 default */
+    enum kvstore_dtype kv_dtype;  /* f16 default */
     int max_queue;            /* waiting requests before 429 */
     int max_queued_tokens;    /* waiting prompt tokens before 429 */
     int prefix_cache;         /* 1: reuse cached prefix blocks */

@@ -12,7 +12,7 @@
 
 #include "base/prom.h"
 #include "engine/tokenizer.h"
-#include "scheduler/kv.h"
+#include "scheduler/kvcache.h"
 #include "scheduler/sample.h"
 #include "scheduler/sched.h"
 #include "scheduler/stop.h"
@@ -44,7 +44,7 @@ struct seq {
     int top_logprobs, ignore_eos;
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
-    struct kv_seq kv;            /* block tables */
+    struct kvcache_seq kv;            /* block tables */
     /* per step */
     int step_n;                  /* tokens fed this step (0 = not in the batch) */
     int logit_row;               /* row of the logits buffer, or -1 */
@@ -62,9 +62,9 @@ struct sched {
     const struct tok_vocab *vocab;
     int n_vocab;
     int ring;                    /* SWA ring slots per sequence */
-    struct kvs_pool *pool;
+    struct kvstore_pool *pool;
     struct fwd_ctx *fwd;
-    struct kv_cache *kv;
+    struct kvcache *kv;
     struct smp_ctx **smp;        /* [n_smp] one sampler scratch per compute thread */
     int n_smp;
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
@@ -73,7 +73,7 @@ struct sched {
     float *scratch;              /* [n_smp][n_vocab] logits copies when logprobs are asked for */
     struct seq **sampling;       /* [max_seqs] sequences sampled this step */
     struct fwd_seq *rows;        /* [max_seqs] */
-    struct kvs_seq *views;       /* [max_seqs] */
+    struct kvstore_seq *views;       /* [max_seqs] */
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
     int n_run;
     struct seq **batch;          /* [max_seqs] */
@@ -92,7 +92,7 @@ struct sched {
     int stopping, draining;
     uint64_t next_id, next_order;
     struct sched_counts counts;
-    struct kv_stats kst;
+    struct kvcache_stats kst;
     long long preemptions, rejections, steps;
     struct prom_hist h_batch, h_tokens, h_step;
 };

@@ -37,7 +37,7 @@ void sched_seq_free(struct seq *q) {
     free(q->bias);
     stop_free(&q->stop);
     free(q->session_id);
-    kv_seq_free(&q->kv);
+    kvcache_seq_free(&q->kv);
     free(q->done_text);
     free(q);
 }
@@ -113,16 +113,16 @@ static void finish_running(struct sched *s, struct seq *q, enum sched_finish fin
     size_t n = (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH) ? final_text(q) : 0;
     emit_done(q, fin, q->done_text, n);
     if (q->session_id && (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH))
-        kv_session_put(s->kv, q->session_id, &q->kv, q->hist, q->n_kv, clock_mono_s());
+        kvcache_session_put(s->kv, q->session_id, &q->kv, q->hist, q->n_kv, clock_mono_s());
     else
-        kv_seq_release(s->kv, &q->kv);
+        kvcache_seq_release(s->kv, &q->kv);
     run_remove(s, q);
     sched_seq_free(q);
 }
 
 static void fail_running(struct sched *s, struct seq *q, const char *msg) {
     emit_error(q, msg);
-    kv_seq_release(s->kv, &q->kv);
+    kvcache_seq_release(s->kv, &q->kv);
     run_remove(s, q);
     sched_seq_free(q);
 }
@@ -170,7 +170,7 @@ static void wait_push_preempted(struct sched *s, struct seq *q) {
  * check that blocks exist for the rest of its tokens plus a reserve, fill its SWA ring. */
 static int try_admit(struct sched *s, struct seq *q, double now) {
     int bs = s->o.kv_block_size;
-    int reuse = kv_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, q->n_hist - 1,
+    int reuse = kvcache_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, q->n_hist - 1,
                               q->admitted ? NULL : q->session_id, now);
     /* Blocks for its own tokens, for the tokens running sequences have yet to prefill, and
      * one block of growth per running sequence. */
@@ -181,11 +181,11 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
     }
     int need_swa = 0;
     for (int j = 0; j < q->kv.n_swa; j++) need_swa += q->kv.swa[j] < 0;
-    if (need_full > kv_available(s->kv, KVS_FULL, 1) ||
-        (need_swa > 0 && need_swa > kv_available(s->kv, KVS_SWA, 1)) ||
-        kv_seq_fill_ring(s->kv, &q->kv) != KV_OK) {
-        kv_seq_release(s->kv, &q->kv);
-        kv_uncount_attach(s->kv);
+    if (need_full > kvcache_available(s->kv, KVSTORE_FULL, 1) ||
+        (need_swa > 0 && need_swa > kvcache_available(s->kv, KVSTORE_SWA, 1)) ||
+        kvcache_seq_fill_ring(s->kv, &q->kv) != KVCACHE_OK) {
+        kvcache_seq_release(s->kv, &q->kv);
+        kvcache_uncount_attach(s->kv);
         return 0;
     }
     q->n_kv = reuse;
@@ -202,7 +202,7 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
 /* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
 static void preempt_youngest(struct sched *s) {
     struct seq *q = s->run[s->n_run - 1];
-    kv_seq_release(s->kv, &q->kv);
+    kvcache_seq_release(s->kv, &q->kv);
     q->n_kv = 0;
     q->step_n = 0;
     s->n_run--;
@@ -293,13 +293,13 @@ static void step(struct sched *s) {
             if (n <= 0) continue;
         }
         int rc;
-        while ((rc = kv_seq_prepare(s->kv, &q->kv, q->n_kv, n)) == KV_ENOSPACE) {
+        while ((rc = kvcache_seq_prepare(s->kv, &q->kv, q->n_kv, n)) == KVCACHE_ENOSPACE) {
             int self = s->run[s->n_run - 1] == q;
             preempt_youngest(s);
             if (self) break;
         }
-        if (rc == KV_ENOSPACE) break; /* q itself was the youngest: it waits */
-        if (rc != KV_OK) {
+        if (rc == KVCACHE_ENOSPACE) break; /* q itself was the youngest: it waits */
+        if (rc != KVCACHE_OK) {
             LOG_E(SCHED_MOD, q->id, "block tables inconsistent (rc %d)", rc);
             fail_running(s, q, "internal scheduler error");
             i--;
@@ -307,7 +307,7 @@ static void step(struct sched *s) {
         }
         if (todo > 1) prefill_budget -= n;
         q->step_n = n;
-        struct kvs_seq *v = &s->views[nb];
+        struct kvstore_seq *v = &s->views[nb];
         v->full = q->kv.full;
         v->n_full = q->kv.n_full;
         v->swa = q->kv.n_swa ? q->kv.swa : NULL;
@@ -333,7 +333,7 @@ static void step(struct sched *s) {
     for (int i = 0; i < nb; i++) {
         struct seq *q = s->batch[i];
         q->n_kv += q->step_n;
-        kv_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
+        kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
         if (q->logit_row >= 0) s->sampling[n_sample++] = q;
     }
     if (n_sample > 0) {
@@ -383,21 +383,21 @@ static struct seq *intake(struct sched *s, double now) {
             gone = q;
         }
     }
-    kv_session_expire(s->kv, now);
+    kvcache_session_expire(s->kv, now);
     while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
     }
     return gone;
 }
 
 void sched_publish_counts(struct sched *s) {
-    struct kv_stats st;
-    kv_get_stats(s->kv, &st);
+    struct kvcache_stats st;
+    kvcache_get_stats(s->kv, &st);
     pthread_mutex_lock(&s->lock);
     s->kst = st;
     s->counts.running = s->n_run;
     s->counts.waiting = s->n_waiting;
-    s->counts.kv_blocks_used = st.used[KVS_FULL];
-    s->counts.kv_blocks_total = st.total[KVS_FULL];
+    s->counts.kv_blocks_used = st.used[KVSTORE_FULL];
+    s->counts.kv_blocks_total = st.total[KVSTORE_FULL];
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -406,12 +406,12 @@ void *sched_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0) {
-            if (kv_session_count(s->kv) > 0) {
+            if (kvcache_session_count(s->kv) > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 ts.tv_sec += 1;
                 pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-                kv_session_expire(s->kv, clock_mono_s());
+                kvcache_session_expire(s->kv, clock_mono_s());
             } else {
                 pthread_cond_wait(&s->cond, &s->lock);
             }
@@ -428,7 +428,7 @@ void *sched_main(void *arg) {
         for (struct seq *q = gone, *nx; q; q = nx) {
             nx = q->next;
             emit_done(q, q->cancel ? SCHED_FINISH_CANCELLED : SCHED_FINISH_DEADLINE, NULL, 0);
-            kv_seq_release(s->kv, &q->kv);
+            kvcache_seq_release(s->kv, &q->kv);
             sched_seq_free(q);
         }
         for (int i = 0; i < s->n_run; i++) {
@@ -461,7 +461,7 @@ void *sched_main(void *arg) {
     for (struct seq *q = gone, *nx; q; q = nx) {
         nx = q->next;
         emit_done(q, SCHED_FINISH_CANCELLED, NULL, 0);
-        kv_seq_release(s->kv, &q->kv);
+        kvcache_seq_release(s->kv, &q->kv);
         sched_seq_free(q);
     }
     while (s->n_run > 0) finish_running(s, s->run[0], SCHED_FINISH_CANCELLED);

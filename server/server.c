@@ -167,7 +167,7 @@ static void *srv_loader(void *arg) {
     o.kv_block_size = c->kv_block_size;
     o.kv_memory_mib = (size_t)c->kv_memory_mib;
     o.kv_tokens = c->kv_tokens;
-    if (kvs_dtype_parse(c->kv_dtype, &o.kv_dtype)) o.kv_dtype = KVS_F16;
+    if (kvstore_dtype_parse(c->kv_dtype, &o.kv_dtype)) o.kv_dtype = KVSTORE_F16;
     o.max_queue = c->max_queue;
     o.max_queued_tokens = c->max_queued_tokens;
     o.prefix_cache = c->prefix_cache;

@@ -169,9 +169,9 @@ static float *ref_dequant(uint32_t type, const void *rows, int n_in, int n_out) 
  * explicit CUDA request without a device fails with the reason. */
 static void test_fallback_without_device(void) {
     struct model *m = cu_load_model(t_model_path());
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512] = "", why[256] = "";
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 16, 4, kvstore_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
              0);
     const int have = fwd_device_available(FWD_DEVICE_CUDA, why, sizeof why);
     T_ASSERTF(why[0] != 0, "fwd_device_available gave no reason");
@@ -196,7 +196,7 @@ static void test_fallback_without_device(void) {
         T_ASSERTF(err[0] != 0, "no message for a missing device");
         printf("    no device, as expected: %s\n", err);
     }
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 
@@ -605,26 +605,26 @@ static void test_attention_vs_ref(void) {
 /* Block tables for one sequence, handed out from a pool's ids. */
 struct e2e_seq {
     int32_t full[256], swa[64];
-    struct kvs_seq kv;
+    struct kvstore_seq kv;
 };
 
-static void e2e_seq_init(struct e2e_seq *s, const struct kvs_pool *p, int first_full, int n_full,
+static void e2e_seq_init(struct e2e_seq *s, const struct kvstore_pool *p, int first_full, int n_full,
                          int first_swa, int n_swa) {
     T_ASSERT(n_full <= 256 && n_swa <= 64);
-    T_ASSERT(first_full + n_full <= p->n_blocks[KVS_FULL] || p->n_blocks[KVS_FULL] == 0);
-    T_ASSERT(first_swa + n_swa <= p->n_blocks[KVS_SWA] || p->n_blocks[KVS_SWA] == 0);
+    T_ASSERT(first_full + n_full <= p->n_blocks[KVSTORE_FULL] || p->n_blocks[KVSTORE_FULL] == 0);
+    T_ASSERT(first_swa + n_swa <= p->n_blocks[KVSTORE_SWA] || p->n_blocks[KVSTORE_SWA] == 0);
     for (int i = 0; i < n_full; i++)
         s->full[i] = first_full + i;
     for (int i = 0; i < n_swa; i++)
         s->swa[i] = first_swa + i;
-    s->kv = (struct kvs_seq){s->full, p->n_blocks[KVS_FULL] ? n_full : 0, s->swa,
-                             p->n_blocks[KVS_SWA] ? n_swa : 0};
-    if (!p->n_blocks[KVS_SWA]) s->kv.swa = NULL;
+    s->kv = (struct kvstore_seq){s->full, p->n_blocks[KVSTORE_FULL] ? n_full : 0, s->swa,
+                             p->n_blocks[KVSTORE_SWA] ? n_swa : 0};
+    if (!p->n_blocks[KVSTORE_SWA]) s->kv.swa = NULL;
 }
 
 struct e2e {
     struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct fwd_ctx *cpu;
     struct fwd_ctx *gpu; /* the CUDA backend through the public API */
     int bs, ring;
@@ -636,8 +636,8 @@ static void e2e_init(struct e2e *e, struct model *m, int max_tokens, int max_seq
     memset(e, 0, sizeof *e);
     e->m = m;
     e->bs = 16;
-    e->ring = kvs_swa_ring_blocks(m, e->bs, max_tokens);
-    T_ASSERTF(kvs_create(m, KVS_F16, e->bs, 256 * max_seqs, e->ring * max_seqs, &e->kv, err,
+    e->ring = kvstore_swa_ring_blocks(m, e->bs, max_tokens);
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, e->bs, 256 * max_seqs, e->ring * max_seqs, &e->kv, err,
                          sizeof err) == 0,
               "%s", err);
     struct fwd_opts o = {.max_tokens = max_tokens,
@@ -657,7 +657,7 @@ static void e2e_init(struct e2e *e, struct model *m, int max_tokens, int max_seq
 static void e2e_free(struct e2e *e) {
     fwd_destroy(e->gpu);
     fwd_destroy(e->cpu);
-    kvs_destroy(e->kv);
+    kvstore_destroy(e->kv);
 }
 
 /* A deterministic prompt: ids spread over the vocabulary, BOS first. */

@@ -15,7 +15,7 @@ static int quick(void) { return getenv("GEMMAD_TEST_QUICK") != NULL; }
 static struct runner *mk(const struct model *m, int n_seqs, int max_ctx, int batch, int bs) {
     struct runner_opts o = {.max_seqs = n_seqs, .max_ctx = max_ctx, .batch = batch,
                             .max_logit_rows = n_seqs > batch ? n_seqs : batch,
-                            .block_size = bs, .kv_dtype = KVS_F16, .n_threads = 2,
+                            .block_size = bs, .kv_dtype = KVSTORE_F16, .n_threads = 2,
                             .device = FWD_DEVICE_CPU, .deterministic = 1};
     struct runner *r = NULL;
     char err[256] = "";

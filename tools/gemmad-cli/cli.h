@@ -39,7 +39,7 @@ struct cli_opts {
     int all;
     int threads;
     int batch;               /* prefill chunk (rows per step) */
-    enum kvs_dtype kv_type;
+    enum kvstore_dtype kv_type;
     enum fwd_device device;
     enum kern_isa isa;       /* --isa: kernel instruction set (AUTO = best) */
     int prompt_tokens;       /* bench */

@@ -13,10 +13,10 @@ int cli_kvmem(const struct cli_opts *o) {
     struct model *m = cli_load(o, &load_s);
     const int bs = o->block_size;
     const size_t blocks = ((size_t)o->ctx + (size_t)bs - 1) / (size_t)bs;
-    const size_t full = kvs_block_bytes(m, o->kv_type, bs, KVS_FULL);
-    const size_t swa = kvs_block_bytes(m, o->kv_type, bs, KVS_SWA);
+    const size_t full = kvstore_block_bytes(m, o->kv_type, bs, KVSTORE_FULL);
+    const size_t swa = kvstore_block_bytes(m, o->kv_type, bs, KVSTORE_SWA);
     const int batch = o->batch ? o->batch : 512;
-    size_t ring = (size_t)kvs_swa_ring_blocks(m, bs, batch);
+    size_t ring = (size_t)kvstore_swa_ring_blocks(m, bs, batch);
     if (ring > blocks) ring = blocks;
     int n_swa = 0, n_full = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
@@ -30,7 +30,7 @@ int cli_kvmem(const struct cli_opts *o) {
     printf("{\"ctx\": %d, \"kv_type\": \"%s\", \"block_size\": %d, \"global_layers\": %d, "
            "\"sliding_layers\": %d, \"sliding_window\": %d, \"ring_blocks\": %zu, "
            "\"without_ring_mib\": %.1f, \"with_ring_mib\": %.1f, \"saving\": %.2f}\n",
-           o->ctx, kvs_dtype_name(o->kv_type), bs, n_full, n_swa, m->cfg.sliding_window, ring,
+           o->ctx, kvstore_dtype_name(o->kv_type), bs, n_full, n_swa, m->cfg.sliding_window, ring,
            without, with, without > 0 ? 1.0 - with / without : 0.0);
     model_free(m);
     return 0;

@@ -118,7 +118,7 @@ static void set_defaults(struct cli_opts *o) {
     o->top = 10;
     o->threads = 0;
     o->batch = 512;
-    o->kv_type = KVS_F16;
+    o->kv_type = KVSTORE_F16;
     o->device = FWD_DEVICE_CPU;
     o->isa = KERN_ISA_AUTO;
     o->prompt_tokens = 512;
@@ -170,7 +170,7 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
             o->block_size = (int)parse_long(a, NEXT(), 1, 1 << 16);
         else if (!strcmp(a, "--kv-type")) {
             const char *v = NEXT();
-            if (kvs_dtype_parse(v, &o->kv_type) != 0)
+            if (kvstore_dtype_parse(v, &o->kv_type) != 0)
                 usage_die("--kv-type: '%s' is not f16, q8_0 or f32", v);
         } else if (!strcmp(a, "--device")) {
             const char *v = NEXT();
