@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 
+#include "config/defaults.h"
 #include "tools/gemmad-cli/cli.h"
 
 int cli_kvmem(const struct cli_opts *o) {
@@ -15,7 +16,7 @@ int cli_kvmem(const struct cli_opts *o) {
     const size_t blocks = ((size_t)o->ctx + (size_t)bs - 1) / (size_t)bs;
     const size_t full = kvstore_block_bytes(m, o->kv_type, bs, KVSTORE_FULL);
     const size_t swa = kvstore_block_bytes(m, o->kv_type, bs, KVSTORE_SWA);
-    const int batch = o->batch ? o->batch : 512;
+    const int batch = o->batch ? o->batch : gemmad_defaults.max_batch_tokens;
     size_t ring = (size_t)kvstore_swa_ring_blocks(m, bs, batch);
     if (ring > blocks) ring = blocks;
     int n_swa = 0, n_full = 0;

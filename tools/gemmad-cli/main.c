@@ -25,6 +25,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "config/defaults.h"
+#include "engine/kvstore.h"
 #include "tools/gemmad-cli/cli.h"
 
 /* A subcommand: its name, what runs it, and its lines of the --help text. */
@@ -116,16 +118,18 @@ static void set_defaults(struct cli_opts *o) {
     o->top_p = 1.0f;
     o->seed = 42;
     o->top = 10;
-    o->threads = 0;
-    o->batch = 512;
-    o->kv_type = KVSTORE_F16;
+    /* The settings the server also has come from the one defaults table; the rest (sampling
+     * for a quick look, benchmark shape, kvmem's context) are the CLI's own. */
+    o->threads = gemmad_defaults.threads;
+    o->batch = gemmad_defaults.max_batch_tokens;
+    if (kvstore_dtype_parse(gemmad_defaults.kv_dtype, &o->kv_type) != 0) o->kv_type = KVSTORE_F16;
     o->device = FWD_DEVICE_CPU;
     o->isa = KERN_ISA_AUTO;
     o->prompt_tokens = 512;
     o->bench_gen = 128;
     o->seqs = 1;
     o->ctx = 32768;
-    o->block_size = 16;
+    o->block_size = gemmad_defaults.kv_block_size;
 }
 
 static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *o) {
