@@ -45,7 +45,7 @@ ifneq ($(SAN),)
 CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SAN)
 endif
-LDLIBS := -lmicrohttpd -ljansson -luv -lopenblas -lm -lpthread
+LDLIBS := -lmicrohttpd -ljansson -luv -lm -lpthread
 
 # Per-instruction-set kernel files get their own flags; dispatch happens at run time.
 ISA_AVX2 := -mavx2 -mfma -mf16c
@@ -78,8 +78,13 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli
+# The CUDA micro-benchmark (tools/cuda-bench/) links against the library, never into it.
+ifeq ($(CUDA),1)
+BINS += $(BUILD)/cuda-bench
+endif
+CUDA_BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/cuda-bench/*.c))
 
-.PHONY: all tests run test test-unit test-san test-tsan test-py test-cuda-compile deps model \
+.PHONY: all tests run test check-layers test-unit test-san test-tsan test-py test-cuda-compile test-native0 deps model \
         bench bench-engine fuzz-api clean format check-cuda
 .DEFAULT_GOAL := all
 .SECONDARY:
@@ -119,7 +124,16 @@ $(BUILD)/gemmad: $(BUILD)/obj/server/gemmad_main.o $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/gemmad-cli: $(BUILD)/obj/server/cli_main.o $(LIB)
+# tools/: programs built on the library, never linked into it. gemmad-cli is every .c in
+# tools/gemmad-cli/ (one file per subcommand).
+CLI_SRC := $(wildcard tools/gemmad-cli/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/gemmad-cli: $(CLI_OBJ) $(LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/cuda-bench: $(CUDA_BENCH_OBJ) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -144,11 +158,17 @@ run: deps model
 # ---- tests ----------------------------------------------------------------------------------
 test: deps model
 	$(Q)$(MAKE) --no-print-directory WERROR=1 all tests
+	$(Q)$(MAKE) --no-print-directory check-layers
 	$(Q)$(MAKE) --no-print-directory test-unit
 	$(Q)$(MAKE) --no-print-directory test-san
 	$(Q)$(MAKE) --no-print-directory test-tsan
 	$(Q)$(MAKE) --no-print-directory test-cuda-compile
+	$(Q)$(MAKE) --no-print-directory test-native0
 	$(Q)$(MAKE) --no-print-directory test-py
+
+# Includes and symbol uses point down the layers; no two modules depend on each other.
+check-layers: all
+	$(Q)$(PYTHON) tests/check-layers.py --objects $(BUILD)/obj
 
 test-unit: tests
 	$(Q)bash tests/run-unit.sh $(BUILD)/tests
@@ -168,6 +188,10 @@ test-tsan:
 # The CUDA sources must compile wherever nvcc exists, GPU or not.
 test-cuda-compile:
 	$(Q)bash tests/cuda-compile.sh
+
+# A NATIVE=0 build runs the same kernels (chosen at run time): byte-identical logits.
+test-native0: all
+	$(Q)bash tests/native0-parity.sh $(BUILD) $(MODEL)
 
 test-py: all
 	$(Q)bash tests/run-py.sh

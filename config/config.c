@@ -4,6 +4,8 @@
  * config_set(), so the three sources accept exactly the same values.
  */
 #include "config/config.h"
+#include "config/defaults.h"
+#include "base/strbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -87,32 +89,12 @@ static const struct cfg_opt cfg_opts[] = {
 
 void config_defaults(struct config *c) {
     memset(c, 0, sizeof *c);
-    snprintf(c->host, sizeof c->host, "127.0.0.1");
-    c->port = 8080;
-    c->threads = 0;
-    c->ctx_size = 4096;
-    c->max_tokens = 2048;
-    c->max_n = 8;
-    c->body_limit = 4 << 20;
-    c->conn_memory_limit = 32768;
-    c->max_connections = 512;
-    c->connection_timeout_s = 60;
-    c->request_timeout_s = 600;
-    c->sse_keepalive_s = 15;
-    c->drain_timeout_s = 30;
-    c->max_queue = 256;
-    c->max_queued_tokens = 262144;
-    c->max_seqs = 16;
-    c->max_batch_tokens = 512;
-    c->kv_block_size = 16;
-    c->kv_memory_mib = 0;
-    c->kv_tokens = 65536;
-    snprintf(c->kv_dtype, sizeof c->kv_dtype, "f16");
-    c->prefix_cache = 1;
-    c->session_ttl_s = 300;
-    c->deterministic = 0;
-    snprintf(c->device, sizeof c->device, "auto");
-    snprintf(c->log_level, sizeof c->log_level, "info");
+#define CFG_NUM_DEFAULT(type, name, value) c->name = gemmad_defaults.name;
+#define CFG_STR_DEFAULT(name, value) snprintf(c->name, sizeof c->name, "%s", gemmad_defaults.name);
+    GEMMAD_DEFAULTS_NUM(CFG_NUM_DEFAULT)
+    GEMMAD_DEFAULTS_STR(CFG_STR_DEFAULT)
+#undef CFG_NUM_DEFAULT
+#undef CFG_STR_DEFAULT
 }
 
 /* Settings are matched with '-' and '_' treated alike, case-insensitively. */
@@ -423,24 +405,12 @@ static void cfg_value_text(const struct config *c, const struct cfg_opt *o, char
     }
 }
 
-static size_t cfg_append(char *buf, size_t cap, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static size_t cfg_append(char *buf, size_t cap, size_t n, const char *fmt, ...) {
-    if (n >= cap) return n;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
-    if (w < 0) return n;
-    return (size_t)w >= cap - n ? cap - 1 : n + (size_t)w;
-}
-
 size_t config_help(char *buf, size_t cap) {
     struct config d;
     config_defaults(&d);
-    size_t n = 0;
-    if (cap) buf[0] = 0;
-    n = cfg_append(buf, cap, n,
+    struct strbuf b;
+    strbuf_init(&b, buf, cap);
+    strbuf_printf(&b,
                    "usage: gemmad --model PATH [--host ADDR] [--port N] [--config FILE] "
                    "[--SETTING VALUE ...]\n\n"
                    "Settings come from the defaults below, then --config FILE (or "
@@ -453,20 +423,20 @@ size_t config_help(char *buf, size_t cap) {
         for (char *p = flag + 2; *p; p++)
             if (*p == '_') *p = '-';
         cfg_value_text(&d, o, def, sizeof def);
-        n = cfg_append(buf, cap, n, "  %-24s %s\n  %-24s default: %s%s%s\n", flag, o->help, "",
+        strbuf_printf(&b, "  %-24s %s\n  %-24s default: %s%s%s\n", flag, o->help, "",
                        def[0] ? def : "(empty)", o->choices ? "; one of " : "",
                        o->choices ? o->choices : "");
     }
-    return n;
+    return b.n;
 }
 
 size_t config_dump(const struct config *c, char *buf, size_t cap) {
-    size_t n = 0;
-    if (cap) buf[0] = 0;
+    struct strbuf b;
+    strbuf_init(&b, buf, cap);
     for (size_t i = 0; i < CFG_N_OPTS; i++) {
         char v[CONFIG_STR_MAX];
         cfg_value_text(c, &cfg_opts[i], v, sizeof v);
-        n = cfg_append(buf, cap, n, "%s = %s\n", cfg_opts[i].name, v);
+        strbuf_printf(&b, "%s = %s\n", cfg_opts[i].name, v);
     }
-    return n;
+    return b.n;
 }

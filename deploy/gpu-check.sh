@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check — the one script for a session that has an NVIDIA GPU (issue 6 part 5): builds
+# gpu-check — the one script for a session that has an NVIDIA GPU: builds
 # gemmad with CUDA=1 for the GPU's architecture, runs the CUDA tests (kernels against the CPU
 # references, CUDA vs CPU logits, batched == solo), and benchmarks prefill and decode
 # (1 and 64 concurrent sequences) on the CUDA backend against the CPU path. Everything it
@@ -25,8 +25,7 @@ cd "$(dirname "$0")/.."
 
 DEPS_DIR=build/gpu-deps
 SYNTH_DIR=build/synthetic
-DEBS="libopenblas0 libopenblas0-pthread libopenblas-dev libopenblas-pthread-dev libgfortran5
-      libquadmath0 libmicrohttpd12 libmicrohttpd-dev libjansson4 libjansson-dev libuv1 libuv1-dev"
+DEBS="libmicrohttpd12 libmicrohttpd-dev libjansson4 libjansson-dev libuv1 libuv1-dev"
 
 if [ "${1:-}" = "--prepare" ]; then
     mkdir -p "$DEPS_DIR"
@@ -58,7 +57,7 @@ say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 # ---- dependencies: use the system's headers, else the carried .deb files --------------------
 have_header() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
 missing=""
-for h in cblas.h microhttpd.h jansson.h uv.h; do have_header "$h" || missing="$missing $h"; done
+for h in microhttpd.h jansson.h uv.h; do have_header "$h" || missing="$missing $h"; done
 if [ -n "$missing" ]; then
     if ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
         root="$PWD/$DEPS_DIR/root"
@@ -66,9 +65,9 @@ if [ -n "$missing" ]; then
         for f in "$DEPS_DIR"/*.deb; do dpkg -x "$f" "$root"; done
         inc="$root/usr/include"
         lib="$root/usr/lib/x86_64-linux-gnu"
-        export CPATH="$inc:$inc/x86_64-linux-gnu:$inc/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}"
-        export LIBRARY_PATH="$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
-        export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        export CPATH="$inc:$inc/x86_64-linux-gnu${CPATH:+:$CPATH}"
+        export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+        export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         say "headers missing ($missing ); using the carried packages in $DEPS_DIR"
     else
         say "headers missing ($missing ) and no $DEPS_DIR/*.deb: run deploy/gpu-check.sh --prepare where there is network and carry $DEPS_DIR"
@@ -90,10 +89,7 @@ if ! mk all tests >"$OUT/build.txt" 2>&1; then
         exit 1
     fi
 fi
-gcc -std=gnu11 -O2 -pthread -I. -I"$CUDA_HOME/include" -DGEMMAD_CUDA=1 \
-    engine/cuda/bench/cuda_bench_main.c $B/libgemmad.a -o $B/cuda-bench \
-    -Wl,--as-needed -L"$CUDA_HOME/lib64" -lcudart -lcublas -lstdc++ -lopenblas -lm -lpthread \
-    >>"$OUT/build.txt" 2>&1 || { say "cuda-bench build FAILED"; exit 1; }
+[ -x $B/cuda-bench ] || { say "cuda-bench build FAILED (make CUDA=1 builds $B/cuda-bench)"; exit 1; }
 say "built in $(( $(date +%s) - t0 )) s"
 
 # ---- tests ----------------------------------------------------------------------------------

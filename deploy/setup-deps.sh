@@ -5,7 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 # chromium + chromium-driver: the chat page's browser test (tests/integration/test_ui_browser.py).
-debs="libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev make gcc chromium chromium-driver"
+debs="libmicrohttpd-dev libjansson-dev libuv1-dev make gcc chromium chromium-driver"
 missing=""
 for p in $debs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

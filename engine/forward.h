@@ -11,13 +11,13 @@
  * how a prompt is cut into chunks (kernels use a fixed per-row reduction order).
  *
  * All scratch memory is allocated by fwd_create for max_tokens rows per step (the attention
- * scores per compute thread for max_ctx positions); fwd_run never allocates. On the CPU, fwd_create also repacks the Q8_0/Q5_0 weights into panels
- * where the ISA has a panel kernel (engine/kernels/panel.h) and, for a tied-embedding model,
- * copies the rest it reads, so it stops reading the model's file mapping; the fwd_ctx owns
- * those copies. The model itself is never modified.
+ * scores per compute thread for max_ctx positions); fwd_run never allocates. The step runs
+ * on a backend (engine/backend.h): the CPU (engine/cpu_fwd.c, which repacks weights into
+ * panels and may stop reading the model's file mapping, engine/cpu_weights.c) or CUDA
+ * (engine/cuda/, CUDA=1 builds). The model itself is never modified.
  *
  * Threads: a fwd_ctx belongs to one thread (the engine/scheduler thread); it fans work out
- * over its compute pool. The model and kvs_pool must outlive it.
+ * over its compute pool. The model and kvstore_pool must outlive it.
  */
 #ifndef GEMMAD_FORWARD_H
 #define GEMMAD_FORWARD_H
@@ -37,7 +37,7 @@ struct fwd_seq {
     const int32_t *tokens;      /* [n_tokens] ids, each < n_vocab */
     int n_tokens;               /* >= 1 */
     int pos;                    /* position of tokens[0]; earlier positions are in the KV */
-    const struct kvs_seq *kv;   /* this sequence's block tables */
+    const struct kvstore_seq *kv;   /* this sequence's block tables */
     enum fwd_logits logits;     /* which rows to return */
 };
 
@@ -54,15 +54,18 @@ struct fwd_opts {
     int max_logit_rows;         /* most logit rows one step returns */
     int n_threads;              /* compute threads (0 = physical cores) */
     enum fwd_device device;     /* CPU, CUDA, or AUTO */
-    int deterministic;          /* 1: no shape-dependent kernel choice, no BLAS */
+    int deterministic;          /* 1: no shape-dependent kernel choice (CUDA: no cuBLAS);
+                                 * the CPU path is batch-invariant either way */
     int max_ctx;                /* most positions one sequence reaches (0: as many as the
                                  * pool's full layers hold); sizes the attention scratch */
 };
 
-int fwd_create(const struct model *m, struct kvs_pool *kv, const struct fwd_opts *opts,
+int fwd_create(const struct model *m, struct kvstore_pool *kv, const struct fwd_opts *opts,
                struct fwd_ctx **out, char *err, size_t errlen);
 void fwd_destroy(struct fwd_ctx *c);
 enum fwd_device fwd_device(const struct fwd_ctx *c); /* what actually runs */
+/* 1 when a backend for dev can run here (AUTO: always); why gets the reason either way. */
+int fwd_device_available(enum fwd_device dev, char *why, size_t whylen);
 
 /* Run one step. logits receives the requested rows in order of seqs (FWD_LOGITS_LAST: one
  * row; ALL: n_tokens rows), each n_vocab floats. Returns FWD_OK or an error (nothing
@@ -82,5 +85,10 @@ void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks
  * once after the final norm (layer == n_layer) with the hidden rows [n_rows][n_embd]. */
 typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
 void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
+
+/* Test hook: when n > 0, the n-th failable step (allocation, thread start, ...) of each
+ * later fwd_create fails as if out of memory; each fwd_create counts from 1 again.
+ * 0 (the default): off. Tests only; not thread-safe. */
+void fwd_set_fail_at(int n);
 
 #endif

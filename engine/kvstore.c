@@ -16,30 +16,30 @@
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
 
-const char *kvs_dtype_name(enum kvs_dtype dt) {
+const char *kvstore_dtype_name(enum kvstore_dtype dt) {
     switch (dt) {
-    case KVS_F16: return "f16";
-    case KVS_Q8_0: return "q8_0";
-    case KVS_F32: return "f32";
+    case KVSTORE_F16: return "f16";
+    case KVSTORE_Q8_0: return "q8_0";
+    case KVSTORE_F32: return "f32";
     }
     return "?";
 }
 
-int kvs_dtype_parse(const char *s, enum kvs_dtype *out) {
+int kvstore_dtype_parse(const char *s, enum kvstore_dtype *out) {
     if (!s) return -1;
-    if (strcmp(s, "f16") == 0) *out = KVS_F16;
-    else if (strcmp(s, "q8_0") == 0) *out = KVS_Q8_0;
-    else if (strcmp(s, "f32") == 0) *out = KVS_F32;
+    if (strcmp(s, "f16") == 0) *out = KVSTORE_F16;
+    else if (strcmp(s, "q8_0") == 0) *out = KVSTORE_Q8_0;
+    else if (strcmp(s, "f32") == 0) *out = KVSTORE_F32;
     else return -1;
     return 0;
 }
 
 /* Bytes of n elements in the storage type; 0 when n does not fit it (Q8_0 needs n % 32). */
-static size_t row_bytes(enum kvs_dtype dt, int64_t n) {
+static size_t row_bytes(enum kvstore_dtype dt, int64_t n) {
     switch (dt) {
-    case KVS_F16: return (size_t)n * 2;
-    case KVS_F32: return (size_t)n * 4;
-    case KVS_Q8_0: return quant_row_size(QT_Q8_0, n);
+    case KVSTORE_F16: return (size_t)n * 2;
+    case KVSTORE_F32: return (size_t)n * 4;
+    case KVSTORE_Q8_0: return quant_row_size(QT_Q8_0, n);
     }
     return 0;
 }
@@ -48,11 +48,11 @@ static size_t row_bytes(enum kvs_dtype dt, int64_t n) {
 static int layer_class(const struct model *m, int l) {
     const struct model_layer_cfg *lc = &m->cfg.layer[l];
     if (lc->kv_layer != l) return -1;
-    return (lc->sliding && m->cfg.sliding_window > 0) ? KVS_SWA : KVS_FULL;
+    return (lc->sliding && m->cfg.sliding_window > 0) ? KVSTORE_SWA : KVSTORE_FULL;
 }
 
-size_t kvs_block_bytes(const struct model *m, enum kvs_dtype dt, int block_size,
-                       enum kvs_class cls) {
+size_t kvstore_block_bytes(const struct model *m, enum kvstore_dtype dt, int block_size,
+                       enum kvstore_class cls) {
     size_t total = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         if (layer_class(m, l) != (int)cls) continue;
@@ -64,39 +64,39 @@ size_t kvs_block_bytes(const struct model *m, enum kvs_dtype dt, int block_size,
     return total;
 }
 
-int kvs_swa_ring_blocks(const struct model *m, int block_size, int max_new) {
+int kvstore_swa_ring_blocks(const struct model *m, int block_size, int max_new) {
     int w = m->cfg.sliding_window;
     if (w <= 0 || block_size <= 0) return 0;
     int any = 0;
-    for (int l = 0; l < m->cfg.n_layer; l++) any |= layer_class(m, l) == KVS_SWA;
+    for (int l = 0; l < m->cfg.n_layer; l++) any |= layer_class(m, l) == KVSTORE_SWA;
     if (!any) return 0;
     if (max_new < 1) max_new = 1;
     return (w + max_new - 2) / block_size + 2;
 }
 
-int kvs_create(const struct model *m, enum kvs_dtype dt, int block_size, int n_blocks_full,
-               int n_blocks_swa, struct kvs_pool **out, char *err, size_t errlen) {
+int kvstore_create(const struct model *m, enum kvstore_dtype dt, int block_size, int n_blocks_full,
+               int n_blocks_swa, struct kvstore_pool **out, char *err, size_t errlen) {
     *out = NULL;
     if (block_size <= 0 || block_size > (1 << 16) || n_blocks_full < 0 || n_blocks_swa < 0) {
-        if (err) snprintf(err, errlen, "kvs_create: block_size %d / block counts %d, %d invalid",
+        if (err) snprintf(err, errlen, "kvstore_create: block_size %d / block counts %d, %d invalid",
                           block_size, n_blocks_full, n_blocks_swa);
         return -1;
     }
-    if (dt != KVS_F16 && dt != KVS_Q8_0 && dt != KVS_F32) {
-        if (err) snprintf(err, errlen, "kvs_create: unknown KV type %d", (int)dt);
+    if (dt != KVSTORE_F16 && dt != KVSTORE_Q8_0 && dt != KVSTORE_F32) {
+        if (err) snprintf(err, errlen, "kvstore_create: unknown KV type %d", (int)dt);
         return -1;
     }
-    struct kvs_pool *p = calloc(1, sizeof *p);
+    struct kvstore_pool *p = calloc(1, sizeof *p);
     if (!p) goto fail_nomem;
     p->model = m;
     p->dtype = dt;
     p->block_size = block_size;
-    p->n_blocks[KVS_FULL] = n_blocks_full;
-    p->n_blocks[KVS_SWA] = n_blocks_swa;
-    p->block_bytes[KVS_FULL] = kvs_block_bytes(m, dt, block_size, KVS_FULL);
-    p->block_bytes[KVS_SWA] = kvs_block_bytes(m, dt, block_size, KVS_SWA);
-    if (p->block_bytes[KVS_SWA] == 0) p->n_blocks[KVS_SWA] = 0;
-    if (p->block_bytes[KVS_FULL] == 0) p->n_blocks[KVS_FULL] = 0;
+    p->n_blocks[KVSTORE_FULL] = n_blocks_full;
+    p->n_blocks[KVSTORE_SWA] = n_blocks_swa;
+    p->block_bytes[KVSTORE_FULL] = kvstore_block_bytes(m, dt, block_size, KVSTORE_FULL);
+    p->block_bytes[KVSTORE_SWA] = kvstore_block_bytes(m, dt, block_size, KVSTORE_SWA);
+    if (p->block_bytes[KVSTORE_SWA] == 0) p->n_blocks[KVSTORE_SWA] = 0;
+    if (p->block_bytes[KVSTORE_FULL] == 0) p->n_blocks[KVSTORE_FULL] = 0;
 
     size_t total = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
@@ -108,9 +108,9 @@ int kvs_create(const struct model *m, enum kvs_dtype dt, int block_size, int n_b
         p->row_bytes_k[l] = row_bytes(dt, lc->head_dim) * (size_t)lc->n_head_kv;
         p->row_bytes_v[l] = row_bytes(dt, lc->head_dim_v) * (size_t)lc->n_head_kv;
         if (p->row_bytes_k[l] == 0 || p->row_bytes_v[l] == 0) {
-            if (err) snprintf(err, errlen, "kvs_create: layer %d head dims %d/%d do not fit KV "
+            if (err) snprintf(err, errlen, "kvstore_create: layer %d head dims %d/%d do not fit KV "
                               "type %s (blocks of 32)", l, lc->head_dim, lc->head_dim_v,
-                              kvs_dtype_name(dt));
+                              kvstore_dtype_name(dt));
             free(p);
             return -1;
         }
@@ -147,11 +147,11 @@ int kvs_create(const struct model *m, enum kvs_dtype dt, int block_size, int n_b
     *out = p;
     return 0;
 fail_nomem:
-    if (err) snprintf(err, errlen, "kvs_create: out of memory for the KV cache");
+    if (err) snprintf(err, errlen, "kvstore_create: out of memory for the KV cache");
     return -5;
 }
 
-void kvs_destroy(struct kvs_pool *p) {
+void kvstore_destroy(struct kvstore_pool *p) {
     if (!p) return;
     if (p->mem) munmap(p->mem, p->mem_bytes);
     free(p);

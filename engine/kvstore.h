@@ -2,7 +2,7 @@
  * kvstore — the memory that holds keys and values, cut into fixed-size blocks of
  * `block_size` token positions. It knows layouts and addresses, nothing about which
  * sequence owns which block: allocation, block tables, prefix sharing and eviction belong
- * to the caller (scheduler/kv.*; the CLI uses a trivial sequential allocator).
+ * to the caller (scheduler/kvcache.* for the server, through scheduler/runner.* for gemmad-cli).
  *
  * Two block classes: FULL blocks back the global-attention layers (every position is
  * kept), SWA blocks back the sliding-window layers (a sequence keeps a ring of them, so
@@ -25,17 +25,17 @@
 
 struct model;
 
-enum kvs_dtype { KVS_F16 = 0, KVS_Q8_0 = 1, KVS_F32 = 2 };
-enum kvs_class { KVS_FULL = 0, KVS_SWA = 1 };
+enum kvstore_dtype { KVSTORE_F16 = 0, KVSTORE_Q8_0 = 1, KVSTORE_F32 = 2 };
+enum kvstore_class { KVSTORE_FULL = 0, KVSTORE_SWA = 1 };
 
-struct kvs_pool {
+struct kvstore_pool {
     const struct model *model;
-    enum kvs_dtype dtype;
+    enum kvstore_dtype dtype;
     int block_size;           /* token positions per block */
     int n_blocks[2];          /* blocks per class */
     size_t block_bytes[2];    /* bytes of one block of each class over all its layers (K+V) */
     /* Per layer (index = the layer that owns storage, i.e. cfg.layer[l].kv_layer == l): */
-    int cls[512];             /* enum kvs_class of layer l, or -1 when it owns no storage */
+    int cls[512];             /* enum kvstore_class of layer l, or -1 when it owns no storage */
     uint8_t *k_base[512];     /* block b of layer l's keys at k_base[l] + b * k_block_stride[l] */
     uint8_t *v_base[512];
     size_t k_block_stride[512]; /* bytes per block for this layer's keys */
@@ -47,14 +47,14 @@ struct kvs_pool {
 };
 
 /* Bytes one block of a class costs (all its layers, K and V). 0 if the class is empty. */
-size_t kvs_block_bytes(const struct model *m, enum kvs_dtype dt, int block_size,
-                       enum kvs_class cls);
+size_t kvstore_block_bytes(const struct model *m, enum kvstore_dtype dt, int block_size,
+                       enum kvstore_class cls);
 
-int kvs_create(const struct model *m, enum kvs_dtype dt, int block_size, int n_blocks_full,
-               int n_blocks_swa, struct kvs_pool **out, char *err, size_t errlen);
-void kvs_destroy(struct kvs_pool *p);
-const char *kvs_dtype_name(enum kvs_dtype dt);
-int kvs_dtype_parse(const char *s, enum kvs_dtype *out); /* "f16", "q8_0", "f32" */
+int kvstore_create(const struct model *m, enum kvstore_dtype dt, int block_size, int n_blocks_full,
+               int n_blocks_swa, struct kvstore_pool **out, char *err, size_t errlen);
+void kvstore_destroy(struct kvstore_pool *p);
+const char *kvstore_dtype_name(enum kvstore_dtype dt);
+int kvstore_dtype_parse(const char *s, enum kvstore_dtype *out); /* "f16", "q8_0", "f32" */
 
 /*
  * One sequence's block tables, owned by the caller and read by fwd_run.
@@ -65,7 +65,7 @@ int kvs_dtype_parse(const char *s, enum kvs_dtype *out); /* "f16", "q8_0", "f32"
  *    ones, map to distinct ring slots: n_swa >= (window + n_new - 2) / block_size + 2.
  *    fwd_run checks this and fails the step with FWD_EKV otherwise.
  */
-struct kvs_seq {
+struct kvstore_seq {
     const int32_t *full;      /* [n_full] physical FULL block ids */
     int n_full;
     const int32_t *swa;       /* [n_swa] physical SWA block ids (ring); NULL if no SWA class */
@@ -73,6 +73,6 @@ struct kvs_seq {
 };
 
 /* Blocks of the SWA ring needed for steps of up to max_new tokens. */
-int kvs_swa_ring_blocks(const struct model *m, int block_size, int max_new);
+int kvstore_swa_ring_blocks(const struct model *m, int block_size, int max_new);
 
 #endif

@@ -4,7 +4,7 @@
  *
  * model_load() validates the configuration against every tensor shape before returning.
  * After that a struct model is immutable and shared read-only by every thread; it must
- * outlive every kvs_pool, fwd_ctx and tokenizer user built on it.
+ * outlive every kvstore_pool, fwd_ctx and tokenizer user built on it.
  */
 #ifndef GEMMAD_MODEL_H
 #define GEMMAD_MODEL_H

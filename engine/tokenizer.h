@@ -28,7 +28,6 @@ enum tok_status {
     TOK_ENOBYTE = -4, /* byte fallback needed but the vocab has no token for that byte */
     TOK_ESPACE = -5,  /* output buffer too small (tok_stream_*) */
 };
-const char *tok_strerror(int status);
 
 enum tok_type {
     TOK_TYPE_UNDEFINED = 0,
@@ -46,13 +45,10 @@ void tok_destroy(struct tok_vocab *v);
 int tok_n_vocab(const struct tok_vocab *v);
 int32_t tok_bos(const struct tok_vocab *v);
 int32_t tok_eos(const struct tok_vocab *v);
-int tok_add_bos(const struct tok_vocab *v);            /* 1 when BOS is prepended by default */
 int tok_is_eog(const struct tok_vocab *v, int32_t id); /* <eos>, <end_of_turn>, … */
 /* Effective type after llama.cpp's load-time adjustments: end-of-generation and FIM texts are
  * forced to CONTROL (in Gemma 3, "</s>" id 212 is USER_DEFINED in the file but CONTROL here). */
 int tok_type(const struct tok_vocab *v, int32_t id);
-/* Piece text as stored (SentencePiece form, U+2581 for space); not NUL-terminated. */
-const char *tok_piece(const struct tok_vocab *v, int32_t id, size_t *len);
 /* id of a piece with exactly this text, or -1. */
 int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len);
 

@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "scheduler/sched.h"
+#include "scheduler/sched_params.h"
 
 /* xoshiro256** state, seeded through splitmix64. */
 struct smp_rng {

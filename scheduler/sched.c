@@ -1,127 +1,17 @@
 /*
- * sched — continuous batching on one scheduler thread. See sched.h for the contract.
- *
- * Each step: take cancellations and admit waiting requests (FCFS: the queue's head blocks
- * those behind it, so nobody starves), then build one batch in arrival order with one
- * decode row per decoding sequence and prefill chunks from the budget left after the decode
- * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
- * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
- * one sampler scratch per task), and finish sequences at once (stop, length, cancel,
- * deadline).
- *
- * A sequence's tokens live in one array: the prompt, then every sampled token. n_kv counts
- * positions already in the KV cache, so "what to feed next" is always hist[n_kv..n_hist):
- * a decode row when that is one token, a prefill chunk otherwise. Preemption just drops
- * the blocks and sets n_kv back to 0 (its complete blocks stay in the prefix cache); on
- * re-admission the sequence prefills its whole history and samples the next token with the
- * RNG state it already had, so its output is the same as if nothing had happened.
+ * sched — the scheduler's public API: options from the defaults table, create/destroy,
+ * submit, cancel, drain and the numbers for /metrics. The thread itself is in sched_loop.c.
  */
-#include "scheduler/sched.h"
+#include "scheduler/sched_int.h"
 
-#include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "engine/tokenizer.h"
-#include "scheduler/kv.h"
-#include "scheduler/sample.h"
-#include "scheduler/stop.h"
-
-#define SCHED_MOD "sched"
-#define SCHED_MAX_TOP 20
-#define SCHED_MAX_SESSIONS 64
-
-/* Histogram with fixed upper bounds (+Inf implied). */
-#define SCHED_HMAX 16
-struct sched_hist {
-    int n;                       /* finite buckets */
-    double le[SCHED_HMAX];       /* upper bounds */
-    long long count[SCHED_HMAX + 1]; /* per bucket (not cumulative), last = +Inf */
-    double sum;
-    long long total;
-};
-
-struct seq {
-    uint64_t id;                 /* what sched_submit returned */
-    uint64_t order;              /* arrival number: FCFS and "youngest" */
-    struct seq *prev, *next;     /* waiting-list links (guarded by lock) */
-    int32_t *hist;               /* [cap] prompt then output tokens */
-    int n_hist, n_prompt, cap;
-    int n_out;                   /* tokens sampled */
-    int n_kv;                    /* positions in the KV cache */
-    int max_tokens;
-    int cached_tokens;           /* positions reused at the first admission */
-    int admitted;                /* 1 once admitted (cached_tokens and queue_s fixed) */
-    double t_submit, queue_s;    /* CLOCK_MONOTONIC seconds; wait before first admission */
-    double deadline;             /* 0 = none */
-    int cancel;                  /* scheduler-thread copy of a cancellation */
-    struct sched_sampling sp;    /* logit_bias points at bias */
-    struct sched_bias *bias;     /* [sp.n_logit_bias] copy */
-    struct smp_rng rng;
-    struct stop_state stop;
-    struct tok_stream ts;
-    char *session_id;            /* copy or NULL */
-    int top_logprobs, ignore_eos;
-    void (*on_event)(void *user, const struct sched_event *ev);
-    void *user;
-    struct kv_seq kv;            /* block tables */
-    /* per step */
-    int step_n;                  /* tokens fed this step (0 = not in the batch) */
-    int logit_row;               /* row of the logits buffer, or -1 */
-    int32_t tok;                 /* sampled this step (sample_task) */
-    float logprob;               /* its log-probability, when top_logprobs >= 0 */
-    char text[TOK_STREAM_MAX];   /* token text scratch */
-    char *done_text;             /* [done_cap] text released with DONE */
-    size_t done_cap;
-    struct sched_top top[SCHED_MAX_TOP];
-};
-
-struct sched {
-    const struct model *m;
-    struct sched_opts o;
-    const struct tok_vocab *vocab;
-    int n_vocab;
-    int ring;                    /* SWA ring slots per sequence */
-    struct kvs_pool *pool;
-    struct fwd_ctx *fwd;
-    struct kv_cache *kv;
-    struct smp_ctx **smp;        /* [n_smp] one sampler scratch per compute thread */
-    int n_smp;
-    int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
-    int n_eog;
-    float *logits;               /* [max_seqs][n_vocab] */
-    float *scratch;              /* [n_smp][n_vocab] logits copies when logprobs are asked for */
-    struct seq **sampling;       /* [max_seqs] sequences sampled this step */
-    struct fwd_seq *rows;        /* [max_seqs] */
-    struct kvs_seq *views;       /* [max_seqs] */
-    struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
-    int n_run;
-    struct seq **batch;          /* [max_seqs] */
-    uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
-    int cap_work;
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    /* Guarded by lock: */
-    struct seq *wait_head, *wait_tail;
-    int n_waiting;
-    long long waiting_tokens;
-    uint64_t *cancel_ids;        /* pending sched_cancel ids */
-    int n_cancel, cap_cancel;
-    int stopping, draining;
-    uint64_t next_id, next_order;
-    struct sched_counts counts;
-    struct kv_stats kst;
-    long long preemptions, rejections, steps;
-    struct sched_hist h_batch, h_tokens, h_step;
-};
+#include "config/defaults.h"
 
 const char *sched_strerror(int status) {
     switch (status) {
@@ -136,479 +26,31 @@ const char *sched_strerror(int status) {
     }
 }
 
+enum fwd_device sched_device_parse(const char *name) {
+    return !strcmp(name, "cpu")    ? FWD_DEVICE_CPU
+           : !strcmp(name, "cuda") ? FWD_DEVICE_CUDA
+                                   : FWD_DEVICE_AUTO;
+}
+
+/* From the one defaults table (config/defaults.h), so the server, the tools and the tests
+ * start from the same scheduler settings. */
 void sched_opts_default(struct sched_opts *o) {
+    const struct gemmad_defaults *d = &gemmad_defaults;
     memset(o, 0, sizeof(*o));
-    o->n_threads = 0;
-    o->n_ctx = 4096;
-    o->max_batch_tokens = 512;
-    o->max_seqs = 16;
-    o->kv_block_size = 16;
-    o->kv_memory_mib = 0;
-    o->kv_tokens = 65536;
-    o->kv_dtype = KVS_F16;
-    o->max_queue = 256;
-    o->max_queued_tokens = 262144;
-    o->prefix_cache = 1;
-    o->session_ttl_s = 300;
-    o->deterministic = 0;
-    o->device = FWD_DEVICE_AUTO;
-}
-
-/* ---- histograms --------------------------------------------------------------------- */
-
-static void hist_init(struct sched_hist *h, const double *le, int n) {
-    memset(h, 0, sizeof(*h));
-    h->n = n;
-    memcpy(h->le, le, (size_t)n * sizeof(double));
-}
-
-static void hist_add(struct sched_hist *h, double v) {
-    int i = 0;
-    while (i < h->n && v > h->le[i]) i++;
-    h->count[i]++;
-    h->sum += v;
-    h->total++;
-}
-
-/* ---- sequences ---------------------------------------------------------------------- */
-
-static void seq_free(struct seq *q) {
-    if (!q) return;
-    free(q->hist);
-    free(q->bias);
-    stop_free(&q->stop);
-    free(q->session_id);
-    kv_seq_free(&q->kv);
-    free(q->done_text);
-    free(q);
-}
-
-static void emit(struct seq *q, const struct sched_event *ev) { q->on_event(q->user, ev); }
-
-static void emit_done(struct seq *q, enum sched_finish fin, const char *text, size_t len) {
-    struct sched_event ev = {0};
-    ev.kind = SCHED_EV_DONE;
-    ev.id = q->id;
-    ev.text = text ? text : "";
-    ev.text_len = len;
-    ev.finish = fin;
-    ev.prompt_tokens = q->n_prompt;
-    ev.completion_tokens = q->n_out;
-    ev.cached_tokens = q->cached_tokens;
-    ev.queue_s = q->admitted ? q->queue_s : clock_mono_s() - q->t_submit;
-    emit(q, &ev);
-}
-
-static void emit_error(struct seq *q, const char *msg) {
-    struct sched_event ev = {0};
-    ev.kind = SCHED_EV_ERROR;
-    ev.id = q->id;
-    ev.text = "";
-    ev.finish = SCHED_FINISH_ERROR;
-    ev.prompt_tokens = q->n_prompt;
-    ev.completion_tokens = q->n_out;
-    ev.cached_tokens = q->cached_tokens;
-    ev.error = msg;
-    emit(q, &ev);
-}
-
-/* Text still held back at the end: a pending UTF-8 tail and a stop-string prefix that
- * never completed. Returns its length in q->done_text. */
-static size_t final_text(struct seq *q) {
-    size_t n = 0;
-    const char *out;
-    size_t len;
-    if (!q->stop.matched) {
-        int k = tok_stream_flush(&q->ts, q->text, (int)sizeof(q->text));
-        if (k > 0 && stop_push(&q->stop, q->text, (size_t)k, &out, &len) >= 0) {
-            memcpy(q->done_text, out, len);
-            n = len;
-        }
-        stop_flush(&q->stop, &out, &len);
-        memcpy(q->done_text + n, out, len);
-        n += len;
-    }
-    return n;
-}
-
-/* Remove a running sequence from run[] keeping arrival order. */
-static void run_remove(struct sched *s, struct seq *q) {
-    for (int i = 0; i < s->n_run; i++)
-        if (s->run[i] == q) {
-            memmove(&s->run[i], &s->run[i + 1], (size_t)(s->n_run - i - 1) * sizeof(*s->run));
-            s->n_run--;
-            return;
-        }
-}
-
-static void run_insert(struct sched *s, struct seq *q) {
-    int i = s->n_run;
-    while (i > 0 && s->run[i - 1]->order > q->order) i--;
-    memmove(&s->run[i + 1], &s->run[i], (size_t)(s->n_run - i) * sizeof(*s->run));
-    s->run[i] = q;
-    s->n_run++;
-}
-
-/* Finish a running sequence: DONE event, blocks to the session or back to the pool. */
-static void finish_running(struct sched *s, struct seq *q, enum sched_finish fin) {
-    size_t n = (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH) ? final_text(q) : 0;
-    emit_done(q, fin, q->done_text, n);
-    if (q->session_id && (fin == SCHED_FINISH_STOP || fin == SCHED_FINISH_LENGTH))
-        kv_session_put(s->kv, q->session_id, &q->kv, q->hist, q->n_kv, clock_mono_s());
-    else
-        kv_seq_release(s->kv, &q->kv);
-    run_remove(s, q);
-    seq_free(q);
-}
-
-static void fail_running(struct sched *s, struct seq *q, const char *msg) {
-    emit_error(q, msg);
-    kv_seq_release(s->kv, &q->kv);
-    run_remove(s, q);
-    seq_free(q);
-}
-
-/* ---- waiting list (lock held) ------------------------------------------------------- */
-
-static void wait_unlink(struct sched *s, struct seq *q) {
-    if (q->prev) q->prev->next = q->next;
-    else s->wait_head = q->next;
-    if (q->next) q->next->prev = q->prev;
-    else s->wait_tail = q->prev;
-    q->prev = q->next = NULL;
-    s->n_waiting--;
-    s->waiting_tokens -= q->n_hist;
-}
-
-static void wait_push_back(struct sched *s, struct seq *q) {
-    q->prev = s->wait_tail;
-    q->next = NULL;
-    if (s->wait_tail) s->wait_tail->next = q;
-    else s->wait_head = q;
-    s->wait_tail = q;
-    s->n_waiting++;
-    s->waiting_tokens += q->n_hist;
-}
-
-/* Preempted sequences go before every newcomer, in arrival order among themselves. */
-static void wait_push_preempted(struct sched *s, struct seq *q) {
-    struct seq *at = s->wait_head;
-    while (at && at->order < q->order && at->admitted) at = at->next;
-    q->next = at;
-    q->prev = at ? at->prev : s->wait_tail;
-    if (q->prev) q->prev->next = q;
-    else s->wait_head = q;
-    if (at) at->prev = q;
-    else s->wait_tail = q;
-    s->n_waiting++;
-    s->waiting_tokens += q->n_hist;
-}
-
-/* ---- admission ---------------------------------------------------------------------- */
-
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-/* Try to admit the waiting sequence q (lock held): attach a cached prefix or warm session,
- * check that blocks exist for the rest of its tokens plus a reserve, fill its SWA ring. */
-static int try_admit(struct sched *s, struct seq *q, double now) {
-    int bs = s->o.kv_block_size;
-    int reuse = kv_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, q->n_hist - 1,
-                              q->admitted ? NULL : q->session_id, now);
-    /* Blocks for its own tokens, for the tokens running sequences have yet to prefill, and
-     * one block of growth per running sequence. */
-    int need_full = ceil_div(q->n_hist + 1, bs) - reuse / bs + s->n_run;
-    for (int i = 0; i < s->n_run; i++) {
-        int owed = ceil_div(s->run[i]->n_hist + 1, bs) - s->run[i]->kv.n_full;
-        if (owed > 0) need_full += owed;
-    }
-    int need_swa = 0;
-    for (int j = 0; j < q->kv.n_swa; j++) need_swa += q->kv.swa[j] < 0;
-    if (need_full > kv_available(s->kv, KVS_FULL, 1) ||
-        (need_swa > 0 && need_swa > kv_available(s->kv, KVS_SWA, 1)) ||
-        kv_seq_fill_ring(s->kv, &q->kv) != KV_OK) {
-        kv_seq_release(s->kv, &q->kv);
-        kv_uncount_attach(s->kv);
-        return 0;
-    }
-    q->n_kv = reuse;
-    if (!q->admitted) {
-        q->admitted = 1;
-        q->cached_tokens = reuse;
-        q->queue_s = now - q->t_submit;
-    }
-    wait_unlink(s, q);
-    run_insert(s, q);
-    return 1;
-}
-
-/* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
-static void preempt_youngest(struct sched *s) {
-    struct seq *q = s->run[s->n_run - 1];
-    kv_seq_release(s->kv, &q->kv);
-    q->n_kv = 0;
-    q->step_n = 0;
-    s->n_run--;
-    pthread_mutex_lock(&s->lock);
-    wait_push_preempted(s, q);
-    s->preemptions++;
-    pthread_mutex_unlock(&s->lock);
-    LOG_D(SCHED_MOD, q->id, "preempted after %d tokens", q->n_out);
-}
-
-/* ---- one step ----------------------------------------------------------------------- */
-
-/* Samples the sequences of this step with their logits rows: task t takes sequences t,
- * t + n_tasks, ... with sampler scratch t, so the tasks run on the compute threads at once.
- * Each sequence's token depends only on its own row, RNG and history (never on the task or
- * thread), and nothing shared is written. */
-struct sample_job {
-    struct sched *s;
-    int n;
-};
-
-static void sample_task(void *arg, int task, int n_tasks) {
-    const struct sample_job *J = arg;
-    struct sched *s = J->s;
-    float *scratch = s->scratch + (size_t)task * (size_t)s->n_vocab;
-    for (int i = task; i < J->n; i += n_tasks) {
-        struct seq *q = s->sampling[i];
-        float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
-        if (q->top_logprobs >= 0) {
-            memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
-            l = scratch;
-        }
-        q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
-                            q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
-        if (q->top_logprobs >= 0)
-            q->logprob = smp_logprobs(row, s->n_vocab, q->tok, q->top_logprobs, q->top);
-    }
-}
-
-/* Report the token sample_task chose. Returns 1 when the sequence finished. */
-static int handle_token(struct sched *s, struct seq *q) {
-    const int32_t tok = q->tok;
-    q->hist[q->n_hist++] = tok;
-    q->n_out++;
-    if (!q->ignore_eos && tok_is_eog(s->vocab, tok)) {
-        finish_running(s, q, SCHED_FINISH_STOP);
-        return 1;
-    }
-    struct sched_event ev = {0};
-    ev.kind = SCHED_EV_TOKEN;
-    ev.id = q->id;
-    ev.token = tok;
-    if (q->top_logprobs >= 0) {
-        ev.logprob = q->logprob;
-        ev.top = q->top;
-        ev.n_top = q->top_logprobs;
-    }
-    int k = tok_stream_push(&q->ts, s->vocab, tok, q->text, (int)sizeof(q->text));
-    const char *out = "";
-    size_t len = 0;
-    int matched = k > 0 ? stop_push(&q->stop, q->text, (size_t)k, &out, &len) : 0;
-    ev.text = out;
-    ev.text_len = len;
-    emit(q, &ev);
-    if (matched == 1) {
-        finish_running(s, q, SCHED_FINISH_STOP);
-        return 1;
-    }
-    if (q->n_out >= q->max_tokens) {
-        finish_running(s, q, SCHED_FINISH_LENGTH);
-        return 1;
-    }
-    return 0;
-}
-
-static void step(struct sched *s) {
-    double t0 = clock_mono_s();
-    int dec = 0;
-    for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
-    int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
-    for (int i = 0; i < s->n_run; i++) {
-        struct seq *q = s->run[i];
-        int todo = q->n_hist - q->n_kv, n = todo;
-        q->step_n = 0;
-        q->logit_row = -1;
-        if (todo > 1) {
-            if (n > prefill_budget) n = prefill_budget;
-            if (n <= 0) continue;
-        }
-        int rc;
-        while ((rc = kv_seq_prepare(s->kv, &q->kv, q->n_kv, n)) == KV_ENOSPACE) {
-            int self = s->run[s->n_run - 1] == q;
-            preempt_youngest(s);
-            if (self) break;
-        }
-        if (rc == KV_ENOSPACE) break; /* q itself was the youngest: it waits */
-        if (rc != KV_OK) {
-            LOG_E(SCHED_MOD, q->id, "block tables inconsistent (rc %d)", rc);
-            fail_running(s, q, "internal scheduler error");
-            i--;
-            continue;
-        }
-        if (todo > 1) prefill_budget -= n;
-        q->step_n = n;
-        struct kvs_seq *v = &s->views[nb];
-        v->full = q->kv.full;
-        v->n_full = q->kv.n_full;
-        v->swa = q->kv.n_swa ? q->kv.swa : NULL;
-        v->n_swa = q->kv.n_swa;
-        struct fwd_seq *r = &s->rows[nb];
-        r->tokens = q->hist + q->n_kv;
-        r->n_tokens = n;
-        r->pos = q->n_kv;
-        r->kv = v;
-        r->logits = q->n_kv + n == q->n_hist ? FWD_LOGITS_LAST : FWD_LOGITS_NONE;
-        if (r->logits == FWD_LOGITS_LAST) q->logit_row = n_logits++;
-        s->batch[nb++] = q;
-        n_tokens += n;
-    }
-    if (nb == 0) return;
-    int rc = fwd_run(s->fwd, s->rows, nb, s->logits);
-    if (rc != FWD_OK) {
-        LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
-        for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
-        return;
-    }
-    int n_sample = 0;
-    for (int i = 0; i < nb; i++) {
-        struct seq *q = s->batch[i];
-        q->n_kv += q->step_n;
-        kv_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
-        if (q->logit_row >= 0) s->sampling[n_sample++] = q;
-    }
-    if (n_sample > 0) {
-        struct sample_job sj = {s, n_sample};
-        const int nt = n_sample < s->n_smp ? n_sample : s->n_smp;
-        if (nt > 1) fwd_parallel(s->fwd, sample_task, &sj, nt);
-        else sample_task(&sj, 0, 1);
-        for (int i = 0; i < n_sample; i++) handle_token(s, s->sampling[i]);
-    }
-    double dt = clock_mono_s() - t0;
-    pthread_mutex_lock(&s->lock);
-    hist_add(&s->h_batch, nb);
-    hist_add(&s->h_tokens, n_tokens);
-    hist_add(&s->h_step, dt);
-    s->steps++;
-    pthread_mutex_unlock(&s->lock);
-}
-
-/* ---- the thread --------------------------------------------------------------------- */
-
-/* With the lock held: take cancellations, drop expired and cancelled waiting requests onto
- * `gone` (linked through next), admit what fits. */
-static struct seq *intake(struct sched *s, double now) {
-    struct seq *gone = NULL;
-    if (s->n_cancel > 0) {
-        uint64_t *t = s->cancel_work;
-        int cap = s->cap_work;
-        s->cancel_work = s->cancel_ids;
-        s->cap_work = s->cap_cancel;
-        s->cancel_ids = t;
-        s->cap_cancel = cap;
-    }
-    int n_cancel = s->n_cancel;
-    s->n_cancel = 0;
-    for (int c = 0; c < n_cancel; c++) {
-        uint64_t id = s->cancel_work[c];
-        for (int i = 0; i < s->n_run; i++)
-            if (s->run[i]->id == id) s->run[i]->cancel = 1;
-        for (struct seq *q = s->wait_head; q; q = q->next)
-            if (q->id == id) q->cancel = 1;
-    }
-    for (struct seq *q = s->wait_head, *nx; q; q = nx) {
-        nx = q->next;
-        if (q->cancel || (q->deadline > 0 && now > q->deadline)) {
-            wait_unlink(s, q);
-            q->next = gone;
-            gone = q;
-        }
-    }
-    kv_session_expire(s->kv, now);
-    while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
-    }
-    return gone;
-}
-
-static void publish_counts(struct sched *s) {
-    struct kv_stats st;
-    kv_get_stats(s->kv, &st);
-    pthread_mutex_lock(&s->lock);
-    s->kst = st;
-    s->counts.running = s->n_run;
-    s->counts.waiting = s->n_waiting;
-    s->counts.kv_blocks_used = st.used[KVS_FULL];
-    s->counts.kv_blocks_total = st.total[KVS_FULL];
-    pthread_mutex_unlock(&s->lock);
-}
-
-static void *sched_main(void *arg) {
-    struct sched *s = arg;
-    for (;;) {
-        pthread_mutex_lock(&s->lock);
-        while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0) {
-            if (kv_session_count(s->kv) > 0) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_sec += 1;
-                pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-                kv_session_expire(s->kv, clock_mono_s());
-            } else {
-                pthread_cond_wait(&s->cond, &s->lock);
-            }
-        }
-        if (s->stopping) {
-            pthread_mutex_unlock(&s->lock);
-            break;
-        }
-        double now = clock_mono_s();
-        struct seq *gone = intake(s, now);
-        int idle = s->n_run == 0;
-        pthread_mutex_unlock(&s->lock);
-
-        for (struct seq *q = gone, *nx; q; q = nx) {
-            nx = q->next;
-            emit_done(q, q->cancel ? SCHED_FINISH_CANCELLED : SCHED_FINISH_DEADLINE, NULL, 0);
-            kv_seq_release(s->kv, &q->kv);
-            seq_free(q);
-        }
-        for (int i = 0; i < s->n_run; i++) {
-            struct seq *q = s->run[i];
-            if (q->cancel || (q->deadline > 0 && now > q->deadline)) {
-                finish_running(s, q,
-                               q->cancel ? SCHED_FINISH_CANCELLED : SCHED_FINISH_DEADLINE);
-                i--;
-            }
-        }
-        if (s->n_run > 0) step(s);
-        publish_counts(s);
-        if (idle && !gone) {
-            /* Waiting requests that cannot be admitted with nothing running: should not
-             * happen (submit checks sizes); back off instead of spinning. */
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    /* Shut down: everything still here is cancelled. */
-    pthread_mutex_lock(&s->lock);
-    struct seq *gone = NULL;
-    while (s->wait_head) {
-        struct seq *q = s->wait_head;
-        wait_unlink(s, q);
-        q->next = gone;
-        gone = q;
-    }
-    pthread_mutex_unlock(&s->lock);
-    for (struct seq *q = gone, *nx; q; q = nx) {
-        nx = q->next;
-        emit_done(q, SCHED_FINISH_CANCELLED, NULL, 0);
-        kv_seq_release(s->kv, &q->kv);
-        seq_free(q);
-    }
-    while (s->n_run > 0) finish_running(s, s->run[0], SCHED_FINISH_CANCELLED);
-    publish_counts(s);
-    return NULL;
+    o->n_threads = d->threads;
+    o->n_ctx = d->ctx_size;
+    o->max_batch_tokens = d->max_batch_tokens;
+    o->max_seqs = d->max_seqs;
+    o->kv_block_size = d->kv_block_size;
+    o->kv_memory_mib = (size_t)d->kv_memory_mib;
+    o->kv_tokens = d->kv_tokens;
+    if (kvstore_dtype_parse(d->kv_dtype, &o->kv_dtype)) o->kv_dtype = KVSTORE_F16;
+    o->max_queue = d->max_queue;
+    o->max_queued_tokens = d->max_queued_tokens;
+    o->prefix_cache = d->prefix_cache;
+    o->session_ttl_s = d->session_ttl_s;
+    o->deterministic = d->deterministic;
+    o->device = sched_device_parse(d->device);
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -639,15 +81,15 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
 
     /* Pool sizes. Every running sequence owns a full SWA ring; a few windows more let the
      * prefix cache keep sliding-layer blocks. */
-    s->ring = kvs_swa_ring_blocks(m, bs, o->max_batch_tokens);
+    s->ring = kvstore_swa_ring_blocks(m, bs, o->max_batch_tokens);
     int n_swa = 0;
     if (s->ring > 0)
         n_swa = o->max_seqs * s->ring + 4 * (ceil_div(m->cfg.sliding_window, bs) + 1);
     int seq_blocks = ceil_div(o->n_ctx, bs) + 1;
     long long n_full;
     if (o->kv_memory_mib > 0) {
-        size_t bf = kvs_block_bytes(m, o->kv_dtype, bs, KVS_FULL);
-        size_t bw = kvs_block_bytes(m, o->kv_dtype, bs, KVS_SWA);
+        size_t bf = kvstore_block_bytes(m, o->kv_dtype, bs, KVSTORE_FULL);
+        size_t bw = kvstore_block_bytes(m, o->kv_dtype, bs, KVSTORE_SWA);
         long long bytes = (long long)o->kv_memory_mib << 20;
         long long left = bytes - (long long)n_swa * (long long)bw;
         n_full = bf ? left / (long long)bf : 0;
@@ -661,7 +103,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
             goto fail;
         }
     } else {
-        n_full = ceil_div(o->kv_tokens > 0 ? o->kv_tokens : 65536, bs);
+        n_full = ceil_div(o->kv_tokens > 0 ? o->kv_tokens : gemmad_defaults.kv_tokens, bs);
         if (n_full < seq_blocks) {
             if (err)
                 snprintf(err, errlen, "kv_tokens %d is smaller than one context (%d tokens)",
@@ -670,18 +112,18 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         }
     }
     if (n_full > (1 << 30)) n_full = 1 << 30;
-    rc = kvs_create(m, o->kv_dtype, bs, (int)n_full, n_swa, &s->pool, err, errlen);
+    rc = kvstore_create(m, o->kv_dtype, bs, (int)n_full, n_swa, &s->pool, err, errlen);
     if (rc) {
         rc = SCHED_ENOMEM;
         goto fail;
     }
-    struct kv_opts ko = {.n_full = (int)n_full, .n_swa = n_swa, .block_size = bs,
+    struct kvcache_opts ko = {.n_full = (int)n_full, .n_swa = n_swa, .block_size = bs,
                          .window = m->cfg.sliding_window, .ring = s->ring,
                          .max_seq_blocks = seq_blocks, .prefix_cache = o->prefix_cache,
                          .max_sessions = o->session_ttl_s > 0 ? SCHED_MAX_SESSIONS : 0,
                          .session_ttl_s = o->session_ttl_s};
     rc = SCHED_ENOMEM;
-    if (kv_create(&ko, &s->kv)) {
+    if (kvcache_create(&ko, &s->kv)) {
         if (err) snprintf(err, errlen, "cannot allocate the KV block tables");
         goto fail;
     }
@@ -717,10 +159,10 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     static const double le_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
     static const double le_step[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                      0.1,   0.25,   0.5,   1,    2.5,   5};
-    hist_init(&s->h_batch, le_batch, 9);
-    hist_init(&s->h_tokens, le_tokens, 13);
-    hist_init(&s->h_step, le_step, 12);
-    publish_counts(s);
+    prom_hist_init(&s->h_batch, le_batch, 9);
+    prom_hist_init(&s->h_tokens, le_tokens, 13);
+    prom_hist_init(&s->h_step, le_step, 12);
+    sched_publish_counts(s);
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         if (err) snprintf(err, errlen, "cannot start the scheduler thread");
         rc = SCHED_ENOMEM;
@@ -729,7 +171,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->thread_started = 1;
     LOG_I(SCHED_MOD, 0,
           "KV pool: %lld FULL blocks + %d SWA blocks of %d positions (%s, %.1f MiB), ring %d",
-          n_full, n_swa, bs, kvs_dtype_name(o->kv_dtype), (double)s->pool->mem_bytes / 1048576.0,
+          n_full, n_swa, bs, kvstore_dtype_name(o->kv_dtype), (double)s->pool->mem_bytes / 1048576.0,
           s->ring);
     *out = s;
     return SCHED_OK;
@@ -751,8 +193,8 @@ void sched_destroy(struct sched *s) {
         pthread_join(s->thread, NULL);
     }
     fwd_destroy(s->fwd);
-    kv_destroy(s->kv);
-    kvs_destroy(s->pool);
+    kvcache_destroy(s->kv);
+    kvstore_destroy(s->pool);
     if (s->smp)
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
@@ -796,7 +238,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->done_cap = 2 * TOK_STREAM_MAX;
     for (int i = 0; i < r->n_stop; i++) q->done_cap += strlen(r->stop[i]);
     q->done_text = malloc(q->done_cap);
-    if (!q->hist || !q->done_text || kv_seq_init(s->kv, &q->kv) ||
+    if (!q->hist || !q->done_text || kvcache_seq_init(s->kv, &q->kv) ||
         stop_init(&q->stop, r->stop, r->n_stop, TOK_STREAM_MAX))
         goto fail;
     memcpy(q->hist, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
@@ -833,15 +275,15 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         uint64_t seed = r->sp.has_seed ? r->sp.seed
                                        : (uint64_t)(q->t_submit * 1e9) ^ (q->id * 0x9e3779b97f4a7c15ull);
         smp_rng_seed(&q->rng, seed);
-        wait_push_back(s, q);
+        sched_wait_push_back(s, q);
         if (id_out) *id_out = q->id;
         pthread_cond_signal(&s->cond);
     }
     pthread_mutex_unlock(&s->lock);
-    if (rc != SCHED_OK) seq_free(q);
+    if (rc != SCHED_OK) sched_seq_free(q);
     return rc;
 fail:
-    seq_free(q);
+    sched_seq_free(q);
     return SCHED_ENOMEM;
 }
 
@@ -874,97 +316,28 @@ void sched_get_counts(struct sched *s, struct sched_counts *out) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* ---- metrics ------------------------------------------------------------------------- */
+/* ---- statistics ---------------------------------------------------------------------- */
 
-struct mbuf {
-    char *p;
-    size_t cap, n;
-};
-
-static void mput(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mput(struct mbuf *b, const char *fmt, ...) {
-    if (b->n + 1 >= b->cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    b->n += (size_t)k;
-    if (b->n >= b->cap) b->n = b->cap - 1;
-}
-
-static void mhist(struct mbuf *b, const char *name, const char *help, const struct sched_hist *h) {
-    mput(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    long long cum = 0;
-    for (int i = 0; i < h->n; i++) {
-        cum += h->count[i];
-        mput(b, "%s_bucket{le=\"%g\"} %lld\n", name, h->le[i], cum);
-    }
-    mput(b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.6f\n%s_count %lld\n", name, h->total, name,
-         h->sum, name, h->total);
-}
-
-size_t sched_metrics_text(struct sched *s, char *buf, size_t cap) {
-    if (!buf || cap == 0) return 0;
-    buf[0] = 0;
-    struct mbuf b = {buf, cap, 0};
+void sched_stats(struct sched *s, struct sched_stats *out) {
     pthread_mutex_lock(&s->lock);
-    const struct kv_stats *k = &s->kst;
-    mput(&b, "# HELP gemmad_sched_sequences Sequences by scheduler state.\n"
-             "# TYPE gemmad_sched_sequences gauge\n"
-             "gemmad_sched_sequences{state=\"running\"} %d\n"
-             "gemmad_sched_sequences{state=\"waiting\"} %d\n",
-         s->counts.running, s->counts.waiting);
-    static const char *cls[2] = {"full", "swa"};
-    mput(&b, "# HELP gemmad_kv_blocks KV cache blocks by class and state (used: referenced by "
-             "a sequence or session; cached: prefix-cache blocks nobody references; free).\n"
-             "# TYPE gemmad_kv_blocks gauge\n");
-    for (int c = 0; c < 2; c++)
-        if (k->total[c] > 0)
-            mput(&b,
-                 "gemmad_kv_blocks{class=\"%s\",state=\"used\"} %d\n"
-                 "gemmad_kv_blocks{class=\"%s\",state=\"cached\"} %d\n"
-                 "gemmad_kv_blocks{class=\"%s\",state=\"free\"} %d\n",
-                 cls[c], k->used[c], cls[c], k->total[c] - k->used[c] - k->free[c], cls[c],
-                 k->free[c]);
-    mput(&b, "# HELP gemmad_kv_usage_ratio Fraction of KV blocks in use by sequences.\n"
-             "# TYPE gemmad_kv_usage_ratio gauge\n");
-    for (int c = 0; c < 2; c++)
-        if (k->total[c] > 0)
-            mput(&b, "gemmad_kv_usage_ratio{class=\"%s\"} %.6f\n", cls[c],
-                 (double)k->used[c] / k->total[c]);
-    mput(&b,
-         "# HELP gemmad_prefix_cache_queries_total Admissions that looked up the prefix cache.\n"
-         "# TYPE gemmad_prefix_cache_queries_total counter\n"
-         "gemmad_prefix_cache_queries_total %lld\n"
-         "# HELP gemmad_prefix_cache_hits_total Admissions that reused cached KV blocks.\n"
-         "# TYPE gemmad_prefix_cache_hits_total counter\n"
-         "gemmad_prefix_cache_hits_total %lld\n"
-         "# HELP gemmad_prefix_cache_hit_tokens_total Prompt positions reused from the cache.\n"
-         "# TYPE gemmad_prefix_cache_hit_tokens_total counter\n"
-         "gemmad_prefix_cache_hit_tokens_total %lld\n"
-         "# HELP gemmad_kv_evictions_total Cached KV blocks evicted (LRU).\n"
-         "# TYPE gemmad_kv_evictions_total counter\n"
-         "gemmad_kv_evictions_total %lld\n"
-         "# HELP gemmad_kv_sessions Warm sessions holding KV blocks.\n"
-         "# TYPE gemmad_kv_sessions gauge\n"
-         "gemmad_kv_sessions %d\n"
-         "# HELP gemmad_sched_preemptions_total Sequences preempted when KV ran out.\n"
-         "# TYPE gemmad_sched_preemptions_total counter\n"
-         "gemmad_sched_preemptions_total %lld\n"
-         "# HELP gemmad_sched_queue_rejections_total Submissions refused: queue full.\n"
-         "# TYPE gemmad_sched_queue_rejections_total counter\n"
-         "gemmad_sched_queue_rejections_total %lld\n"
-         "# HELP gemmad_sched_steps_total Scheduler steps (forward passes).\n"
-         "# TYPE gemmad_sched_steps_total counter\n"
-         "gemmad_sched_steps_total %lld\n",
-         k->queries, k->hits, k->hit_tokens, k->evictions, k->sessions, s->preemptions,
-         s->rejections, s->steps);
-    mhist(&b, "gemmad_sched_batch_sequences", "Sequences per step.", &s->h_batch);
-    mhist(&b, "gemmad_sched_batch_tokens", "Tokens per step (decode rows plus prefill chunks).",
-          &s->h_tokens);
-    mhist(&b, "gemmad_sched_step_seconds", "Wall time of one step (forward plus sampling).",
-          &s->h_step);
+    const struct kvcache_stats *k = &s->kst;
+    out->running = s->counts.running;
+    out->waiting = s->counts.waiting;
+    for (int c = 0; c < 2; c++) {
+        out->kv_total[c] = k->total[c];
+        out->kv_used[c] = k->used[c];
+        out->kv_free[c] = k->free[c];
+    }
+    out->prefix_queries = (uint64_t)k->queries;
+    out->prefix_hits = (uint64_t)k->hits;
+    out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->kv_evictions = (uint64_t)k->evictions;
+    out->kv_sessions = k->sessions;
+    out->preemptions = (uint64_t)s->preemptions;
+    out->rejections = (uint64_t)s->rejections;
+    out->steps = (uint64_t)s->steps;
+    out->batch_seqs = s->h_batch;
+    out->batch_tokens = s->h_tokens;
+    out->step_s = s->h_step;
     pthread_mutex_unlock(&s->lock);
-    return b.n;
 }

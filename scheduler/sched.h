@@ -10,7 +10,7 @@
  * sequence finishes, fails or is cancelled.
  *
  * Threads: sched_create/sched_destroy from the owning (main) thread. sched_submit,
- * sched_cancel, sched_drain and sched_metrics_text may be called from any thread (they take
+ * sched_cancel, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
  * the scheduler's lock, never wait for compute). on_event callbacks run on the scheduler
  * thread: they must not block, must copy what they keep (pointers inside the event are valid
  * only during the call), and must not call back into sched_* except sched_cancel.
@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/prom.h"
+#include "scheduler/sched_params.h"
 #include "engine/forward.h"
 #include "engine/kvstore.h"
 #include "engine/model.h"
@@ -36,7 +38,7 @@ struct sched_opts {
     int kv_block_size;        /* positions per KV block */
     size_t kv_memory_mib;     /* KV pool size in MiB (0: derive from kv_tokens) */
     int kv_tokens;            /* alternatively, total FULL-class token capacity */
-    enum kvs_dtype kv_dtype;  /* f16 default */
+    enum kvstore_dtype kv_dtype;  /* f16 default */
     int max_queue;            /* waiting requests before 429 */
     int max_queued_tokens;    /* waiting prompt tokens before 429 */
     int prefix_cache;         /* 1: reuse cached prefix blocks */
@@ -44,22 +46,10 @@ struct sched_opts {
     int deterministic;        /* batch- and thread-invariant results */
     enum fwd_device device;
 };
+/* Fills o from the defaults table (config/defaults.h). */
 void sched_opts_default(struct sched_opts *o);
-
-/* Sampling parameters, validated by the caller (the server names bad parameters). */
-struct sched_bias { int32_t token; float bias; };
-struct sched_sampling {
-    float temperature;        /* 0 = greedy */
-    int top_k;                /* 0 = off */
-    float top_p;              /* 1 = off */
-    float min_p;              /* 0 = off */
-    float presence_penalty, frequency_penalty; /* OpenAI semantics, 0 = off */
-    float repetition_penalty; /* llama.cpp semantics, 1 = off */
-    uint64_t seed;            /* per-request RNG seed */
-    int has_seed;             /* 0: seed drawn from the clock */
-    const struct sched_bias *logit_bias; /* [n_logit_bias], copied */
-    int n_logit_bias;
-};
+/* "cpu", "cuda"; anything else (the config accepts only "auto" besides) is AUTO. */
+enum fwd_device sched_device_parse(const char *name);
 
 struct sched_req {
     const int32_t *prompt;    /* [n_prompt] token ids, copied */
@@ -81,8 +71,6 @@ enum sched_finish {
     SCHED_FINISH_NONE = 0, SCHED_FINISH_STOP, SCHED_FINISH_LENGTH, SCHED_FINISH_CANCELLED,
     SCHED_FINISH_DEADLINE, SCHED_FINISH_ERROR
 };
-
-struct sched_top { int32_t token; float logprob; };
 
 /* One event. TOKEN: one sampled token; `text` is the output text that became final with it
  * (may be empty while a stop string or a UTF-8 sequence is pending; never contains any part
@@ -130,8 +118,21 @@ void sched_drain(struct sched *s);
 /* Counts for /health and /metrics. */
 struct sched_counts { int running, waiting; int kv_blocks_used, kv_blocks_total; };
 void sched_get_counts(struct sched *s, struct sched_counts *out);
-/* Appends the scheduler's Prometheus metrics (gemmad_* names, with HELP/TYPE lines) to
- * buf; returns the length written (truncated at cap - 1, always NUL-terminated). */
-size_t sched_metrics_text(struct sched *s, char *buf, size_t cap);
+/* A snapshot of the scheduler's numbers for /metrics (the server renders them). */
+struct sched_stats {
+    int running, waiting;             /* sequences by state */
+    int kv_total[2], kv_used[2], kv_free[2]; /* KV blocks per class (FULL, SWA) */
+    uint64_t prefix_queries;          /* admissions that looked up the prefix cache */
+    uint64_t prefix_hits;             /* admissions that reused cached blocks */
+    uint64_t prefix_hit_tokens;       /* prompt positions reused */
+    uint64_t kv_evictions;            /* cached blocks evicted (LRU) */
+    int kv_sessions;                  /* warm sessions holding blocks */
+    uint64_t preemptions, rejections, steps;
+    struct prom_hist batch_seqs;      /* sequences per step */
+    struct prom_hist batch_tokens;    /* tokens per step */
+    struct prom_hist step_s;          /* wall seconds per step */
+};
+/* Copies the numbers under the scheduler's lock (any thread). */
+void sched_stats(struct sched *s, struct sched_stats *out);
 
 #endif

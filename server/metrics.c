@@ -1,10 +1,10 @@
 /*
- * metrics — Prometheus text rendering of the server's counters. Histogram buckets are fixed
- * (seconds): fine at the low end for inter-token latency, long at the top for end-to-end.
+ * metrics — Prometheus text rendering of the server's counters and of the scheduler's
+ * numbers. Histogram buckets are fixed (seconds): fine at the low end for inter-token
+ * latency, long at the top for end-to-end.
  */
 #include "server/metrics.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,7 +21,11 @@ static const char *const metrics_hist_names[METRICS_N_HIST][2] = {
 static const char *const metrics_fin_names[METRICS_N_FIN] = {"stop", "length", "cancelled",
                                                              "deadline", "error"};
 
-void metrics_init(struct metrics *m) { memset(m, 0, sizeof *m); }
+void metrics_init(struct metrics *m) {
+    memset(m, 0, sizeof *m);
+    for (int h = 0; h < METRICS_N_HIST; h++)
+        prom_hist_init(&m->hist[h], metrics_bounds, METRICS_BUCKETS);
+}
 
 void metrics_http(struct metrics *m, int route, int status) {
     if (route < 0 || route >= METRICS_ROUTES) return;
@@ -35,76 +39,95 @@ void metrics_http(struct metrics *m, int route, int status) {
 }
 
 void metrics_observe(struct metrics *m, enum metrics_hist_id h, double s) {
-    struct metrics_hist *hi = &m->hist[h];
-    if (s < 0) s = 0;
-    int b = 0;
-    while (b < METRICS_BUCKETS && s > metrics_bounds[b]) b++;
-    hi->counts[b]++;
-    hi->sum += s;
-    hi->n++;
+    prom_hist_observe(&m->hist[h], s < 0 ? 0 : s);
 }
 
-static size_t metrics_put(char *buf, size_t cap, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static size_t metrics_put(char *buf, size_t cap, size_t n, const char *fmt, ...) {
-    if (cap == 0 || n >= cap - 1) return n;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
-    if (w < 0) return n;
-    return (size_t)w >= cap - n ? cap - 1 : n + (size_t)w;
+static void metrics_counter(struct strbuf *b, const char *name, const char *help, uint64_t v) {
+    prom_family(b, name, "counter", help);
+    prom_u64(b, name, NULL, v);
 }
 
-size_t metrics_render(const struct metrics *m, const char *const *route_names, int running,
-                      int waiting, char *buf, size_t cap) {
-    size_t n = 0;
-    if (cap) buf[0] = 0;
-    n = metrics_put(buf, cap, n,
-                    "# HELP gemmad_http_requests_total HTTP requests by route and status.\n"
-                    "# TYPE gemmad_http_requests_total counter\n");
-    for (int r = 0; r < METRICS_ROUTES; r++)
-        for (int i = 0; i < METRICS_STATUSES && m->status_code[i]; i++)
-            if (m->http[r][i])
-                n = metrics_put(buf, cap, n,
-                                "gemmad_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
-                                route_names[r], m->status_code[i],
-                                (unsigned long long)m->http[r][i]);
-    n = metrics_put(buf, cap, n,
-                    "# HELP gemmad_request_success_total Finished choices by finish reason.\n"
-                    "# TYPE gemmad_request_success_total counter\n");
-    for (int f = 0; f < METRICS_N_FIN; f++)
-        n = metrics_put(buf, cap, n, "gemmad_request_success_total{finished_reason=\"%s\"} %llu\n",
-                        metrics_fin_names[f], (unsigned long long)m->finish[f]);
-    n = metrics_put(buf, cap, n,
-                    "# HELP gemmad_prompt_tokens_total Prompt tokens of finished choices.\n"
-                    "# TYPE gemmad_prompt_tokens_total counter\n"
-                    "gemmad_prompt_tokens_total %llu\n"
-                    "# HELP gemmad_generation_tokens_total Generated tokens.\n"
-                    "# TYPE gemmad_generation_tokens_total counter\n"
-                    "gemmad_generation_tokens_total %llu\n",
-                    (unsigned long long)m->prompt_tokens, (unsigned long long)m->generation_tokens);
-    n = metrics_put(buf, cap, n,
-                    "# HELP gemmad_requests_running Scheduler requests being decoded.\n"
-                    "# TYPE gemmad_requests_running gauge\ngemmad_requests_running %d\n"
-                    "# HELP gemmad_requests_waiting Scheduler requests waiting for admission.\n"
-                    "# TYPE gemmad_requests_waiting gauge\ngemmad_requests_waiting %d\n",
-                    running, waiting);
-    for (int h = 0; h < METRICS_N_HIST; h++) {
-        const struct metrics_hist *hi = &m->hist[h];
-        const char *name = metrics_hist_names[h][0];
-        n = metrics_put(buf, cap, n, "# HELP %s %s\n# TYPE %s histogram\n", name,
-                        metrics_hist_names[h][1], name);
-        uint64_t cum = 0;
-        for (int b = 0; b < METRICS_BUCKETS; b++) {
-            cum += hi->counts[b];
-            n = metrics_put(buf, cap, n, "%s_bucket{le=\"%g\"} %llu\n", name, metrics_bounds[b],
-                            (unsigned long long)cum);
-        }
-        cum += hi->counts[METRICS_BUCKETS];
-        n = metrics_put(buf, cap, n, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
-                        name, (unsigned long long)cum, name, hi->sum, name,
-                        (unsigned long long)hi->n);
+static void metrics_gauge(struct strbuf *b, const char *name, const char *help, int64_t v) {
+    prom_family(b, name, "gauge", help);
+    prom_i64(b, name, NULL, v);
+}
+
+static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b) {
+    static const char *const cls[2] = {"full", "swa"};
+    prom_family(b, "gemmad_sched_sequences", "gauge", "Sequences by scheduler state.");
+    prom_i64(b, "gemmad_sched_sequences", (const struct prom_label[]){{"state", "running"}, {0}},
+             st->running);
+    prom_i64(b, "gemmad_sched_sequences", (const struct prom_label[]){{"state", "waiting"}, {0}},
+             st->waiting);
+    prom_family(b, "gemmad_kv_blocks", "gauge",
+                "KV cache blocks by class and state (used: referenced by a sequence or "
+                "session; cached: prefix-cache blocks nobody references; free).");
+    for (int c = 0; c < 2; c++) {
+        if (st->kv_total[c] <= 0) continue;
+        int cached = st->kv_total[c] - st->kv_used[c] - st->kv_free[c];
+        prom_i64(b, "gemmad_kv_blocks",
+                 (const struct prom_label[]){{"class", cls[c]}, {"state", "used"}, {0}},
+                 st->kv_used[c]);
+        prom_i64(b, "gemmad_kv_blocks",
+                 (const struct prom_label[]){{"class", cls[c]}, {"state", "cached"}, {0}}, cached);
+        prom_i64(b, "gemmad_kv_blocks",
+                 (const struct prom_label[]){{"class", cls[c]}, {"state", "free"}, {0}},
+                 st->kv_free[c]);
     }
-    return n;
+    prom_family(b, "gemmad_kv_usage_ratio", "gauge",
+                "Fraction of KV blocks in use by sequences.");
+    for (int c = 0; c < 2; c++)
+        if (st->kv_total[c] > 0)
+            prom_f64(b, "gemmad_kv_usage_ratio", (const struct prom_label[]){{"class", cls[c]}, {0}},
+                     (double)st->kv_used[c] / st->kv_total[c]);
+    metrics_counter(b, "gemmad_prefix_cache_queries_total",
+                    "Admissions that looked up the prefix cache.", st->prefix_queries);
+    metrics_counter(b, "gemmad_prefix_cache_hits_total", "Admissions that reused cached KV blocks.",
+                    st->prefix_hits);
+    metrics_counter(b, "gemmad_prefix_cache_hit_tokens_total",
+                    "Prompt positions reused from the cache.", st->prefix_hit_tokens);
+    metrics_counter(b, "gemmad_kv_evictions_total", "Cached KV blocks evicted (LRU).",
+                    st->kv_evictions);
+    metrics_gauge(b, "gemmad_kv_sessions", "Warm sessions holding KV blocks.", st->kv_sessions);
+    metrics_counter(b, "gemmad_sched_preemptions_total", "Sequences preempted when KV ran out.",
+                    st->preemptions);
+    metrics_counter(b, "gemmad_sched_queue_rejections_total",
+                    "Submissions refused: queue full.", st->rejections);
+    metrics_counter(b, "gemmad_sched_steps_total", "Scheduler steps (forward passes).", st->steps);
+    prom_hist_write(b, "gemmad_sched_batch_sequences", "Sequences per step.", &st->batch_seqs);
+    prom_hist_write(b, "gemmad_sched_batch_tokens",
+                    "Tokens per step (decode rows plus prefill chunks).", &st->batch_tokens);
+    prom_hist_write(b, "gemmad_sched_step_seconds",
+                    "Wall time of one step (forward plus sampling).", &st->step_s);
+}
+
+void metrics_render(const struct metrics *m, const char *const *route_names,
+                    const struct sched_stats *st, struct strbuf *b) {
+    prom_family(b, "gemmad_http_requests_total", "counter", "HTTP requests by route and status.");
+    for (int r = 0; r < METRICS_ROUTES; r++)
+        for (int i = 0; i < METRICS_STATUSES && m->status_code[i]; i++) {
+            if (!m->http[r][i]) continue;
+            char code[16];
+            snprintf(code, sizeof code, "%d", m->status_code[i]);
+            prom_u64(b, "gemmad_http_requests_total",
+                     (const struct prom_label[]){{"route", route_names[r]}, {"status", code}, {0}},
+                     m->http[r][i]);
+        }
+    prom_family(b, "gemmad_request_success_total", "counter",
+                "Finished choices by finish reason.");
+    for (int f = 0; f < METRICS_N_FIN; f++)
+        prom_u64(b, "gemmad_request_success_total",
+                 (const struct prom_label[]){{"finished_reason", metrics_fin_names[f]}, {0}},
+                 m->finish[f]);
+    metrics_counter(b, "gemmad_prompt_tokens_total", "Prompt tokens of finished choices.",
+                    m->prompt_tokens);
+    metrics_counter(b, "gemmad_generation_tokens_total", "Generated tokens.",
+                    m->generation_tokens);
+    metrics_gauge(b, "gemmad_requests_running", "Scheduler requests being decoded.",
+                  st ? st->running : 0);
+    metrics_gauge(b, "gemmad_requests_waiting", "Scheduler requests waiting for admission.",
+                  st ? st->waiting : 0);
+    for (int h = 0; h < METRICS_N_HIST; h++)
+        prom_hist_write(b, metrics_hist_names[h][0], metrics_hist_names[h][1], &m->hist[h]);
+    if (st) metrics_render_sched(st, b);
 }

@@ -671,3 +671,109 @@ const char *oai_finish_name(enum sched_finish f) {
     default: return "stop";
     }
 }
+
+/* ---- response shapes --------------------------------------------------------------------- */
+
+json_t *oai_error_body(const char *msg, const char *type, const char *param, const char *code) {
+    json_t *err = json_pack("{s:o,s:s,s:o,s:o}", "message", oai_string(msg, strlen(msg)), "type",
+                            type, "param", param && *param ? json_string(param) : json_null(),
+                            "code", code ? json_string(code) : json_null());
+    return json_pack("{s:o}", "error", err);
+}
+
+json_t *oai_usage(int prompt, int completion, int cached) {
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", prompt, "completion_tokens",
+                     completion, "total_tokens", prompt + completion, "prompt_tokens_details",
+                     "cached_tokens", cached);
+}
+
+json_t *oai_chunk(const struct oai_resp *r) {
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", r->id, "object",
+                          r->is_chat ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)r->created, "model", r->model, "system_fingerprint",
+                          "gemmad");
+    if (r->include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+json_t *oai_chunk_choice(const struct oai_resp *r, int index, const char *role, const char *text,
+                         size_t len, json_t *lp, const char *finish) {
+    json_t *j = oai_chunk(r);
+    json_t *ch;
+    if (r->is_chat) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string(role));
+        if (text) json_object_set_new(delta, "content", oai_string(text, len));
+        ch = json_pack("{s:i,s:o}", "index", index, "delta", delta);
+    } else {
+        ch = json_pack("{s:i,s:o}", "index", index, "text", oai_string(text ? text : "", len));
+    }
+    json_object_set_new(ch, "logprobs", lp ? lp : json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(j, "choices", json_pack("[o]", ch));
+    return j;
+}
+
+json_t *oai_legacy_lp_new(void) {
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                     "text_offset");
+}
+
+void oai_legacy_lp_add(const struct tok_vocab *v, json_t *obj, int32_t token, float logprob,
+                       const struct sched_top *top, int n_top, size_t offset) {
+    char buf[256];
+    int n = tok_token_to_bytes(v, token, 0, buf, (int)sizeof buf);
+    n = n < 0 ? 0 : n > (int)sizeof buf ? (int)sizeof buf : n;
+    json_array_append_new(json_object_get(obj, "tokens"), oai_string(buf, (size_t)n));
+    json_array_append_new(json_object_get(obj, "token_logprobs"), json_real(logprob));
+    json_t *tops = json_object();
+    for (int i = 0; i < n_top; i++) {
+        int m = tok_token_to_bytes(v, top[i].token, 0, buf, (int)sizeof buf - 1);
+        m = m < 0 ? 0 : m > (int)sizeof buf - 1 ? (int)sizeof buf - 1 : m;
+        json_t *k = oai_string(buf, (size_t)m);
+        if (k) json_object_set_new(tops, json_string_value(k), json_real(top[i].logprob));
+        json_decref(k);
+    }
+    json_array_append_new(json_object_get(obj, "top_logprobs"), tops);
+    json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)offset));
+}
+
+json_t *oai_chat_lp(json_t *content) {
+    return json_pack("{s:o,s:n}", "content", content ? content : json_array(), "refusal");
+}
+
+json_t *oai_choice(int is_chat, int index, const char *prefix, size_t prefix_len,
+                   const char *text, size_t len, json_t *lp, const char *finish) {
+    if (is_chat)
+        return json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", index, "message", "role",
+                         "assistant", "content", oai_string(text ? text : "", len), "refusal",
+                         "logprobs", lp, "finish_reason", finish);
+    json_t *t;
+    if (prefix) {
+        char *b = malloc(prefix_len + len + 1);
+        if (b) {
+            memcpy(b, prefix, prefix_len);
+            memcpy(b + prefix_len, text ? text : "", len);
+        }
+        t = b ? oai_string(b, prefix_len + len) : json_string("");
+        free(b);
+    } else {
+        t = oai_string(text ? text : "", len);
+    }
+    return json_pack("{s:i,s:o,s:o,s:s}", "index", index, "text", t, "logprobs", lp,
+                     "finish_reason", finish);
+}
+
+json_t *oai_response(const struct oai_resp *r, json_t *choices, json_t *usage) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", r->id, "object",
+                     r->is_chat ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)r->created, "model", r->model, "system_fingerprint", "gemmad",
+                     "choices", choices, "usage", usage);
+}
+
+json_t *oai_model_list(const char *id, int64_t created, int max_model_len) {
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", "model", "created",
+                          (json_int_t)created, "owned_by", "gemmad");
+    if (max_model_len > 0) json_object_set_new(m, "max_model_len", json_integer(max_model_len));
+    return json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+}

@@ -1,6 +1,7 @@
 /*
- * openai — validation of OpenAI request bodies (chat completions and completions) into
- * scheduler-ready parameters, and the small JSON pieces the responses share.
+ * openai — the OpenAI JSON shapes: validation of request bodies (chat completions and
+ * completions) into scheduler-ready parameters, and every response body the API sends
+ * (errors, completion objects, stream chunks, usage, logprobs, the model list).
  *
  * oai_parse() checks every field it knows (type, range, size) and names the offending
  * parameter in the error; unknown fields are ignored and never reach the scheduler; fields
@@ -74,5 +75,38 @@ json_t *oai_string(const char *s, size_t len);
 json_t *oai_lp_entry(const struct tok_vocab *v, int32_t token, float logprob,
                      const struct sched_top *top, int n_top, int with_top);
 const char *oai_finish_name(enum sched_finish f);
+
+/* ---- responses (each returns a new reference, NULL only when out of memory) ---- */
+
+/* What every response or chunk of one completion request repeats. */
+struct oai_resp {
+    const char *id;            /* "chatcmpl-…" or "cmpl-…" */
+    int is_chat;
+    int64_t created;           /* unix seconds */
+    const char *model;         /* served model id */
+    int include_usage;         /* stream: every chunk carries "usage": null */
+};
+
+/* {"error":{message,type,param,code}}; param "" or NULL and code NULL become null. */
+json_t *oai_error_body(const char *msg, const char *type, const char *param, const char *code);
+json_t *oai_usage(int prompt, int completion, int cached);
+/* A stream chunk without "choices". */
+json_t *oai_chunk(const struct oai_resp *r);
+/* A chunk with one choice: a delta (chat: role and/or content) or text (completions); lp is
+ * taken over (NULL: null), finish NULL: null. */
+json_t *oai_chunk_choice(const struct oai_resp *r, int index, const char *role, const char *text,
+                         size_t len, json_t *lp, const char *finish);
+/* Legacy /v1/completions logprobs {tokens, token_logprobs, top_logprobs, text_offset}. */
+json_t *oai_legacy_lp_new(void);
+void oai_legacy_lp_add(const struct tok_vocab *v, json_t *obj, int32_t token, float logprob,
+                       const struct sched_top *top, int n_top, size_t offset);
+/* Chat logprobs {"content": content (taken over; NULL: []), "refusal": null}. */
+json_t *oai_chat_lp(json_t *content);
+/* One choice of a finished response; completions prepend prefix (echo) when not NULL. */
+json_t *oai_choice(int is_chat, int index, const char *prefix, size_t prefix_len,
+                   const char *text, size_t len, json_t *lp, const char *finish);
+json_t *oai_response(const struct oai_resp *r, json_t *choices, json_t *usage);
+/* /v1/models; max_model_len 0 leaves the field out. */
+json_t *oai_model_list(const char *id, int64_t created, int max_model_len);
 
 #endif

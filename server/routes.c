@@ -1,15 +1,19 @@
 /*
- * routes — the route table (exact paths: no normalisation, so `/v1/../x`, `//v1/models`,
- * `%2e%2e` and case variants are simply unknown) and the routes that answer at once:
- * /v1/models, /health, /metrics, /tokenize, /detokenize. Generation lives in gen.c.
+ * routes — the route table, the access handler and the handlers that answer at once;
+ * generation lives in completion.c.
  */
+#include "server/routes.h"
+
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "engine/tokenizer.h"
+#include "server/completion.h"
+#include "server/conn.h"
 #include "server/openai.h"
-#include "server/server_int.h"
 
 struct route {
     const char *path;
@@ -31,7 +35,7 @@ static const struct route route_table[] = {
 };
 #define ROUTE_N (sizeof route_table / sizeof route_table[0])
 
-enum route_id route_lookup(const char *path, const char **allow) {
+static enum route_id route_lookup(const char *path, const char **allow) {
     for (size_t i = 0; i < ROUTE_N; i++)
         if (!strcmp(path, route_table[i].path)) {
             if (allow) *allow = route_table[i].allow;
@@ -40,8 +44,8 @@ enum route_id route_lookup(const char *path, const char **allow) {
     return ROUTE_NOT_FOUND;
 }
 
-int route_needs_auth(enum route_id r) { return r < ROUTE_NOT_FOUND && route_table[r].auth; }
-int route_is_post(enum route_id r) { return r < ROUTE_NOT_FOUND && route_table[r].post; }
+static int route_needs_auth(enum route_id r) { return r < ROUTE_NOT_FOUND && route_table[r].auth; }
+static int route_is_post(enum route_id r) { return r < ROUTE_NOT_FOUND && route_table[r].post; }
 const char *route_name(enum route_id r) {
     return r < ROUTE_NOT_FOUND ? route_table[r].name : "not_found";
 }
@@ -52,13 +56,13 @@ static json_t *route_body(struct hreq *hr, enum MHD_Result *ret) {
     json_error_t je;
     json_t *root = json_loadb(hr->body ? hr->body : "", hr->body_len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        *ret = http_reply_error(hr, 400, NULL, NULL, NULL, "invalid JSON body at byte %d: %s",
+        *ret = conn_reply_error(hr, 400, NULL, NULL, NULL, "invalid JSON body at byte %d: %s",
                                 je.position, je.text);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        *ret = http_reply_error(hr, 400, NULL, NULL, NULL, "the request body must be a JSON object");
+        *ret = conn_reply_error(hr, 400, NULL, NULL, NULL, "the request body must be a JSON object");
         return NULL;
     }
     return root;
@@ -67,8 +71,8 @@ static json_t *route_body(struct hreq *hr, enum MHD_Result *ret) {
 static enum MHD_Result route_not_ready(struct hreq *hr) {
     struct srv *s = hr->srv;
     if (s->state == SRV_LOADING)
-        return http_reply_error(hr, 503, NULL, NULL, NULL, "the model is still loading");
-    return http_reply_error(hr, 503, NULL, NULL, NULL, "the server is shutting down");
+        return conn_reply_error(hr, 503, NULL, NULL, NULL, "the model is still loading");
+    return conn_reply_error(hr, 503, NULL, NULL, NULL, "the server is shutting down");
 }
 
 static enum MHD_Result route_health(struct hreq *hr) {
@@ -76,32 +80,29 @@ static enum MHD_Result route_health(struct hreq *hr) {
     const char *st = s->state == SRV_READY     ? "ok"
                      : s->state == SRV_LOADING ? "loading"
                                                : "draining";
-    return http_reply_json(hr, s->state == SRV_READY ? 200 : 503,
+    return conn_reply_json(hr, s->state == SRV_READY ? 200 : 503,
                            json_pack("{s:s}", "status", st));
 }
 
 static enum MHD_Result route_models(struct hreq *hr) {
     struct srv *s = hr->srv;
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_id, "object", "model", "created",
-                          (json_int_t)s->created, "owned_by", "gemmad");
-    if (s->model) {
-        json_object_set_new(m, "max_model_len", json_integer(s->cfg->ctx_size));
-    }
-    return http_reply_json(hr, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    return conn_reply_json(hr, 200, oai_model_list(s->model_id, s->created,
+                                                   s->model ? s->cfg->ctx_size : 0));
 }
 
 static enum MHD_Result route_metrics(struct hreq *hr) {
     struct srv *s = hr->srv;
     static const char *names[METRICS_ROUTES];
     for (int i = 0; i < METRICS_ROUTES; i++) names[i] = route_name((enum route_id)i);
-    struct sched_counts c = {0};
-    if (s->sched) sched_get_counts(s->sched, &c);
+    struct sched_stats st;
+    if (s->sched) sched_stats(s->sched, &st);
     size_t cap = 64 * 1024;
     char *buf = malloc(cap);
-    if (!buf) return http_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    size_t n = metrics_render(&s->metrics, names, c.running, c.waiting, buf, cap);
-    if (s->sched && n + 1 < cap) n += sched_metrics_text(s->sched, buf + n, cap - n);
-    return http_reply_text(hr, 200, "text/plain; version=0.0.4", buf, n);
+    if (!buf) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    struct strbuf b;
+    strbuf_init(&b, buf, cap);
+    metrics_render(&s->metrics, names, s->sched ? &st : NULL, &b);
+    return conn_reply_text(hr, 200, "text/plain; version=0.0.4", buf, b.n);
 }
 
 static int route_get_bool(json_t *root, const char *k, int def, struct hreq *hr,
@@ -109,7 +110,7 @@ static int route_get_bool(json_t *root, const char *k, int def, struct hreq *hr,
     json_t *v = json_object_get(root, k);
     if (!v || json_is_null(v)) return def;
     if (!json_is_boolean(v)) {
-        *ret = http_reply_error(hr, 400, NULL, k, NULL, "'%s' must be a boolean", k);
+        *ret = conn_reply_error(hr, 400, NULL, k, NULL, "'%s' must be a boolean", k);
         return -1;
     }
     return json_is_true(v);
@@ -127,7 +128,7 @@ static enum MHD_Result route_tokenize(struct hreq *hr) {
     int32_t *ids = NULL;
     if (with_pieces < 0) goto done;
     if (!json_is_string(content)) {
-        ret = http_reply_error(hr, 400, NULL, "content", NULL, "'content' must be a string");
+        ret = conn_reply_error(hr, 400, NULL, "content", NULL, "'content' must be a string");
         goto done;
     }
     size_t len = json_string_length(content);
@@ -142,7 +143,7 @@ static enum MHD_Result route_tokenize(struct hreq *hr) {
         cap = n;
     }
     if (!ids || n < 0 || n > cap) {
-        ret = http_reply_error(hr, 400, NULL, "content", NULL, "'content' cannot be tokenized");
+        ret = conn_reply_error(hr, 400, NULL, "content", NULL, "'content' cannot be tokenized");
         goto done;
     }
     json_t *toks = json_array();
@@ -158,7 +159,7 @@ static enum MHD_Result route_tokenize(struct hreq *hr) {
         json_array_append_new(toks, json_pack("{s:i,s:o}", "id", ids[i], "piece",
                                               oai_string(piece, (size_t)pl)));
     }
-    ret = http_reply_json(hr, 200, json_pack("{s:o}", "tokens", toks));
+    ret = conn_reply_json(hr, 200, json_pack("{s:o}", "tokens", toks));
 done:
     free(ids);
     json_decref(root);
@@ -175,19 +176,19 @@ static enum MHD_Result route_detokenize(struct hreq *hr) {
     int32_t *ids = NULL;
     char *text = NULL;
     if (!json_is_array(toks) || json_array_size(toks) > (1u << 24)) {
-        ret = http_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' must be an array of ids");
+        ret = conn_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' must be an array of ids");
         goto done;
     }
     size_t n = json_array_size(toks);
     ids = malloc((n ? n : 1) * sizeof *ids);
     if (!ids) {
-        ret = http_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        ret = conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(toks, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= nv) {
-            ret = http_reply_error(hr, 400, NULL, "tokens", NULL,
+            ret = conn_reply_error(hr, 400, NULL, "tokens", NULL,
                                    "'tokens' holds token ids in [0, %d)", nv);
             goto done;
         }
@@ -197,11 +198,11 @@ static enum MHD_Result route_detokenize(struct hreq *hr) {
     int len = tok_decode(s->vocab, ids, (int)n, 1, probe, 0);
     text = malloc((size_t)(len > 0 ? len : 0) + 1);
     if (len < 0 || !text) {
-        ret = http_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' cannot be decoded");
+        ret = conn_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' cannot be decoded");
         goto done;
     }
     tok_decode(s->vocab, ids, (int)n, 1, text, len);
-    ret = http_reply_json(hr, 200, json_pack("{s:o}", "content", oai_string(text, (size_t)len)));
+    ret = conn_reply_json(hr, 200, json_pack("{s:o}", "content", oai_string(text, (size_t)len)));
 done:
     free(text);
     free(ids);
@@ -209,9 +210,8 @@ done:
     return ret;
 }
 
-enum MHD_Result route_dispatch(struct hreq *hr, const char *method) {
+static enum MHD_Result route_dispatch(struct hreq *hr) {
     struct srv *s = hr->srv;
-    (void)method;
     if (hr->route == ROUTE_HEALTH) return route_health(hr);
     if (hr->route == ROUTE_METRICS) return route_metrics(hr);
     if (hr->route == ROUTE_MODELS) return route_models(hr);
@@ -228,11 +228,103 @@ enum MHD_Result route_dispatch(struct hreq *hr, const char *method) {
         json_t *root = route_body(hr, &ret);
         if (!root) return ret;
         hr->body_len = 0;
-        ret = gen_start_json(hr, root, hr->route == ROUTE_CHAT);
+        ret = cmpl_start_json(hr, root, hr->route == ROUTE_CHAT);
         json_decref(root);
         return ret;
     }
     default: break;
     }
-    return http_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s", hr->path);
+    return conn_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s", hr->path);
+}
+
+/* ---- the access handler ------------------------------------------------------------------ */
+
+/* Constant-time comparison of the Bearer key with every configured key. */
+static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
+    if (!s->n_keys) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t hl = strlen(h);
+    int ok = 0;
+    for (int i = 0; i < s->n_keys; i++) {
+        size_t kl = strlen(s->keys[i]);
+        unsigned diff = (unsigned)(kl ^ hl);
+        for (size_t j = 0; j < kl; j++) diff |= (unsigned char)s->keys[i][j] ^ (unsigned char)(j < hl ? h[j] : 0);
+        ok |= diff == 0;
+    }
+    return ok;
+}
+
+/* First call of a request: route, method, auth, content type and declared length. */
+static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
+                                  const char *method) {
+    struct srv *s = hr->srv;
+    const char *allow = NULL;
+    hr->conn = conn;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hr->hc = ci ? ci->socket_context : NULL;
+    if (hr->hc) hr->hc->cur = hr;
+    hr->route = route_lookup(hr->path, &allow);
+    hr->allow = allow;
+    hr->phase = PH_BODY;
+    if (hr->route == ROUTE_NOT_FOUND)
+        return conn_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s %.100s", method,
+                                hr->path);
+    int is_post = route_is_post(hr->route);
+    int method_ok = is_post ? !strcmp(method, "POST")
+                            : (!strcmp(method, "GET") || !strcmp(method, "HEAD"));
+    if (!method_ok)
+        return conn_reply_error(hr, 405, NULL, NULL, NULL, "method %.16s not allowed on %s; use %s",
+                                method, hr->path, allow);
+    if (route_needs_auth(hr->route) && !route_auth_ok(s, conn))
+        return conn_reply_error(hr, 401, NULL, NULL, "invalid_api_key",
+                                "missing or invalid API key (Authorization: Bearer KEY)");
+    if (is_post) {
+        const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+        if (ct && strncasecmp(ct, "application/json", 16) != 0)
+            return conn_reply_error(hr, 415, NULL, NULL, NULL,
+                                    "Content-Type must be application/json");
+        if (ct && ct[16] && ct[16] != ';' && ct[16] != ' ')
+            return conn_reply_error(hr, 415, NULL, NULL, NULL,
+                                    "Content-Type must be application/json");
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || *end || (int64_t)v < 0 || v > (unsigned long long)s->cfg->body_limit)
+                return conn_reply_error(hr, 413, NULL, NULL, NULL,
+                                        "request body over the limit of %lld bytes",
+                                        (long long)s->cfg->body_limit);
+        }
+    }
+    return MHD_YES;
+}
+
+enum MHD_Result route_access(void *cls, struct MHD_Connection *conn, const char *url,
+                             const char *method, const char *version, const char *upload_data,
+                             size_t *upload_data_size, void **con_cls) {
+    (void)cls;
+    (void)url;
+    (void)version;
+    struct hreq *hr = *con_cls;
+    if (!hr) return MHD_NO; /* allocation failed in the URI callback */
+    switch (hr->phase) {
+    case PH_NEW: return route_first(hr, conn, method);
+    case PH_BODY:
+        if (*upload_data_size) return conn_body_append(hr, upload_data, upload_data_size);
+        if (hr->too_large)
+            return conn_reply_error(hr, 413, NULL, NULL, NULL,
+                                    "request body over the limit of %lld bytes",
+                                    (long long)hr->srv->cfg->body_limit);
+        hr->phase = PH_WAIT;
+        return route_dispatch(hr);
+    case PH_WAIT: return cmpl_resume(hr);
+    case PH_STREAM:
+    case PH_REPLIED: *upload_data_size = 0; return MHD_YES;
+    }
+    return MHD_NO;
 }

@@ -12,7 +12,7 @@ static unsigned cf_blocks(size_t n, unsigned thr) {
     return (unsigned)(g > 65535 ? 65535 : (g ? g : 1));
 }
 
-/* GELU-tanh as ggml's CPU table gives it (and engine/forward.c): the input rounded to fp16,
+/* GELU-tanh as ggml's CPU table gives it (and engine/kernels/vec.h): the input rounded to fp16,
  * the result rounded to fp16, 0 at or below -10 and the identity at or above 10. */
 __device__ __forceinline__ float cf_gelu(float x) {
     if (x <= -10.0f) return 0.0f;

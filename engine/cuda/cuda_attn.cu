@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
     const int nd = kv.hd / 32, nv = kv.hd_v / 32;
 
     const float *qr = q + (size_t)r * ld_q + (size_t)h * kv.hd;
-    /* Like llama.cpp's CPU path with an F16 cache (and engine/forward.c): q is scaled, then
+    /* Like llama.cpp's CPU path with an F16 cache (and engine/cpu_attn.c): q is scaled, then
      * rounded to fp16 before the dot products. */
     for (int d = threadIdx.x; d < kv.hd; d += blockDim.x)
         qs[d] = __half2float(__float2half_rn(qr[d] * A.scale));

@@ -5,7 +5,7 @@
  * laid out as __half [n_blocks][block_size][n_kv][hd] (values: [..][n_kv][hd_v]). Position p
  * of a sequence lives in block tables[full + p / bs] on FULL layers and in the ring slot
  * tables[swa + (p / bs) % n_swa] on sliding-window layers, at row p % bs of that block —
- * the same block ids and tables as struct kvs_seq.
+ * the same block ids and tables as struct kvstore_seq.
  *
  * cf_kv_store writes the step's new keys/values (f32 rows, rounded to fp16); cf_attention
  * then computes, for every row and query head, softmax(scale·q·k [softcapped]) · v over the

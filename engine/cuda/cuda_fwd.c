@@ -1,20 +1,28 @@
 /*
- * cuda_fwd — the forward pass on one CUDA device (see cuda_fwd.h).
+ * cuda_fwd — the CUDA backend of the forward pass (engine/backend.h: be_cuda), built only
+ * with `make CUDA=1`. engine/forward.c hands it validated steps; the scheduler and server
+ * never see the difference.
  *
- * The step mirrors engine/forward.c operation for operation (same order, same places where
+ * Create uploads every weight once (kept packed in its GGUF format) and allocates the KV
+ * blocks on the device with the same block ids and tables as the host KV pool describes
+ * (the host pool then holds no data). A step copies only token ids, positions and block
+ * tables to the device and only the requested logit rows back.
+ *
+ * The step mirrors engine/cpu_fwd.c operation for operation (same order, same places where
  * values are rounded: F16 KV with q rounded to F16, the fp16-rounded GELU, RMS sums in
  * double), with each operation one kernel from engine/cuda/cuda_*.cu, all queued on one
  * stream. Per step the host copies one int32 block (tokens, positions, row->sequence map,
  * block tables, selected logit rows) to the device and the selected logit rows back; that is
- * the only traffic. Everything the step needs was allocated by cudafwd_create.
+ * the only traffic. Everything the step needs was allocated by cf_fwd_create.
  *
- * Not supported yet (cudafwd_create fails with "not supported on CUDA yet: ..." so that
+ * Not supported (cf_fwd_create fails with "not supported on CUDA yet: ..." so that
  * FWD_DEVICE_AUTO falls back to the CPU): KV caches other than F16, tensor types other than
  * those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples of 32 or
  * above 512.
+ *
+ * Threads: one owner thread per context, like fwd_ctx. The tap copies rows back
+ * synchronously (debugging only); its host buffer is allocated when a tap is installed.
  */
-#include "engine/cuda/cuda_fwd.h"
-
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -30,9 +38,9 @@
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_probe.h"
 #include "engine/cuda/cuda_rope.h"
-#include "engine/kernels/quant.h"
 #include "base/log.h"
-#include "engine/model.h"
+#include "engine/backend.h"
+#include "engine/kernels/quant.h"
 
 #define CF_ALIGN 256
 
@@ -55,10 +63,10 @@ struct cf_upload {
     const void *dev;
 };
 
-struct cudafwd {
-    const struct model *m;
-    const struct kvs_pool *kvp;
-    struct fwd_opts o;       /* as given (max_logit_rows >= 1) */
+struct cf_fwd {
+    const struct be_model *m;
+    const struct be_kv *kvp;
+    struct be_opts o;       /* as given (max_logit_rows >= 1) */
     cudaStream_t stream;     /* every kernel of a step runs here */
     cublasHandle_t blas;     /* NULL when deterministic */
     enum cf_mm_mode mm_mode; /* KERNEL when deterministic, else AUTO */
@@ -91,9 +99,9 @@ struct cudafwd {
     int32_t *meta_h, *meta_d;
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
-    fwd_tap_fn tap; /* debugging hook (cudafwd_set_tap) */
+    be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;
-    float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cudafwd_set_tap */
+    float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cf_fwd_set_tap */
 };
 
 static size_t cf_al(size_t n) {
@@ -110,7 +118,7 @@ static void cf_err(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-int cudafwd_available(char *why, size_t whylen) {
+static int cf_fwd_available(char *why, size_t whylen) {
     char buf[256];
     int ok = cf_probe(buf, sizeof buf);
     if (why && whylen) snprintf(why, whylen, "%s", buf);
@@ -120,7 +128,7 @@ int cudafwd_available(char *why, size_t whylen) {
 /* ---- create: checks ------------------------------------------------------------------- */
 
 /* Reports the first thing this backend cannot run; 0 when the model is fully supported. */
-static int cf_check_weight(const struct kern_weight *w, const char *name, char *err,
+static int cf_check_weight(const struct be_tensor *w, const char *name, char *err,
                            size_t errlen) {
     if (!w->data) return 0;
     const struct quant_info *qi = quant_info(w->type);
@@ -137,13 +145,13 @@ static int cf_check_weight(const struct kern_weight *w, const char *name, char *
     return 0;
 }
 
-static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
-                          const struct fwd_opts *o, char *err, size_t errlen) {
-    const struct model_config *cfg = &m->cfg;
+static int cf_check_model(const struct be_model *m, const struct be_kv *kv,
+                          const struct be_opts *o, char *err, size_t errlen) {
+    const struct be_model *cfg = m;
     char name[64];
-    if (kv->dtype != KVS_F16) {
+    if (kv->dtype != BE_KV_F16) {
         cf_err(err, errlen, "not supported on CUDA yet: KV cache type %s (use f16)",
-               kvs_dtype_name(kv->dtype));
+               kv->dtype_name);
         return -1;
     }
     if (o->max_tokens > 65535) {
@@ -156,13 +164,13 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
     }
     if (cf_check_weight(&m->tok_embd, "token_embd", err, errlen) ||
         cf_check_weight(&m->output, "output", err, errlen) ||
-        cf_check_weight(&m->per_layer_tok_embd, "per_layer_token_embd", err, errlen) ||
-        cf_check_weight(&m->per_layer_model_proj, "per_layer_model_proj", err, errlen))
+        cf_check_weight(&m->pl_tok_embd, "per_layer_token_embd", err, errlen) ||
+        cf_check_weight(&m->pl_proj, "per_layer_model_proj", err, errlen))
         return -1;
     for (int l = 0; l < cfg->n_layer; l++) {
-        const struct model_layer_cfg *lc = &cfg->layer[l];
-        const struct model_layer_w *w = &m->layer[l];
-        const struct kern_weight *ws[] = {&w->wq, &w->wk,   &w->wv,       &w->wo,  &w->gate,
+        const struct be_layer *lc = &cfg->layer[l];
+        const struct be_layer *w = &m->layer[l];
+        const struct be_tensor *ws[] = {&w->wq, &w->wk,   &w->wv,       &w->wo,  &w->gate,
                                           &w->up, &w->down, &w->inp_gate, &w->proj};
         static const char *wn[] = {"attn_q", "attn_k",   "attn_v",   "attn_output", "ffn_gate",
                                    "ffn_up", "ffn_down", "inp_gate", "proj"};
@@ -193,7 +201,7 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
             cf_err(err, errlen, "layer %d reads the KV cache of layer %d, which has none", l, src);
             return -1;
         }
-        const struct model_layer_cfg *sc = &cfg->layer[src];
+        const struct be_layer *sc = &cfg->layer[src];
         if (sc->n_head_kv != lc->n_head_kv || sc->head_dim != lc->head_dim ||
             sc->head_dim_v != lc->head_dim_v || lc->n_head % lc->n_head_kv) {
             cf_err(err, errlen, "layer %d: KV shape differs from its cache layer %d", l, src);
@@ -214,7 +222,7 @@ static int cf_check_model(const struct model *m, const struct kvs_pool *kv,
  * with wmem == NULL to size the arena (dev is set to NULL), then to copy. The same host
  * pointer is placed once.
  */
-static int cf_put(struct cudafwd *c, const void *host, size_t bytes, const void **dev) {
+static int cf_put(struct cf_fwd *c, const void *host, size_t bytes, const void **dev) {
     *dev = NULL;
     if (!host || !bytes) return 0;
     for (int i = 0; i < c->n_ups; i++)
@@ -239,7 +247,7 @@ static int cf_put(struct cudafwd *c, const void *host, size_t bytes, const void 
     return 0;
 }
 
-static int cf_put_w(struct cudafwd *c, const struct kern_weight *w, struct cf_weight *out) {
+static int cf_put_w(struct cf_fwd *c, const struct be_tensor *w, struct cf_weight *out) {
     memset(out, 0, sizeof *out);
     if (!w->data) return 0;
     out->type = w->type;
@@ -249,7 +257,7 @@ static int cf_put_w(struct cudafwd *c, const struct kern_weight *w, struct cf_we
     return cf_put(c, w->data, (size_t)w->n_out * w->row_bytes, &out->data);
 }
 
-static int cf_put_v(struct cudafwd *c, const float *v, int n, const float **out) {
+static int cf_put_v(struct cf_fwd *c, const float *v, int n, const float **out) {
     const void *d = NULL;
     int rc = cf_put(c, v, v ? (size_t)n * sizeof(float) : 0, &d);
     *out = d;
@@ -257,20 +265,20 @@ static int cf_put_v(struct cudafwd *c, const float *v, int n, const float **out)
 }
 
 /* One pass over every tensor the forward pass reads. */
-static int cf_put_all(struct cudafwd *c) {
-    const struct model *m = c->m;
-    const struct model_config *cfg = &m->cfg;
+static int cf_put_all(struct cf_fwd *c) {
+    const struct be_model *m = c->m;
+    const struct be_model *cfg = m;
     c->n_ups = 0;
     c->wmem_used = 0;
     if (cf_put_w(c, &m->tok_embd, &c->tok_embd) || cf_put_w(c, &m->output, &c->output) ||
-        cf_put_w(c, &m->per_layer_tok_embd, &c->pl_tok_embd) ||
-        cf_put_w(c, &m->per_layer_model_proj, &c->pl_proj) ||
+        cf_put_w(c, &m->pl_tok_embd, &c->pl_tok_embd) ||
+        cf_put_w(c, &m->pl_proj, &c->pl_proj) ||
         cf_put_v(c, m->output_norm, cfg->n_embd, &c->output_norm) ||
-        cf_put_v(c, m->per_layer_proj_norm, cfg->n_embd_pl, &c->pl_proj_norm))
+        cf_put_v(c, m->pl_proj_norm, cfg->n_embd_pl, &c->pl_proj_norm))
         return -1;
     for (int l = 0; l < cfg->n_layer; l++) {
-        const struct model_layer_cfg *lc = &cfg->layer[l];
-        const struct model_layer_w *w = &m->layer[l];
+        const struct be_layer *lc = &cfg->layer[l];
+        const struct be_layer *w = &m->layer[l];
         struct cf_layer *L = &c->L[l];
         const int E = cfg->n_embd, hd = lc->head_dim;
         if (cf_put_v(c, w->attn_norm, E, &L->attn_norm) || cf_put_v(c, w->q_norm, hd, &L->q_norm) ||
@@ -292,15 +300,15 @@ static int cf_put_all(struct cudafwd *c) {
 
 /* KV storage: per owning layer K then V, [n_blocks][block_size][n_kv][hd] halves. Sizes the
  * arena when kvmem is NULL, else points every layer's cf_kv at its (source layer's) blocks. */
-static size_t cf_kv_layout(struct cudafwd *c) {
-    const struct model_config *cfg = &c->m->cfg;
-    const struct kvs_pool *p = c->kvp;
+static size_t cf_kv_layout(struct cf_fwd *c) {
+    const struct be_model *cfg = c->m;
+    const struct be_kv *p = c->kvp;
     size_t off = 0;
-    size_t koff[MODEL_MAX_LAYERS], voff[MODEL_MAX_LAYERS];
+    size_t koff[BE_MAX_LAYERS], voff[BE_MAX_LAYERS];
     for (int l = 0; l < cfg->n_layer; l++) {
         koff[l] = voff[l] = 0;
         if (p->cls[l] < 0) continue;
-        const struct model_layer_cfg *lc = &cfg->layer[l];
+        const struct be_layer *lc = &cfg->layer[l];
         const size_t rows = (size_t)p->n_blocks[p->cls[l]] * (size_t)p->block_size;
         koff[l] = off;
         off += cf_al(rows * (size_t)lc->n_head_kv * (size_t)lc->head_dim * 2);
@@ -310,7 +318,7 @@ static size_t cf_kv_layout(struct cudafwd *c) {
     if (c->kvmem) {
         for (int l = 0; l < cfg->n_layer; l++) {
             const int src = cfg->layer[l].kv_layer;
-            const struct model_layer_cfg *sc = &cfg->layer[src];
+            const struct be_layer *sc = &cfg->layer[src];
             struct cf_kv *kv = &c->L[l].kv;
             kv->k = c->kvmem + koff[src];
             kv->v = c->kvmem + voff[src];
@@ -318,20 +326,20 @@ static size_t cf_kv_layout(struct cudafwd *c) {
             kv->hd = sc->head_dim;
             kv->hd_v = sc->head_dim_v;
             kv->block_size = p->block_size;
-            kv->ring = p->cls[src] == KVS_SWA;
+            kv->ring = p->cls[src] == BE_KV_SWA;
         }
     }
     return off;
 }
 
 /* Activation buffers, carved from one allocation; sizes the arena when amem is NULL. */
-static size_t cf_act_layout(struct cudafwd *c) {
-    const struct model_config *cfg = &c->m->cfg;
+static size_t cf_act_layout(struct cf_fwd *c) {
+    const struct be_model *cfg = c->m;
     const size_t T = (size_t)c->o.max_tokens, E = (size_t)cfg->n_embd;
     const size_t Lx = (size_t)c->o.max_logit_rows;
     size_t wq = 0, wk = 0, wo = 0, wff = (size_t)cfg->n_embd_pl;
     for (int l = 0; l < cfg->n_layer; l++) {
-        const struct model_layer_cfg *lc = &cfg->layer[l];
+        const struct be_layer *lc = &cfg->layer[l];
         size_t a = (size_t)lc->n_head * (size_t)lc->head_dim;
         size_t b = (size_t)lc->n_head_kv *
                    (size_t)(lc->head_dim > lc->head_dim_v ? lc->head_dim : lc->head_dim_v);
@@ -367,8 +375,8 @@ static size_t cf_act_layout(struct cudafwd *c) {
 
 /* cuBLAS scratch: the largest any layer matmul needs for max_tokens rows. Runs before the
  * weights are copied (data still NULL), so presence is told by the shape (n_out > 0). */
-static size_t cf_blas_scratch(const struct cudafwd *c) {
-    const struct model_config *cfg = &c->m->cfg;
+static size_t cf_blas_scratch(const struct cf_fwd *c) {
+    const struct be_model *cfg = c->m;
     const int T = c->o.max_tokens;
     size_t mx = 0;
     if (c->pl_proj.n_out) mx = cf_matmul_scratch_bytes(&c->pl_proj, T);
@@ -385,18 +393,20 @@ static size_t cf_blas_scratch(const struct cudafwd *c) {
     return mx;
 }
 
-int cudafwd_create(const struct model *m, const struct kvs_pool *kv, const struct fwd_opts *o,
-                   struct cudafwd **out, char *err, size_t errlen) {
+static void cf_fwd_destroy(struct cf_fwd *c);
+
+static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const struct be_opts *o,
+                   struct cf_fwd **out, char *err, size_t errlen) {
     *out = NULL;
     if (err && errlen) err[0] = 0;
     if (!m || !kv || !o || o->max_tokens < 1 || o->max_seqs < 1 || kv->block_size < 1) {
-        cf_err(err, errlen, "cudafwd_create: invalid arguments");
-        return FWD_EINVAL;
+        cf_err(err, errlen, "cf_fwd_create: invalid arguments");
+        return BE_EINVAL;
     }
-    if (cf_check_model(m, kv, o, err, errlen)) return FWD_EBACKEND;
-    const struct model_config *cfg = &m->cfg;
+    if (cf_check_model(m, kv, o, err, errlen)) return BE_EBACKEND;
+    const struct be_model *cfg = m;
 
-    struct cudafwd *c = calloc(1, sizeof *c);
+    struct cf_fwd *c = calloc(1, sizeof *c);
     if (!c) goto fail_host;
     c->m = m;
     c->kvp = kv;
@@ -422,7 +432,7 @@ int cudafwd_create(const struct model *m, const struct kvs_pool *kv, const struc
     if (c->blas && o->max_tokens >= CF_MM_CUBLAS_MIN_ROWS) c->mm_scratch_bytes = cf_blas_scratch(c);
     const size_t T = (size_t)c->o.max_tokens, S = (size_t)c->o.max_seqs;
     const size_t Lx = (size_t)c->o.max_logit_rows;
-    c->tab_cap = S * ((size_t)kv->n_blocks[KVS_FULL] + (size_t)kv->n_blocks[KVS_SWA]) + 64;
+    c->tab_cap = S * ((size_t)kv->n_blocks[BE_KV_FULL] + (size_t)kv->n_blocks[BE_KV_SWA]) + 64;
     c->off_pos = T;
     c->off_seq = 2 * T;
     c->off_info = 3 * T;
@@ -439,8 +449,8 @@ int cudafwd_create(const struct model *m, const struct kvs_pool *kv, const struc
                "scratch %zu), %zu MiB free",
                need >> 20, c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20,
                c->mm_scratch_bytes >> 20, free_b >> 20);
-        cudafwd_destroy(c);
-        return FWD_ENOMEM;
+        cf_fwd_destroy(c);
+        return BE_ENOMEM;
     }
     if (CUDA_CHECK(cudaMalloc((void **)&c->wmem, c->wmem_bytes ? c->wmem_bytes : 1)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->kvmem, c->kv_bytes ? c->kv_bytes : 1)) ||
@@ -465,23 +475,23 @@ int cudafwd_create(const struct model *m, const struct kvs_pool *kv, const struc
           c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20, c->mm_scratch_bytes >> 20,
           c->blas ? "shape-dependent (cuBLAS for >= 64 rows)" : "batch-invariant");
     *out = c;
-    return FWD_OK;
+    return BE_OK;
 
 fail_nomem:
     cf_err(err, errlen, "CUDA: out of device memory: %s", cf_last_error());
-    cudafwd_destroy(c);
-    return FWD_ENOMEM;
+    cf_fwd_destroy(c);
+    return BE_ENOMEM;
 fail_cuda:
     cf_err(err, errlen, "CUDA: %s", cf_last_error());
-    cudafwd_destroy(c);
-    return FWD_EBACKEND;
+    cf_fwd_destroy(c);
+    return BE_EBACKEND;
 fail_host:
-    cf_err(err, errlen, "cudafwd_create: out of host memory");
-    cudafwd_destroy(c);
-    return FWD_ENOMEM;
+    cf_err(err, errlen, "cf_fwd_create: out of host memory");
+    cf_fwd_destroy(c);
+    return BE_ENOMEM;
 }
 
-void cudafwd_destroy(struct cudafwd *c) {
+static void cf_fwd_destroy(struct cf_fwd *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
@@ -498,50 +508,50 @@ void cudafwd_destroy(struct cudafwd *c) {
     free(c);
 }
 
-int cudafwd_set_tap(struct cudafwd *c, fwd_tap_fn fn, void *user) {
+static int cf_fwd_set_tap(struct cf_fwd *c, be_tap_fn fn, void *user) {
     if (fn && !c->tap_buf) {
         const size_t rows =
             (size_t)(c->o.max_tokens > c->o.max_logit_rows ? c->o.max_tokens : c->o.max_logit_rows);
-        c->tap_buf = malloc(rows * (size_t)c->m->cfg.n_embd * sizeof(float));
-        if (!c->tap_buf) return FWD_ENOMEM;
+        c->tap_buf = malloc(rows * (size_t)c->m->n_embd * sizeof(float));
+        if (!c->tap_buf) return BE_ENOMEM;
     }
     c->tap = fn;
     c->tap_user = user;
-    return FWD_OK;
+    return BE_OK;
 }
 
 /* ---- the step --------------------------------------------------------------------------- */
 
 /*
- * Checks the step like fwd_run does and fills the host metadata block. Returns FWD_OK,
- * FWD_EINVAL or FWD_EKV, with the row and logit-row counts and the ints to copy.
+ * Checks the step like fwd_run does and fills the host metadata block. Returns BE_OK,
+ * BE_EINVAL or BE_EKV, with the row and logit-row counts and the ints to copy.
  */
-static int cf_prepare(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, int *n_rows,
+static int cf_prepare(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, int *n_rows,
                       int *n_sel, size_t *n_ints) {
-    const struct model *m = c->m;
-    const struct kvs_pool *p = c->kvp;
+    const struct be_model *m = c->m;
+    const struct be_kv *p = c->kvp;
     int need[2] = {0, 0};
-    for (int l = 0; l < m->cfg.n_layer; l++)
+    for (int l = 0; l < m->n_layer; l++)
         if (p->cls[l] >= 0) need[p->cls[l]] = 1;
-    if (!seqs || n_seqs < 1 || n_seqs > c->o.max_seqs) return FWD_EINVAL;
+    if (!seqs || n_seqs < 1 || n_seqs > c->o.max_seqs) return BE_EINVAL;
     const int bs = p->block_size;
     int32_t *meta = c->meta_h;
     int rows = 0, sel = 0;
     size_t tab = 0;
     for (int s = 0; s < n_seqs; s++) {
-        const struct fwd_seq *q = &seqs[s];
-        if (!q->tokens || q->n_tokens < 1 || q->pos < 0 || !q->kv) return FWD_EINVAL;
-        if (q->n_tokens > c->o.max_tokens - rows) return FWD_EINVAL;
-        if ((int64_t)q->pos + q->n_tokens > (int64_t)1 << 30) return FWD_EINVAL;
-        if (q->logits != FWD_LOGITS_NONE && q->logits != FWD_LOGITS_LAST &&
-            q->logits != FWD_LOGITS_ALL)
-            return FWD_EINVAL;
-        const int n_lg = q->logits == FWD_LOGITS_ALL    ? q->n_tokens
-                         : q->logits == FWD_LOGITS_LAST ? 1
+        const struct be_seq *q = &seqs[s];
+        if (!q->tokens || q->n_tokens < 1 || q->pos < 0) return BE_EINVAL;
+        if (q->n_tokens > c->o.max_tokens - rows) return BE_EINVAL;
+        if ((int64_t)q->pos + q->n_tokens > (int64_t)1 << 30) return BE_EINVAL;
+        if (q->logits != BE_LOGITS_NONE && q->logits != BE_LOGITS_LAST &&
+            q->logits != BE_LOGITS_ALL)
+            return BE_EINVAL;
+        const int n_lg = q->logits == BE_LOGITS_ALL    ? q->n_tokens
+                         : q->logits == BE_LOGITS_LAST ? 1
                                                         : 0;
-        if (n_lg > c->o.max_logit_rows - sel) return FWD_EINVAL;
+        if (n_lg > c->o.max_logit_rows - sel) return BE_EINVAL;
         for (int i = 0; i < q->n_tokens; i++) {
-            if (q->tokens[i] < 0 || q->tokens[i] >= m->cfg.n_vocab) return FWD_EINVAL;
+            if (q->tokens[i] < 0 || q->tokens[i] >= m->n_vocab) return BE_EINVAL;
             meta[rows + i] = q->tokens[i];
             meta[c->off_pos + (size_t)(rows + i)] = q->pos + i;
             meta[c->off_seq + (size_t)(rows + i)] = s;
@@ -552,26 +562,26 @@ static int cf_prepare(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs,
 
         int32_t *info = meta + c->off_info + 4 * (size_t)s;
         info[0] = info[1] = info[2] = info[3] = 0;
-        if (need[KVS_FULL]) {
+        if (need[BE_KV_FULL]) {
             const int nb = (q->pos + q->n_tokens + bs - 1) / bs;
-            if (!q->kv->full || q->kv->n_full < nb || (size_t)nb > c->tab_cap - tab) return FWD_EKV;
+            if (!q->full || q->n_full < nb || (size_t)nb > c->tab_cap - tab) return BE_EKV;
             info[0] = (int32_t)tab;
             info[1] = nb;
             for (int b = 0; b < nb; b++) {
-                const int32_t id = q->kv->full[b];
-                if (id < 0 || id >= p->n_blocks[KVS_FULL]) return FWD_EKV;
+                const int32_t id = q->full[b];
+                if (id < 0 || id >= p->n_blocks[BE_KV_FULL]) return BE_EKV;
                 meta[c->off_tab + tab++] = id;
             }
         }
-        if (need[KVS_SWA]) {
-            const int ring = (m->cfg.sliding_window + q->n_tokens - 2) / bs + 2;
-            const int ns = q->kv->n_swa;
-            if (!q->kv->swa || ns < ring || (size_t)ns > c->tab_cap - tab) return FWD_EKV;
+        if (need[BE_KV_SWA]) {
+            const int ring = (m->sliding_window + q->n_tokens - 2) / bs + 2;
+            const int ns = q->n_swa;
+            if (!q->swa || ns < ring || (size_t)ns > c->tab_cap - tab) return BE_EKV;
             info[2] = (int32_t)tab;
             info[3] = ns;
             for (int b = 0; b < ns; b++) {
-                const int32_t id = q->kv->swa[b];
-                if (id < 0 || id >= p->n_blocks[KVS_SWA]) return FWD_EKV;
+                const int32_t id = q->swa[b];
+                if (id < 0 || id >= p->n_blocks[BE_KV_SWA]) return BE_EKV;
                 meta[c->off_tab + tab++] = id;
             }
         }
@@ -579,18 +589,18 @@ static int cf_prepare(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs,
     *n_rows = rows;
     *n_sel = sel;
     *n_ints = c->off_tab + tab;
-    return FWD_OK;
+    return BE_OK;
 }
 
-static int cf_mm(struct cudafwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
+static int cf_mm(struct cf_fwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
                  int ldy) {
     return cf_matmul(c->stream, c->blas, w, X, M, Y, ldy, c->mm_mode, c->mm_scratch,
                      c->mm_scratch_bytes);
 }
 
 /* Hands rows of device activations to the tap (debugging only: synchronous copies). */
-static int cf_tap(struct cudafwd *c, int layer, const float *dev, int rows) {
-    const int E = c->m->cfg.n_embd;
+static int cf_tap(struct cf_fwd *c, int layer, const float *dev, int rows) {
+    const int E = c->m->n_embd;
     if (CUDA_CHECK(cudaMemcpyAsync(c->tap_buf, dev, (size_t)rows * E * sizeof(float),
                                    cudaMemcpyDeviceToHost, c->stream)) ||
         CUDA_CHECK(cudaStreamSynchronize(c->stream)))
@@ -601,8 +611,8 @@ static int cf_tap(struct cudafwd *c, int layer, const float *dev, int rows) {
 
 /* Gemma 4 per-layer inputs, right after the embedding (x holds x0):
  * ple = (RMS(proj(x0) / sqrt(E), per_layer_proj_norm) + e[t] * sqrt(n_pl)) / sqrt(2). */
-static int cf_ple_prepare(struct cudafwd *c, const struct cf_rows *R, const int32_t *tok) {
-    const struct model_config *cfg = &c->m->cfg;
+static int cf_ple_prepare(struct cf_fwd *c, const struct cf_rows *R, const int32_t *tok) {
+    const struct be_model *cfg = c->m;
     const int T = R->n_rows, npl = cfg->n_embd_pl, nl = cfg->n_layer;
     const size_t P = (size_t)npl * (size_t)nl;
     cudaStream_t s = c->stream;
@@ -617,15 +627,15 @@ static int cf_ple_prepare(struct cudafwd *c, const struct cf_rows *R, const int3
 }
 
 /* x = x + t, or x = x + RMS(t, w) when the layer has that post-norm. */
-static int cf_residual(struct cudafwd *c, const float *w, int T) {
-    const int E = c->m->cfg.n_embd;
-    if (w) return cf_rms_norm(c->stream, c->t, E, w, c->x, E, c->x, E, E, T, c->m->cfg.eps);
+static int cf_residual(struct cf_fwd *c, const float *w, int T) {
+    const int E = c->m->n_embd;
+    if (w) return cf_rms_norm(c->stream, c->t, E, w, c->x, E, c->x, E, E, T, c->m->eps);
     return cf_add_scale(c->stream, c->x, c->x, c->t, (size_t)T * E, 1.0f);
 }
 
-static int cf_layer(struct cudafwd *c, int l, const struct cf_rows *R) {
-    const struct model_config *cfg = &c->m->cfg;
-    const struct model_layer_cfg *lc = &cfg->layer[l];
+static int cf_layer(struct cf_fwd *c, int l, const struct cf_rows *R) {
+    const struct be_model *cfg = c->m;
+    const struct be_layer *lc = &cfg->layer[l];
     const struct cf_layer *L = &c->L[l];
     cudaStream_t s = c->stream;
     const int T = R->n_rows, E = cfg->n_embd;
@@ -634,7 +644,7 @@ static int cf_layer(struct cudafwd *c, int l, const struct cf_rows *R) {
     const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
     const float eps = cfg->eps;
 
-    /* attention: the scale is applied to q inside cf_attention, as forward.c does before
+    /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
      * rounding q to fp16 */
     if (cf_rms_norm(s, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T, eps) ||
         cf_mm(c, &L->wq, c->h, T, c->q, nq))
@@ -690,13 +700,13 @@ static int cf_layer(struct cudafwd *c, int l, const struct cf_rows *R) {
     return 0;
 }
 
-int cudafwd_run(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, float *logits) {
-    const struct model_config *cfg = &c->m->cfg;
+static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits) {
+    const struct be_model *cfg = c->m;
     int T = 0, n_sel = 0;
     size_t n_ints = 0;
     int st = cf_prepare(c, seqs, n_seqs, &T, &n_sel, &n_ints);
-    if (st != FWD_OK) return st;
-    if (n_sel > 0 && !logits) return FWD_EINVAL;
+    if (st != BE_OK) return st;
+    if (n_sel > 0 && !logits) return BE_EINVAL;
     cudaStream_t s = c->stream;
     const int E = cfg->n_embd, V = cfg->n_vocab;
     const int32_t *tok = c->meta_d;
@@ -730,9 +740,33 @@ int cudafwd_run(struct cudafwd *c, const struct fwd_seq *seqs, int n_seqs, float
             goto fail;
     }
     if (CUDA_CHECK(cudaStreamSynchronize(s))) goto fail;
-    return FWD_OK;
+    return BE_OK;
 fail:
     LOG_E("cuda", 0, "forward step failed: %s", cf_last_error());
     cudaStreamSynchronize(s);
-    return FWD_EBACKEND;
+    return BE_EBACKEND;
 }
+
+/* ---- the backend table ---------------------------------------------------------------- */
+
+static int cf_be_create(const struct be_desc *d, void **out, char *err, size_t errlen) {
+    struct cf_fwd *c = NULL;
+    int rc = cf_fwd_create(d->bm, d->bkv, &d->o, &c, err, errlen);
+    *out = c;
+    return rc;
+}
+
+static int cf_be_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits) {
+    return cf_fwd_run(b, seqs, n_seqs, logits);
+}
+
+static int cf_be_set_tap(void *b, be_tap_fn fn, void *user) {
+    return cf_fwd_set_tap(b, fn, user);
+}
+
+static void cf_be_destroy(void *b) {
+    cf_fwd_destroy(b);
+}
+
+const struct be_ops be_cuda = {"cuda", cf_fwd_available, cf_be_create, cf_be_run, cf_be_set_tap,
+                               cf_be_destroy};

@@ -9,7 +9,7 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     __shared__ double part[CF_NORM_THREADS / 32];
     const int r = blockIdx.x;
     const float *xr = x + (size_t)r * ld_x;
-    /* Squares in f32, their sum in double (as ggml's CPU rms_norm and engine/forward.c). */
+    /* Squares in f32, their sum in double (as ggml's CPU rms_norm and engine/kernels/vec.h). */
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
         s += (double)(xr[i] * xr[i]);

@@ -12,7 +12,7 @@ __global__ void cf_rope_neox_kernel(float *x, int ld, int hd, int n_rot,
     const float p = (float)pos[r];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         /* theta_i = p * theta_scale^i built by repeated multiplication in f32, exactly as
-         * ggml_rope_cache_init (and engine/forward_attn.c) do on the CPU. */
+         * ggml_rope_cache_init (and engine/cpu_attn.c) do on the CPU. */
         float theta = p;
         for (int k = 0; k < i; k++)
             theta *= theta_scale;

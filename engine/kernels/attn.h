@@ -9,7 +9,7 @@
  * roundings, and on this model such differences grow through the layers. So a tile keeps
  * the scores of its query vectors: p[i * ld_p + c] belongs to key position p0 + c.
  *
- * The caller (engine/forward_attn.c) owns the KV cache layout. Pass 1: for every key block
+ * The caller (engine/cpu_attn.c) owns the KV cache layout. Pass 1: for every key block
  * it converts the block's K rows of the tile's visible range to f32 once (once per tile,
  * not per query row) and calls `scores`. Then attn_tile_softmax. Pass 2: the same with the
  * V rows and `pv`. Key blocks start at ABSOLUTE positions that are multiples of

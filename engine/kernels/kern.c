@@ -10,37 +10,12 @@
 #include "engine/kernels/kern.h"
 
 #include <assert.h>
-#include <cblas.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/kernels/kern_impl.h"
-
-/* The ISA files are linked only when they exist in the tree. A weak reference alone would
- * not pull their object out of libgemmad.a, so use a strong one whenever the file is there
- * and fall back to a weak (NULL) symbol while it is not. */
-#if defined(__has_include)
-#if __has_include("engine/kernels/kern_avx2.c")
-#define KERN_HAVE_AVX2_FILE 1
-#endif
-#if __has_include("engine/kernels/kern_avx512.c")
-#define KERN_HAVE_AVX512_FILE 1
-#endif
-#endif
-#ifdef KERN_HAVE_AVX2_FILE
-#define KERN_AVX2_LINKED 1
-#else
-extern void kern_register_avx2(struct kern_ops *ops) __attribute__((weak));
-#define KERN_AVX2_LINKED (kern_register_avx2 != NULL)
-#endif
-#ifdef KERN_HAVE_AVX512_FILE
-#define KERN_AVX512_LINKED 1
-#else
-extern void kern_register_avx512(struct kern_ops *ops) __attribute__((weak));
-#define KERN_AVX512_LINKED (kern_register_avx512 != NULL)
-#endif
 
 static struct kern_ops g_ops;                     /* active table, written by kern_init only */
 static enum kern_isa g_isa = KERN_ISA_REF;        /* what g_ops holds */
@@ -69,11 +44,11 @@ int kern_isa_supported(enum kern_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     case KERN_ISA_AVX2:
         __builtin_cpu_init();
-        return KERN_AVX2_LINKED && __builtin_cpu_supports("avx2") &&
+        return __builtin_cpu_supports("avx2") &&
                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case KERN_ISA_AVX512:
         __builtin_cpu_init();
-        return kern_isa_supported(KERN_ISA_AVX2) && KERN_AVX512_LINKED &&
+        return kern_isa_supported(KERN_ISA_AVX2) &&
                __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vnni");
@@ -364,114 +339,6 @@ static int64_t mm_chunk(int64_t rows, int n_threads, int M) {
     return c < KERN_GEMM_MAX_ROWS ? KERN_GEMM_MAX_ROWS : c;
 }
 
-/* ---- OpenBLAS prefill path ------------------------------------------------------------------ */
-
-/* f32 weight tile per thread: small enough for L2, large enough for sgemm to be efficient. */
-#define KERN_BLAS_TILE_BYTES (512u * 1024u)
-
-static int g_blas_on;         /* kern_set_blas(1) and the scratch exists */
-static float *g_blas_scratch; /* [g_blas_slots][KERN_BLAS_TILE_BYTES / 4] */
-static int g_blas_slots;      /* threads the scratch is sized for */
-static int g_blas_min_m;      /* benchmarks: > 0 forces this threshold for every type */
-
-void kern_set_blas_min_m(int min_m) {
-    g_blas_min_m = min_m > 0 ? min_m : 0;
-}
-
-void kern_set_blas(int on) {
-    if (on && !g_blas_scratch) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        int slots = online > 0 ? (online < 512 ? (int)online : 512) : 1;
-        g_blas_scratch = aligned_alloc(64, (size_t)slots * KERN_BLAS_TILE_BYTES);
-        if (!g_blas_scratch) return; /* stays off: the quantized path still works */
-        g_blas_slots = slots;
-        /* Our pool splits the rows; OpenBLAS itself must not start threads of its own. */
-        openblas_set_num_threads(1);
-    }
-    g_blas_on = on && g_blas_scratch;
-    if (!on) {
-        free(g_blas_scratch);
-        g_blas_scratch = NULL;
-        g_blas_slots = 0;
-    }
-}
-
-int kern_blas_enabled(void) {
-    return g_blas_on;
-}
-
-/* Smallest M from which sgemm on dequantized tiles beats the quantized kernels, per weight
- * type; 0 = never. Measured with tests/bench/bench_blas.c (one thread, CPU time, AVX2
- * kernels) on every Gemma 3 270M Q4_K_M shape: Q5_0 640->1024 and 640->2048 gain 1.2x at
- * M = 32 and 1.4-2x from 64; Q4_K 1024->640 and 2048->640 lose at 32 and gain 1.1-1.5x from
- * 64; Q6_K 2048->640 never gains (0.8-1.0x); the Q8_0 LM head gains 1.14x at M = 64. The
- * other 32-element formats follow Q5_0 and the other K-quants Q4_K (not measured). */
-static int blas_min_m(uint32_t type) {
-    if (g_blas_min_m > 0) return g_blas_min_m;
-    switch (type) {
-    case QT_Q6_K:
-        return 0;
-    case QT_Q2_K:
-    case QT_Q3_K:
-    case QT_Q4_K:
-    case QT_Q5_K:
-        return 64;
-    default:
-        return KERN_BLAS_MIN_M;
-    }
-}
-
-static int blas_wins(const struct kern_weight *w, int M, int64_t rows) {
-    int min_m = blas_min_m(w->type);
-    if (!g_blas_on || min_m == 0 || M < min_m || rows < KERN_GEMM_MAX_ROWS) return 0;
-    if ((size_t)w->n_in * sizeof(float) * KERN_GEMM_MAX_ROWS > KERN_BLAS_TILE_BYTES) return 0;
-    return 1;
-}
-
-struct blas_job {
-    const struct kern_weight *w;
-    const float *X; /* [M][n_in] */
-    int M;
-    float *Y; /* Y[m * ldy + o] */
-    int ldy;
-    int64_t o0, o1; /* output rows */
-    int64_t per;    /* rows per task (a multiple of the tile height) */
-    int64_t tile;   /* weight rows dequantized at once */
-};
-
-/* Task t owns scratch slot t and rows [o0 + t * per, ...): dequantize a tile of rows to f32,
- * then Y[:, tile] = X . tile^T. */
-static void blas_task(void *arg, int task, int n_tasks) {
-    (void)n_tasks;
-    const struct blas_job *j = arg;
-    const struct kern_weight *w = j->w;
-    const kern_dequant_fn dequant = kern_ops_for(w->type)->dequant;
-    float *tile = g_blas_scratch + (size_t)task * (KERN_BLAS_TILE_BYTES / sizeof(float));
-    int64_t r0 = j->o0 + (int64_t)task * j->per;
-    int64_t r1 = r0 + j->per < j->o1 ? r0 + j->per : j->o1;
-    for (int64_t r = r0; r < r1; r += j->tile) {
-        int64_t nr = r1 - r < j->tile ? r1 - r : j->tile;
-        for (int64_t i = 0; i < nr; i++)
-            dequant((const uint8_t *)w->data + (size_t)(r + i) * w->row_bytes, tile + i * w->n_in,
-                    w->n_in);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->M, (int)nr, (int)w->n_in, 1.0f,
-                    j->X, (int)w->n_in, tile, (int)w->n_in, 0.0f, j->Y + r, j->ldy);
-    }
-}
-
-static void blas_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M,
-                        float *Y, int ldy, int64_t o0, int64_t o1) {
-    int nt = pool_size(pool);
-    struct blas_job j = {.w = w, .X = X, .M = M, .Y = Y, .ldy = ldy, .o0 = o0, .o1 = o1};
-    j.tile = (int64_t)(KERN_BLAS_TILE_BYTES / sizeof(float)) / w->n_in;
-    j.tile -= j.tile % KERN_GEMM_MAX_ROWS;
-    int64_t rows = o1 - o0;
-    j.per = (rows + nt - 1) / nt;
-    j.per = (j.per + KERN_GEMM_MAX_ROWS - 1) / KERN_GEMM_MAX_ROWS * KERN_GEMM_MAX_ROWS;
-    int n_tasks = (int)((rows + j.per - 1) / j.per);
-    pool_run(pool, blas_task, &j, n_tasks);
-}
-
 size_t kern_act_bytes_group(const struct kern_mm_out *outs, int n_outs, int M) {
     uint32_t seen[KERN_GROUP_MAX];
     int n_seen = 0;
@@ -560,57 +427,21 @@ static void mm_launch(struct pool *pool, struct mm_job *j) {
     pool_run(pool, mm_task, j, (int)n_tasks);
 }
 
-void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
-                      float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1) {
-    if (M <= 0 || o1 <= o0) return;
-    assert(o0 >= 0 && o1 <= w->n_out);
-    if (blas_wins(w, M, o1 - o0) && pool_size(pool) <= g_blas_slots) {
-        blas_matmul(pool, w, X, M, Y, ldy, o0, o1);
-        return;
-    }
+void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M, float *Y,
+                 int ldy, void *act_scratch) {
+    if (M <= 0 || w->n_out <= 0) return;
     const struct kern_mm_out out = {w, Y, ldy};
     struct mm_job j;
     mm_setup(&j, &out, 1, X, M, act_scratch);
-    j.part[0].o0 = o0;
-    j.part[0].o1 = o1;
     mm_quantize(pool, &j);
     mm_launch(pool, &j);
-}
-
-void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M, float *Y,
-                 int ldy, void *act_scratch) {
-    kern_matmul_rows(pool, w, X, M, Y, ldy, act_scratch, 0, w->n_out);
-}
-
-struct epi_job {
-    kern_epi_fn fn;
-    void *arg;
-    int64_t n;
-};
-
-static void epi_task(void *arg, int task, int n_tasks) {
-    const struct epi_job *e = arg;
-    e->fn(e->arg, e->n * task / n_tasks, e->n * (task + 1) / n_tasks);
 }
 
 void kern_matmul_group(struct pool *pool, const struct kern_mm_out *outs, int n_outs,
                        const float *X, int M, void *act_scratch, kern_epi_fn epi, void *epi_arg) {
     assert(n_outs >= 1 && n_outs <= KERN_GROUP_MAX);
     if (M <= 0) return;
-    int blas = 0;
-    for (int i = 0; i < n_outs; i++) {
-        assert(!epi || outs[i].w->n_out == outs[0].w->n_out);
-        blas |= blas_wins(outs[i].w, M, outs[i].w->n_out) && pool_size(pool) <= g_blas_slots;
-    }
-    if (blas) { /* the BLAS path keeps its own split: one matmul at a time, then the epilogue */
-        for (int i = 0; i < n_outs; i++)
-            kern_matmul(pool, outs[i].w, X, M, outs[i].Y, outs[i].ldy, act_scratch);
-        if (epi) {
-            struct epi_job e = {epi, epi_arg, outs[0].w->n_out};
-            pool_run(pool, epi_task, &e, pool_size(pool));
-        }
-        return;
-    }
+    for (int i = 0; i < n_outs; i++) assert(!epi || outs[i].w->n_out == outs[0].w->n_out);
     struct mm_job j;
     mm_setup(&j, outs, n_outs, X, M, act_scratch);
     j.epi = epi;

@@ -9,7 +9,6 @@
  *
  * Deterministic by construction: the result for one activation row never depends on how
  * many rows are in the batch or on the number of threads (fixed per-row reduction order).
- * The one exception is the opt-in OpenBLAS prefill path (kern_set_blas below).
  *
  * Threads: kern_init once from the main thread before anything else; the rest is pure and
  * may run on any thread; kern_matmul itself fans out over the given pool.
@@ -50,10 +49,6 @@ size_t kern_act_bytes(const struct kern_weight *w, int M);
 void kern_matmul(struct pool *pool, const struct kern_weight *w, const float *X, int M, float *Y,
                  int ldy, void *act_scratch);
 
-/* Same, for a sub-range of output rows [o0, o1) (used to split the LM head). */
-void kern_matmul_rows(struct pool *pool, const struct kern_weight *w, const float *X, int M,
-                      float *Y, int ldy, void *act_scratch, int64_t o0, int64_t o1);
-
 /* Several weights applied to the same input X in ONE pool run (one fork/join instead of
  * one per weight): Y_i[m * ldy_i + o] = W_i[o] . X[m] for every output i. Each distinct
  * activation type among the weights is quantized once. Every output element is computed
@@ -77,18 +72,6 @@ typedef void (*kern_epi_fn)(void *arg, int64_t o0, int64_t o1);
 size_t kern_act_bytes_group(const struct kern_mm_out *outs, int n_outs, int M);
 void kern_matmul_group(struct pool *pool, const struct kern_mm_out *outs, int n_outs,
                        const float *X, int M, void *act_scratch, kern_epi_fn epi, void *epi_arg);
-
-/* Prefill through OpenBLAS (added by the kern owner): with kern_set_blas(1), kern_matmul
- * calls with M >= KERN_BLAS_MIN_M rows (64 for the K-quants, never for Q6_K: where it was
- * measured faster) dequantize weight tiles to f32 in per-thread scratch allocated here, once,
- * and run single-threaded cblas_sgemm on them inside our pool. Those results are NOT
- * bit-identical to the quantized path (the activations stay f32) and may depend on M, so
- * deterministic mode must leave it off. Off by default. Call from the owning thread while no
- * matmul runs; if the scratch cannot be allocated it stays off. */
-#define KERN_BLAS_MIN_M 32
-void kern_set_blas(int on);
-int kern_blas_enabled(void);         /* 1 when kern_set_blas(1) took effect */
-void kern_set_blas_min_m(int min_m); /* benchmarks: force one threshold for all types; 0 resets */
 
 /* Dequantize row r of w into dst[n_in] (embedding lookup). */
 void kern_get_row(const struct kern_weight *w, int64_t r, float *dst);

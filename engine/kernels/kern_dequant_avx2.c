@@ -1,7 +1,6 @@
 /*
  * kern_dequant_avx2 — AVX2 + F16C row dequantization for the formats of Gemma Q4_K_M / Q8_0
- * files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K). Used by the OpenBLAS prefill path, which turns weight
- * tiles into f32, and by kern_get_row.
+ * files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K), used by kern_get_row (embedding lookups).
  *
  * The values are bit-identical to quant_dequant_*_ref: every product here is computed with
  * the same operands as the reference (int -> float conversion is exact, one multiply, and for

@@ -62,7 +62,7 @@ struct kern_type_ops {
     quant_vec_dot_fn vec_dot;    /* one weight row . one activation row */
     kern_quant_act_fn quant_act; /* f32 -> vec_dot_type, rounding as vec_dot expects */
     kern_gemm_fn gemm;           /* optional tile of dots, bit-identical to vec_dot */
-    kern_dequant_fn dequant;     /* row -> f32 (BLAS prefill tiles, kern_get_row) */
+    kern_dequant_fn dequant;     /* row -> f32 (kern_get_row) */
     kern_panel_fn panel;         /* optional: the kernel over panel_pack'ed weights */
     int gemm_task;               /* 1: gemm takes any number of weight rows, and with one
                                   * activation prefetches its weight rows itself;
@@ -85,7 +85,7 @@ void kern_register_avx512(struct kern_ops *ops);
  * kern_register_avx512 passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results
  * are the same bits either way. */
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
-/* panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
+/* kern_panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
 void panel_register_avx512(struct kern_ops *ops);
 /* The active ISA's panel kernel for a weight type, or NULL (kern.c). */
 kern_panel_fn kern_panel_kernel(uint32_t type);

@@ -1,6 +1,6 @@
 /*
  * panel — Q8_0 and Q5_0 weight matrices repacked once, at start-up, into 16-row panels
- * for the AVX-512 VNNI kernels (issue 5 allows a load-time SIMD layout). The mmap'd rows stay as
+ * for the AVX-512 VNNI kernels. The mmap'd rows stay as
  * they are; a panel copy holds the same bytes in another order, and the forward pass hands
  * the original pages back to the kernel (madvise) so memory does not double.
  *

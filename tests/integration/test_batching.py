@@ -1,4 +1,4 @@
-"""Continuous batching under load (issue 4, part 9): 32 concurrent greedy streams equal their
+"""Continuous batching under load: 32 concurrent greedy streams equal their
 solo runs, a disconnect storm returns KV to its baseline, a full queue answers 429, KV
 exhaustion preempts without changing outputs, and a long prompt arriving among running streams
 does not stall them for longer than a bounded step."""
@@ -252,7 +252,7 @@ def seeded(srv, body):
 
 
 def test_seeded_sampling_same_alone_among_31_and_cached(start_server):
-    """Issue 4 part 6 / issue 5 part 6: a seeded, sampled request (temperature 0.9, top_p)
+    """A seeded, sampled request (temperature 0.9, top_p)
     gives the same tokens and bit-equal logprobs alone, among 31 concurrent sampled requests,
     and when its prompt comes from the prefix cache."""
     srv = start_server("--max-seqs", "32", "--deterministic")
@@ -279,7 +279,7 @@ def test_seeded_sampling_same_alone_among_31_and_cached(start_server):
 
 
 def test_seeded_sampling_same_after_preemption(start_server):
-    """Issue 4 part 6: seeded, sampled requests that are preempted (KV exhausted) and
+    """Seeded, sampled requests that are preempted (KV exhausted) and
     recomputed give the same tokens and logprobs as alone."""
     srv = start_server("--max-seqs", "4", "--ctx-size", "128", "--kv-tokens", "160",
                        "--prefix-cache", "0", "--deterministic")

@@ -1,5 +1,5 @@
 """gemmad-cli: bad arguments and bad files give one line on stderr and a non-zero exit
-status, never a signal; the good paths print what issue 2 part 8 specifies."""
+status, never a signal; the good paths print what the CLI promises."""
 import json
 import os
 import tempfile
@@ -138,7 +138,7 @@ def test_taps_and_bench():
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="bundled model missing (make model)")
 def test_kvmem_sliding_window_ring():
-    """Issue 4 part 2: the memory a 32k-token session needs with and without the
+    """The memory a 32k-token session needs with and without the
     sliding-window ring. Gemma 3 270M: 18 layers, 1 KV head of 256 dims for K and V, so each
     position costs 1 KiB per layer in f16: 18 x 32768 KiB = 576 MiB when every layer keeps
     every position; with the ring only the 3 global layers do (96 MiB) and the 15 sliding

@@ -1,4 +1,4 @@
-"""Model parity with llama.cpp on the bundled Gemma 3 270M (issue 2 part 9, first two bullets).
+"""Model parity with llama.cpp on the bundled Gemma 3 270M.
 
 The fixture comes from tests/fixtures/parity/gen_parity.py (llama-cpp-python, n_threads=2,
 F16 KV cache). Asserts: greedy 32-token continuations equal for >= 9 of 10 prompts;

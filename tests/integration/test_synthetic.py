@@ -1,4 +1,4 @@
-"""Parity on tiny random-weight GGUFs (issue 2, part 9, third bullet).
+"""Parity on tiny random-weight GGUFs.
 
 tests/fixtures/synthetic/gen_synthetic.py writes one small model per architecture (gemma,
 gemma2, gemma3, gemma4) in F32, Q8_0 and Q4_K, deterministically from a seed; the same script

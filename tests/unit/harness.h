@@ -79,6 +79,48 @@ static inline const char *t_model_path(void) {
     return p ? p : "models/gemma-3-270m-q4_k_m.gguf";
 }
 
+#ifdef GEMMAD_MODEL_H
+/* The test model (for tests that include engine/model.h first); skips when it is absent. */
+static inline struct model *t_model_or_skip(void) {
+    struct model *m = NULL;
+    char err[256];
+    if (access(t_model_path(), R_OK)) T_SKIP("model %s not present", t_model_path());
+    T_ASSERTF(model_load(t_model_path(), &m, err, sizeof err) == 0, "%s", err);
+    return m;
+}
+#endif
+
+/* A forked test leaves with _exit, which skips LeakSanitizer's check at exit: under ASan the
+ * child runs the check itself, so memory a test (or the code under test) leaves allocated
+ * fails that test. Other builds: nothing. */
+#define T_KEEP_MAX 256
+static void *t_kept[T_KEEP_MAX]; /* buffers a test keeps alive to its end (t_keep) */
+static int t_n_kept;
+
+/* Memory that must stay valid until the test returns (a buffer a gguf_file points into):
+ * freed after the test, before the leak check. */
+static inline void t_keep(void *p) {
+    if (t_n_kept < T_KEEP_MAX) t_kept[t_n_kept++] = p;
+}
+
+static inline void t_free_kept(void) {
+    while (t_n_kept > 0) free(t_kept[--t_n_kept]);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+static inline void t_leak_check_child(void) {
+    t_free_kept();
+    if (__lsan_do_recoverable_leak_check()) {
+        printf("  leak: memory still allocated when the test returned (report above)\n");
+        fflush(stdout);
+        _exit(1);
+    }
+}
+#else
+static inline void t_leak_check_child(void) { t_free_kept(); }
+#endif
+
 static inline int t_main(int argc, char **argv, const struct t_case *cases) {
     int passed = 0, failed = 0, skipped = 0;
     int nofork = getenv("T_NOFORK") != NULL;
@@ -97,6 +139,7 @@ static inline int t_main(int argc, char **argv, const struct t_case *cases) {
                 alarm((unsigned)timeout);
                 c->fn();
                 fflush(stdout);
+                t_leak_check_child();
                 _exit(0);
             }
             if (pid < 0 || waitpid(pid, &status, 0) < 0) status = 1 << 8;

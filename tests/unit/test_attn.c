@@ -1,7 +1,7 @@
 /*
  * test_attn — the attention tile kernel (engine/kernels/attn.h).
  *
- * A small driver here does what engine/forward_attn.c does with the cache (f32 K/V arrays
+ * A small driver here does what engine/cpu_attn.c does with the cache (f32 K/V arrays
  * instead of cache blocks): per tile it walks the key blocks aligned to absolute positions
  * twice (K rows and scores, softmax, V rows and P.V), copies the visible rows, zeroes the
  * group slack and calls the kernels. Checked:

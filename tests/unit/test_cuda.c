@@ -1,5 +1,5 @@
 /*
- * test_cuda — the CUDA backend against the CPU (issue 6 part 4).
+ * test_cuda — the CUDA backend against the CPU.
  *
  * Kernels: every weight format's dequantization and matmul (kernel and cuBLAS paths) against
  * the quant _ref decoders with a normalised error bound, and the kernel path's batch
@@ -43,7 +43,6 @@ CUDA_TESTS(CF_SKIP_CASE)
 
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_attn.h"
-#include "engine/cuda/cuda_fwd.h"
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
@@ -170,12 +169,12 @@ static float *ref_dequant(uint32_t type, const void *rows, int n_in, int n_out) 
  * explicit CUDA request without a device fails with the reason. */
 static void test_fallback_without_device(void) {
     struct model *m = cu_load_model(t_model_path());
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512] = "", why[256] = "";
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 4, kvs_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 16, 4, kvstore_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
              0);
-    const int have = cudafwd_available(why, sizeof why);
-    T_ASSERTF(why[0] != 0, "cudafwd_available gave no reason");
+    const int have = fwd_device_available(FWD_DEVICE_CUDA, why, sizeof why);
+    T_ASSERTF(why[0] != 0, "fwd_device_available gave no reason");
     struct fwd_opts o = {.max_tokens = 4,
                          .max_seqs = 1,
                          .max_logit_rows = 1,
@@ -184,7 +183,7 @@ static void test_fallback_without_device(void) {
     struct fwd_ctx *f = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "AUTO: %s", err);
     T_ASSERTF(fwd_device(f) == (have ? FWD_DEVICE_CUDA : FWD_DEVICE_CPU),
-              "AUTO chose %d with cudafwd_available = %d (%s)", (int)fwd_device(f), have, why);
+              "AUTO chose %d with fwd_device_available = %d (%s)", (int)fwd_device(f), have, why);
     fwd_destroy(f);
     f = NULL;
     o.device = FWD_DEVICE_CUDA;
@@ -197,7 +196,7 @@ static void test_fallback_without_device(void) {
         T_ASSERTF(err[0] != 0, "no message for a missing device");
         printf("    no device, as expected: %s\n", err);
     }
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 
@@ -606,28 +605,28 @@ static void test_attention_vs_ref(void) {
 /* Block tables for one sequence, handed out from a pool's ids. */
 struct e2e_seq {
     int32_t full[256], swa[64];
-    struct kvs_seq kv;
+    struct kvstore_seq kv;
 };
 
-static void e2e_seq_init(struct e2e_seq *s, const struct kvs_pool *p, int first_full, int n_full,
+static void e2e_seq_init(struct e2e_seq *s, const struct kvstore_pool *p, int first_full, int n_full,
                          int first_swa, int n_swa) {
     T_ASSERT(n_full <= 256 && n_swa <= 64);
-    T_ASSERT(first_full + n_full <= p->n_blocks[KVS_FULL] || p->n_blocks[KVS_FULL] == 0);
-    T_ASSERT(first_swa + n_swa <= p->n_blocks[KVS_SWA] || p->n_blocks[KVS_SWA] == 0);
+    T_ASSERT(first_full + n_full <= p->n_blocks[KVSTORE_FULL] || p->n_blocks[KVSTORE_FULL] == 0);
+    T_ASSERT(first_swa + n_swa <= p->n_blocks[KVSTORE_SWA] || p->n_blocks[KVSTORE_SWA] == 0);
     for (int i = 0; i < n_full; i++)
         s->full[i] = first_full + i;
     for (int i = 0; i < n_swa; i++)
         s->swa[i] = first_swa + i;
-    s->kv = (struct kvs_seq){s->full, p->n_blocks[KVS_FULL] ? n_full : 0, s->swa,
-                             p->n_blocks[KVS_SWA] ? n_swa : 0};
-    if (!p->n_blocks[KVS_SWA]) s->kv.swa = NULL;
+    s->kv = (struct kvstore_seq){s->full, p->n_blocks[KVSTORE_FULL] ? n_full : 0, s->swa,
+                             p->n_blocks[KVSTORE_SWA] ? n_swa : 0};
+    if (!p->n_blocks[KVSTORE_SWA]) s->kv.swa = NULL;
 }
 
 struct e2e {
     struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct fwd_ctx *cpu;
-    struct cudafwd *gpu;
+    struct fwd_ctx *gpu; /* the CUDA backend through the public API */
     int bs, ring;
 };
 
@@ -637,8 +636,8 @@ static void e2e_init(struct e2e *e, struct model *m, int max_tokens, int max_seq
     memset(e, 0, sizeof *e);
     e->m = m;
     e->bs = 16;
-    e->ring = kvs_swa_ring_blocks(m, e->bs, max_tokens);
-    T_ASSERTF(kvs_create(m, KVS_F16, e->bs, 256 * max_seqs, e->ring * max_seqs, &e->kv, err,
+    e->ring = kvstore_swa_ring_blocks(m, e->bs, max_tokens);
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, e->bs, 256 * max_seqs, e->ring * max_seqs, &e->kv, err,
                          sizeof err) == 0,
               "%s", err);
     struct fwd_opts o = {.max_tokens = max_tokens,
@@ -650,15 +649,15 @@ static void e2e_init(struct e2e *e, struct model *m, int max_tokens, int max_seq
     T_ASSERTF(fwd_create(m, e->kv, &o, &e->cpu, err, sizeof err) == 0, "%s", err);
     o.device = FWD_DEVICE_CUDA;
     o.deterministic = deterministic;
-    int rc = cudafwd_create(m, e->kv, &o, &e->gpu, err, sizeof err);
+    int rc = fwd_create(m, e->kv, &o, &e->gpu, err, sizeof err);
     if (rc != 0 && strstr(err, "not supported on CUDA yet")) T_SKIP("%s: %s", m->name, err);
-    T_ASSERTF(rc == 0, "cudafwd_create: %s", err);
+    T_ASSERTF(rc == 0 && fwd_device(e->gpu) == FWD_DEVICE_CUDA, "fwd_create (CUDA): %s", err);
 }
 
 static void e2e_free(struct e2e *e) {
-    cudafwd_destroy(e->gpu);
+    fwd_destroy(e->gpu);
     fwd_destroy(e->cpu);
-    kvs_destroy(e->kv);
+    kvstore_destroy(e->kv);
 }
 
 /* A deterministic prompt: ids spread over the vocabulary, BOS first. */
@@ -691,8 +690,8 @@ static void e2e_compare(struct model *m, int n_prompt, int chunk, int n_dec, dou
         const int n = done < n_prompt ? (n_prompt - done < chunk ? n_prompt - done : chunk) : 1;
         struct fwd_seq q = {ids + done, n, done, &s.kv, FWD_LOGITS_LAST};
         T_ASSERTF(fwd_run(e.cpu, &q, 1, lc) == 0, "cpu fwd_run");
-        int rc = cudafwd_run(e.gpu, &q, 1, lg);
-        T_ASSERTF(rc == 0, "cudafwd_run: %s", fwd_strerror(rc));
+        int rc = fwd_run(e.gpu, &q, 1, lg);
+        T_ASSERTF(rc == 0, "fwd_run (CUDA): %s", fwd_strerror(rc));
         const double err = norm_err(lg, lc, (size_t)V);
         if (err > worst) worst = err;
         const int ac = cu_argmax(lc, V), ag = cu_argmax(lg, V);
@@ -759,37 +758,36 @@ static void test_e2e_batched_equals_solo(void) {
     e2e_seq_init(&sb, e.kv, 8, 8, e.ring, e.ring);
     /* solo: A's prompt whole, then one decode token */
     struct fwd_seq q = {a, NP, 0, &sa.kv, FWD_LOGITS_NONE};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, NULL) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, NULL) == 0);
     q = (struct fwd_seq){a + NP, 1, NP, &sa.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, solo) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, solo) == 0);
     /* chunked: A's prompt in chunks of 7, into the same blocks (overwritten) */
     for (int done = 0; done < NP; done += 7) {
         q = (struct fwd_seq){a + done, NP - done < 7 ? NP - done : 7, done, &sa.kv,
                              FWD_LOGITS_NONE};
-        T_ASSERT(cudafwd_run(e.gpu, &q, 1, NULL) == 0);
+        T_ASSERT(fwd_run(e.gpu, &q, 1, NULL) == 0);
     }
     q = (struct fwd_seq){a + NP, 1, NP, &sa.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, chunked) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, chunked) == 0);
     T_ASSERTF(memcmp(solo, chunked, (size_t)V * 4) == 0, "chunked prompt changed the logits");
     /* batched: B's first 25 tokens, then A's decode together with B's next 13 tokens */
     q = (struct fwd_seq){b, 25, 0, &sb.kv, FWD_LOGITS_NONE};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, NULL) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, NULL) == 0);
     struct fwd_seq two[2] = {{b + 25, 13, 25, &sb.kv, FWD_LOGITS_LAST},
                              {a + NP, 1, NP, &sa.kv, FWD_LOGITS_LAST}};
-    T_ASSERT(cudafwd_run(e.gpu, two, 2, bat) == 0);
+    T_ASSERT(fwd_run(e.gpu, two, 2, bat) == 0);
     T_ASSERTF(memcmp(solo, bat + V, (size_t)V * 4) == 0, "batched step changed A's logits");
-    e2e_free(&e);
 
     /* A 64-row prompt (the cuBLAS path in the shape-dependent mode) as reference. */
     q = (struct fwd_seq){a, 64, 0, &sa.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, solo) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, solo) == 0);
     e2e_free(&e);
 
     /* The shape-dependent mode (cuBLAS for >= 64 rows) is close, not identical. */
     e2e_init(&e, m, 64, 2, 0);
     e2e_seq_init(&sa, e.kv, 0, 8, 0, e.ring);
     q = (struct fwd_seq){a, 64, 0, &sa.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, chunked) == 0);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, chunked) == 0);
     const double d = norm_err(chunked, solo, (size_t)V);
     printf("    cuBLAS prefill vs kernel prefill: normalised max |diff| %.3g\n", d);
     T_ASSERTF(d <= 5e-2, "cuBLAS prefill differs by %g", d);
@@ -808,15 +806,15 @@ static void test_e2e_step_validation(void) {
     float *lg = xmalloc((size_t)m->cfg.n_vocab * 4);
     int32_t ok[8] = {2, 5, 6, 7, 8, 9, 10, 11}, bad = m->cfg.n_vocab;
     struct fwd_seq q = {&bad, 1, 0, &s.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL);
     q = (struct fwd_seq){ok, 1, 32, &s.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, lg) == FWD_EKV); /* beyond 2 blocks of 16 */
+    T_ASSERT(fwd_run(e.gpu, &q, 1, lg) == FWD_EKV); /* beyond 2 blocks of 16 */
     q = (struct fwd_seq){ok, 9, 0, &s.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL); /* more than max_tokens */
+    T_ASSERT(fwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL); /* more than max_tokens */
     q = (struct fwd_seq){ok, 8, 0, &s.kv, FWD_LOGITS_ALL};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL); /* more logit rows than allowed */
+    T_ASSERT(fwd_run(e.gpu, &q, 1, lg) == FWD_EINVAL); /* more logit rows than allowed */
     q = (struct fwd_seq){ok, 8, 0, &s.kv, FWD_LOGITS_LAST};
-    T_ASSERT(cudafwd_run(e.gpu, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_run(e.gpu, &q, 1, lg) == FWD_OK);
     free(lg);
     e2e_free(&e);
     model_free(m);

@@ -36,7 +36,6 @@ static void test_host_matmul_modes(void) {
 
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_attn.h"
-#include "engine/cuda/cuda_fwd.h"
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
@@ -372,11 +371,11 @@ int cf_attention(cudaStream_t stream, const struct cf_rows *R, const struct cf_k
  */
 static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double tol) {
     const int bs = 16, V = m->cfg.n_vocab, S = 2;
-    const int ring = kvs_swa_ring_blocks(m, bs, chunk * S);
+    const int ring = kvstore_swa_ring_blocks(m, bs, chunk * S);
     const int nfull = (n_prompt + n_dec + bs) / bs;
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512];
-    T_ASSERTF(kvs_create(m, KVS_F16, bs, S * nfull, S * ring, &kv, err, sizeof err) == 0, "%s",
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, bs, S * nfull, S * ring, &kv, err, sizeof err) == 0, "%s",
               err);
     struct fwd_opts o = {.max_tokens = chunk * S,
                          .max_seqs = S,
@@ -385,18 +384,20 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
                          .device = FWD_DEVICE_CPU,
                          .deterministic = 1};
     struct fwd_ctx *cpu = NULL;
-    struct cudafwd *gpu = NULL;
+    struct fwd_ctx *gpu = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &cpu, err, sizeof err) == 0, "%s", err);
-    T_ASSERTF(cudafwd_create(m, kv, &o, &gpu, err, sizeof err) == 0, "cudafwd_create: %s", err);
+    struct fwd_opts og = o;
+    og.device = FWD_DEVICE_CUDA;
+    T_ASSERTF(fwd_create(m, kv, &og, &gpu, err, sizeof err) == 0, "fwd_create (CUDA): %s", err);
     int32_t full[2][64], swa[2][64], ids[2][256];
-    struct kvs_seq sk[2];
+    struct kvstore_seq sk[2];
     T_ASSERT(nfull <= 64 && ring <= 64 && n_prompt + n_dec <= 256);
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < nfull; i++)
             full[s][i] = (S * nfull - 1) - (s * nfull + i); /* reversed */
         for (int i = 0; i < ring; i++)
             swa[s][i] = s * ring + i;
-        sk[s] = (struct kvs_seq){full[s], kv->n_blocks[KVS_FULL] ? nfull : 0, ring ? swa[s] : NULL,
+        sk[s] = (struct kvstore_seq){full[s], kv->n_blocks[KVSTORE_FULL] ? nfull : 0, ring ? swa[s] : NULL,
                                  ring};
         ids[s][0] = tok_bos(m->vocab);
         for (int i = 1; i < 256; i++)
@@ -420,8 +421,8 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
             q[nq++] = (struct fwd_seq){ids[s] + done[s], n, done[s], &sk[s], FWD_LOGITS_LAST};
         }
         T_ASSERT(fwd_run(cpu, q, nq, lc) == 0);
-        int rc = cudafwd_run(gpu, q, nq, lg);
-        T_ASSERTF(rc == 0, "cudafwd_run: %s", fwd_strerror(rc));
+        int rc = fwd_run(gpu, q, nq, lg);
+        T_ASSERTF(rc == 0, "fwd_run (CUDA): %s", fwd_strerror(rc));
         for (int i = 0; i < nq; i++) {
             const float *a = lc + (size_t)i * V, *b = lg + (size_t)i * V;
             double md = 0, mx = 0;
@@ -452,9 +453,9 @@ static void compare(struct model *m, int n_prompt, int chunk, int n_dec, double 
            m->name, rows, agree, rows, worst);
     free(lc);
     free(lg);
-    cudafwd_destroy(gpu);
+    fwd_destroy(gpu);
     fwd_destroy(cpu);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
 }
 
 static void test_host_bundled_vs_cpu(void) {
@@ -476,16 +477,16 @@ static void test_host_synthetic_vs_cpu(void) {
  * kernel). */
 static void test_host_matmul_modes(void) {
     struct model *m = cu_load_model(t_model_path());
-    const int T = 64, ring = kvs_swa_ring_blocks(m, 16, T);
-    struct kvs_pool *kv = NULL;
+    const int T = 64, ring = kvstore_swa_ring_blocks(m, 16, T);
+    struct kvstore_pool *kv = NULL;
     char err[512];
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 5, ring, &kv, err, sizeof err) == 0);
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 16, 5, ring, &kv, err, sizeof err) == 0);
     int32_t full[5] = {0, 1, 2, 3, 4}, swa[64], ids[64];
     for (int i = 0; i < 64; i++)
         swa[i] = i;
     for (int i = 0; i < T; i++)
         ids[i] = 2 + 3 * i;
-    struct kvs_seq sk = {full, 5, ring ? swa : NULL, ring};
+    struct kvstore_seq sk = {full, 5, ring ? swa : NULL, ring};
     float *lg = malloc((size_t)m->cfg.n_vocab * 4);
     T_ASSERT(lg);
     for (int det = 0; det < 2; det++) {
@@ -495,11 +496,11 @@ static void test_host_matmul_modes(void) {
                              .n_threads = 1,
                              .device = FWD_DEVICE_CUDA,
                              .deterministic = det};
-        struct cudafwd *g = NULL;
-        T_ASSERTF(cudafwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
+        struct fwd_ctx *g = NULL;
+        T_ASSERTF(fwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
         memset(mm_seen, 0, sizeof mm_seen);
         struct fwd_seq q = {ids, T, 0, &sk, FWD_LOGITS_LAST};
-        T_ASSERT(cudafwd_run(g, &q, 1, lg) == FWD_OK);
+        T_ASSERT(fwd_run(g, &q, 1, lg) == FWD_OK);
         if (det) {
             T_ASSERT(mm_seen[1].kernel > 0 && mm_seen[1].auto_blas == 0 &&
                      mm_seen[1].auto_noblas == 0);
@@ -509,46 +510,56 @@ static void test_host_matmul_modes(void) {
                       mm_seen[1].auto_noblas);
             T_ASSERT(mm_seen[0].kernel == 1); /* the LM head, one row */
         }
-        cudafwd_destroy(g);
+        fwd_destroy(g);
     }
     free(lg);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 
-/* forward.c's dispatch: AUTO picks the CUDA backend when cudafwd_available says yes, and
- * fwd_run then runs on it. */
+static void count_tap(void *user, int layer, const float *x, int n_rows, int n_embd) {
+    (void)layer, (void)x, (void)n_rows, (void)n_embd;
+    (*(int *)user)++;
+}
+
+/* forward.c's dispatch: AUTO picks the CUDA backend when it is available, and fwd_run
+ * then runs on it, with the compute pool's threads for fwd_parallel and the tap fired
+ * after every layer and the output norm. */
 static void test_host_fwd_dispatch(void) {
     struct model *m = cu_load_model(t_model_path());
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512];
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 16, 2, kvstore_swa_ring_blocks(m, 16, 4), &kv, err, sizeof err) ==
              0);
     struct fwd_opts o = {.max_tokens = 4,
                          .max_seqs = 1,
                          .max_logit_rows = 1,
-                         .n_threads = 1,
+                         .n_threads = 2,
                          .device = FWD_DEVICE_AUTO,
                          .deterministic = 1};
     struct fwd_ctx *f = NULL;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     T_ASSERT(fwd_device(f) == FWD_DEVICE_CUDA);
+    T_ASSERT(fwd_threads(f) == 2);
+    int taps = 0;
+    fwd_set_tap(f, count_tap, &taps);
     int32_t full[2] = {0, 1}, swa[64];
     for (int i = 0; i < 64; i++)
         swa[i] = i;
-    struct kvs_seq sk = {full, 2, kv->n_blocks[KVS_SWA] ? swa : NULL,
-                         kvs_swa_ring_blocks(m, 16, 4)};
+    struct kvstore_seq sk = {full, 2, kv->n_blocks[KVSTORE_SWA] ? swa : NULL,
+                         kvstore_swa_ring_blocks(m, 16, 4)};
     int32_t ids[4] = {2, 100, 200, 300};
     struct fwd_seq q = {ids, 4, 0, &sk, FWD_LOGITS_LAST};
     float *lg = malloc((size_t)m->cfg.n_vocab * 4);
     T_ASSERT(lg);
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERTF(taps == m->cfg.n_layer + 1, "%d tap calls for %d layers", taps, m->cfg.n_layer);
     T_ASSERT(!isnan(lg[0]) && !isnan(lg[cu_argmax(lg, m->cfg.n_vocab)]));
     q.pos = 40; /* beyond the two FULL blocks */
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_EKV);
     free(lg);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 

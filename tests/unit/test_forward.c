@@ -1,5 +1,6 @@
 /*
- * test_forward — batch invariance of the forward pass on the bundled model (issue 2 part 7).
+ * test_forward — batch invariance of the forward pass on the bundled model, its taps, and
+ * fwd_create failing cleanly at every step.
  *
  * A sequence's logits must be bit-identical (memcmp) whether it runs alone or in a step with
  * other sequences at other positions, whether its prompt is fed whole or in chunks of
@@ -16,6 +17,10 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "tests/unit/harness.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 static int quick(void) {
     const char *q = getenv("GEMMAD_TEST_QUICK");
@@ -47,16 +52,16 @@ static int32_t *make_prompt(const struct model *m, const char *text, int n) {
 /* One sequence's KV: its own FULL blocks and SWA ring, carved from a shared pool. */
 struct tseq {
     int32_t full[512], swa[512];
-    struct kvs_seq kv;
+    struct kvstore_seq kv;
 };
 
-static void tseq_init(struct tseq *s, const struct kvs_pool *p, int *next_full, int *next_swa,
+static void tseq_init(struct tseq *s, const struct kvstore_pool *p, int *next_full, int *next_swa,
                       int n_full, int n_swa) {
     T_ASSERT(n_full <= 512 && n_swa <= 512);
     for (int i = 0; i < n_full; i++) s->full[i] = (*next_full)++;
     for (int i = 0; i < n_swa; i++) s->swa[i] = (*next_swa)++;
-    T_ASSERT(*next_full <= p->n_blocks[KVS_FULL] || p->n_blocks[KVS_FULL] == 0);
-    T_ASSERT(*next_swa <= p->n_blocks[KVS_SWA] || p->n_blocks[KVS_SWA] == 0);
+    T_ASSERT(*next_full <= p->n_blocks[KVSTORE_FULL] || p->n_blocks[KVSTORE_FULL] == 0);
+    T_ASSERT(*next_swa <= p->n_blocks[KVSTORE_SWA] || p->n_blocks[KVSTORE_SWA] == 0);
     s->kv.full = s->full;
     s->kv.n_full = n_full;
     s->kv.swa = n_swa ? s->swa : NULL;
@@ -64,7 +69,7 @@ static void tseq_init(struct tseq *s, const struct kvs_pool *p, int *next_full, 
 }
 
 struct env {
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct fwd_ctx *fwd;
     int next_full, next_swa;
     int bs, max_tokens;
@@ -74,7 +79,7 @@ static void env_init(struct env *e, const struct model *m, int bs, int n_full, i
                      int max_tokens, int max_seqs, int threads) {
     memset(e, 0, sizeof *e);
     char err[256];
-    T_ASSERTF(kvs_create(m, KVS_F16, bs, n_full, n_swa, &e->kv, err, sizeof err) == 0, "%s",
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, bs, n_full, n_swa, &e->kv, err, sizeof err) == 0, "%s",
               err);
     struct fwd_opts o = {.max_tokens = max_tokens, .max_seqs = max_seqs,
                          .max_logit_rows = max_seqs, .n_threads = threads,
@@ -86,7 +91,7 @@ static void env_init(struct env *e, const struct model *m, int bs, int n_full, i
 
 static void env_free(struct env *e) {
     fwd_destroy(e->fwd);
-    kvs_destroy(e->kv);
+    kvstore_destroy(e->kv);
 }
 
 /* Feeds ids[0..n) to one sequence in chunks of `chunk`; last logits into out. */
@@ -133,7 +138,7 @@ static void test_batched_vs_alone(void) {
     float *bat3 = malloc((size_t)V * 3 * sizeof(float)), *dec1 = malloc((size_t)V * sizeof(float));
     float *dec3 = malloc((size_t)V * 3 * sizeof(float));
     T_ASSERT(alone && bat3 && dec1 && dec3);
-    const int bs = 16, nf = 8, ns = kvs_swa_ring_blocks(m, bs, 128);
+    const int bs = 16, nf = 8, ns = kvstore_swa_ring_blocks(m, bs, 128);
 
     /* alone */
     struct env e;
@@ -182,7 +187,7 @@ static void test_batched_vs_alone(void) {
 /* The same prompt and decode step with 1, 2 and 3 compute threads: identical logits (the
  * CPU path promises thread-count invariance, which --deterministic relies on). With more
  * threads than attention tiles (the decode step; the quick prompt on 3 threads) attention
- * runs each tile over the whole pool (forward_attn.c's split mode), with 1 thread never. */
+ * runs each tile over the whole pool (cpu_attn.c's split mode), with 1 thread never. */
 static void test_thread_count_invariant(void) {
     struct model *m = load_or_skip();
     const int V = m->cfg.n_vocab;
@@ -195,7 +200,7 @@ static void test_thread_count_invariant(void) {
     for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
         float *out = ti == 0 ? ref : got;
         struct env e;
-        int ns = kvs_swa_ring_blocks(m, bs, 96);
+        int ns = kvstore_swa_ring_blocks(m, bs, 96);
         env_init(&e, m, bs, nf, ns, 64, 1, threads[ti]);
         struct tseq s;
         tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
@@ -230,7 +235,7 @@ static void test_chunked_prefill(void) {
     const int chunks[] = {n, 1, 7, 64};
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         struct env e;
-        int ns = kvs_swa_ring_blocks(m, bs, n);
+        int ns = kvstore_swa_ring_blocks(m, bs, n);
         env_init(&e, m, bs, nf, ns, n, 1, 2);
         struct tseq s;
         tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
@@ -262,7 +267,7 @@ static void test_sliding_window_chunked(void) {
     T_ASSERT(whole && part);
 
     struct env e;
-    int bs = 256, nf = (n + bs - 1) / bs, ns = kvs_swa_ring_blocks(m, bs, n);
+    int bs = 256, nf = (n + bs - 1) / bs, ns = kvstore_swa_ring_blocks(m, bs, n);
     env_init(&e, m, bs, nf, ns, n, 1, 2);
     struct tseq s;
     tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
@@ -271,7 +276,7 @@ static void test_sliding_window_chunked(void) {
 
     bs = quick() ? 8 : 16;
     nf = (n + bs - 1) / bs;
-    ns = kvs_swa_ring_blocks(m, bs, chunk);
+    ns = kvstore_swa_ring_blocks(m, bs, chunk);
     T_ASSERT(ns * bs < n); /* the ring really wraps */
     env_init(&e, m, bs, nf, ns, chunk, 1, 2);
     tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
@@ -280,7 +285,7 @@ static void test_sliding_window_chunked(void) {
 
     /* A ring one block too short for the step is refused, and nothing is run. */
     struct fwd_seq q = {ids, 1, n, &s.kv, FWD_LOGITS_LAST};
-    struct kvs_seq short_kv = s.kv;
+    struct kvstore_seq short_kv = s.kv;
     short_kv.n_swa = (W + 1 - 2) / bs + 1; /* one block less than a 1-token step needs */
     q.kv = &short_kv;
     T_ASSERT(fwd_run(e.fwd, &q, 1, part) == FWD_EKV);
@@ -295,7 +300,7 @@ static void test_sliding_window_chunked(void) {
 static void test_invalid_steps(void) {
     struct model *m = load_or_skip();
     struct env e;
-    int ns = kvs_swa_ring_blocks(m, 16, 8);
+    int ns = kvstore_swa_ring_blocks(m, 16, 8);
     env_init(&e, m, 16, 2, ns, 8, 1, 1);
     struct tseq s;
     tseq_init(&s, e.kv, &e.next_full, &e.next_swa, 2, ns);
@@ -315,7 +320,7 @@ static void test_invalid_steps(void) {
     T_ASSERT(fwd_run(e.fwd, &q, 1, lg) == FWD_OK);
     /* a table that names more blocks than the pool has: the position is still refused */
     int32_t many[3] = {0, 1, 1};
-    struct kvs_seq alias = s.kv;
+    struct kvstore_seq alias = s.kv;
     alias.full = many;
     alias.n_full = 3;
     q = (struct fwd_seq){ok, 1, 32, &alias, FWD_LOGITS_LAST};
@@ -341,9 +346,9 @@ static void test_cuda_without_build(void) {
     T_SKIP("built with CUDA");
 #else
     struct model *m = load_or_skip();
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     char err[256] = "";
-    T_ASSERT(kvs_create(m, KVS_F16, 16, 1, kvs_swa_ring_blocks(m, 16, 1), &kv, err,
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 16, 1, kvstore_swa_ring_blocks(m, 16, 1), &kv, err,
                         sizeof err) == 0);
     struct fwd_opts o = {.max_tokens = 1, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
                          .device = FWD_DEVICE_CUDA};
@@ -354,13 +359,103 @@ static void test_cuda_without_build(void) {
     T_ASSERT(fwd_create(m, kv, &o, &f, err, sizeof err) == 0);
     T_ASSERT(fwd_device(f) == FWD_DEVICE_CPU);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 #endif
 }
 
+/* A pool of 4 FULL blocks of 16 and the SWA ring for 4-token steps. */
+static struct kvstore_pool *small_kv(const struct model *m) {
+    struct kvstore_pool *kv = NULL;
+    char err[256] = "";
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, 16, 4, kvstore_swa_ring_blocks(m, 16, 4), &kv, err,
+                         sizeof err) == 0, "%s", err);
+    return kv;
+}
+
+/* fwd_create fails cleanly at every failable step (fwd_set_fail_at(n), n = 1, 2, ... until it
+ * succeeds): an error code, no context, a message. Under ASan the test runs LeakSanitizer
+ * itself at the end (the harness's forked child leaves with _exit, which skips it), so
+ * anything a failed create left allocated fails the test. */
+static void test_create_fault_injection(void) {
+    struct model *m = load_or_skip();
+    struct kvstore_pool *kv = small_kv(m);
+    char err[256] = "";
+    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 2, .max_logit_rows = 2, .n_threads = 2,
+                         .device = FWD_DEVICE_AUTO};
+    int n = 1;
+    for (;; n++) {
+        T_ASSERTF(n < 1000, "fwd_create still fails at step %d", n);
+        fwd_set_fail_at(n);
+        struct fwd_ctx *f = NULL;
+        err[0] = 0;
+        const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
+        if (rc == FWD_OK) {
+            fwd_destroy(f);
+            break;
+        }
+        T_ASSERTF(rc == FWD_ENOMEM || rc == FWD_EINVAL, "step %d: status %d", n, rc);
+        T_ASSERTF(f == NULL, "step %d: a context after a failure", n);
+        T_ASSERTF(err[0] != 0, "step %d: no message", n);
+    }
+    fwd_set_fail_at(0);
+    printf("    fwd_create: %d failable steps, each fails cleanly\n", n - 1);
+    T_ASSERT(n > 10);
+    kvstore_destroy(kv);
+    model_free(m);
+#if defined(__SANITIZE_ADDRESS__)
+    T_ASSERTF(__lsan_do_recoverable_leak_check() == 0, "leaks after the failed creates");
+#endif
+}
+
+struct tap_count {
+    int calls, last_layer, rows_after_norm;
+};
+
+static void count_tap(void *user, int layer, const float *x, int n_rows, int n_embd) {
+    struct tap_count *t = user;
+    (void)x;
+    (void)n_embd;
+    t->calls++;
+    t->last_layer = layer;
+    t->rows_after_norm = n_rows;
+}
+
+/* The tap fires after every layer and once after the output norm, with the selected rows. */
+static void test_tap(void) {
+    struct model *m = load_or_skip();
+    struct kvstore_pool *kv = small_kv(m);
+    char err[256] = "";
+    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 2,
+                         .device = FWD_DEVICE_AUTO};
+    struct fwd_ctx *f = NULL;
+    T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    struct tap_count t = {0, -1, 0};
+    fwd_set_tap(f, count_tap, &t);
+    struct tseq s;
+    int nf = 0, ns = 0;
+    tseq_init(&s, kv, &nf, &ns, 1, kv->n_blocks[KVSTORE_SWA] ? kvstore_swa_ring_blocks(m, 16, 4) : 0);
+    int32_t ids[4] = {tok_bos(m->vocab), 100, 200, 300};
+    float *lg = malloc((size_t)m->cfg.n_vocab * sizeof(float));
+    T_ASSERT(lg);
+    struct fwd_seq q = {ids, 4, 0, &s.kv, FWD_LOGITS_LAST};
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERTF(t.calls == m->cfg.n_layer + 1, "%d tap calls for %d layers", t.calls,
+              m->cfg.n_layer);
+    T_ASSERT(t.last_layer == m->cfg.n_layer && t.rows_after_norm == 1);
+    fwd_set_tap(f, NULL, NULL);
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(t.calls == m->cfg.n_layer + 1);
+    free(lg);
+    fwd_destroy(f);
+    kvstore_destroy(kv);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
+        T_CASE(test_create_fault_injection),
+        T_CASE(test_tap),
         T_CASE(test_batched_vs_alone),
         T_CASE(test_chunked_prefill),
         T_CASE(test_thread_count_invariant),

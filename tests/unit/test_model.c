@@ -262,17 +262,17 @@ static int tiny_load(struct tiny *t, struct model **m, char *err, size_t errlen,
 /* Runs a few tokens through the model and checks the logits are finite. */
 static void run_tiny(const struct model *m) {
     kern_init(KERN_ISA_AUTO);
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     char err[256];
-    int ns = kvs_swa_ring_blocks(m, 4, 6);
-    T_ASSERTF(kvs_create(m, KVS_F16, 4, 4, ns, &kv, err, sizeof err) == 0, "%s", err);
+    int ns = kvstore_swa_ring_blocks(m, 4, 6);
+    T_ASSERTF(kvstore_create(m, KVSTORE_F16, 4, 4, ns, &kv, err, sizeof err) == 0, "%s", err);
     struct fwd_opts o = {.max_tokens = 6, .max_seqs = 1, .max_logit_rows = 6, .n_threads = 2};
     struct fwd_ctx *f;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     int32_t full[4] = {0, 1, 2, 3}, *swa = malloc((size_t)(ns + 1) * sizeof(int32_t));
     T_ASSERT(swa);
     for (int i = 0; i < ns; i++) swa[i] = i;
-    struct kvs_seq s = {full, 4, ns ? swa : NULL, ns};
+    struct kvstore_seq s = {full, 4, ns ? swa : NULL, ns};
     int32_t toks[12] = {2, 4, 5, 7, 6, 4, 5, 5, 7, 4, 6, 5};
     float lg[6 * 8];
     struct fwd_seq q = {toks, 6, 0, &s, FWD_LOGITS_ALL};
@@ -284,7 +284,7 @@ static void run_tiny(const struct model *m) {
     if (m->cfg.final_softcap > 0)
         for (int i = 0; i < 8; i++) T_ASSERT(fabsf(lg[i]) <= m->cfg.final_softcap);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     free(swa);
 }
 
@@ -333,15 +333,15 @@ static void test_rss_after_forward(void) {
     struct model *m;
     char err[512];
     T_ASSERTF(model_load(t_model_path(), &m, err, sizeof err) == 0, "%s", err);
-    struct kvs_pool *kv;
-    int ns = kvs_swa_ring_blocks(m, 64, 8);
-    T_ASSERT(kvs_create(m, KVS_F16, 64, 1, ns, &kv, err, sizeof err) == 0);
+    struct kvstore_pool *kv;
+    int ns = kvstore_swa_ring_blocks(m, 64, 8);
+    T_ASSERT(kvstore_create(m, KVSTORE_F16, 64, 1, ns, &kv, err, sizeof err) == 0);
     struct fwd_opts o = {.max_tokens = 8, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 2};
     struct fwd_ctx *f;
     T_ASSERT(fwd_create(m, kv, &o, &f, err, sizeof err) == 0);
     int32_t full[1] = {0}, swa[16];
     for (int i = 0; i < ns; i++) swa[i] = i;
-    struct kvs_seq s = {full, 1, swa, ns};
+    struct kvstore_seq s = {full, 1, swa, ns};
     int32_t toks[8] = {2, 818, 5279, 529, 7001, 563, 506, 9079};
     float *lg = malloc((size_t)m->cfg.n_vocab * sizeof(float));
     struct fwd_seq q = {toks, 8, 0, &s, FWD_LOGITS_LAST};
@@ -353,7 +353,7 @@ static void test_rss_after_forward(void) {
               file / 1048576.0);
     free(lg);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 

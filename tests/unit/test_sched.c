@@ -65,14 +65,6 @@ static void res_wait(struct result *r) {
 
 static int quick(void) { return getenv("GEMMAD_TEST_QUICK") != NULL; }
 
-static struct model *load(void) {
-    struct model *m = NULL;
-    char err[256];
-    if (access(t_model_path(), R_OK)) T_SKIP("model %s not present", t_model_path());
-    T_ASSERTF(model_load(t_model_path(), &m, err, sizeof err) == 0, "%s", err);
-    return m;
-}
-
 static struct sched *mk(const struct model *m, void (*tweak)(struct sched_opts *)) {
     struct sched_opts o;
     sched_opts_default(&o);
@@ -170,7 +162,7 @@ static void wait_kv_baseline(struct sched *s) {
 
 /* Greedy outputs of concurrent requests equal their solo runs. */
 static void test_concurrent_greedy_equals_solo(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, NULL);
     int n = quick() ? 3 : 8, gen = quick() ? 4 : 10;
     static struct result solo[8], conc[8];
@@ -217,7 +209,7 @@ static int seeded_gen(void) { return quick() ? 8 : 20; }
 /* A seeded request gives the same tokens alone, with a prefix-cache hit, and among other
  * requests sharing its steps. */
 static void test_seeded_cache_hit_and_among_others(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     int gen = seeded_gen();
     int32_t p[128];
     int n = seeded_prompt(m, p);
@@ -250,7 +242,7 @@ static void test_seeded_cache_hit_and_among_others(void) {
 /* The same seeded request cut into smaller prefill chunks, and under KV exhaustion where the
  * youngest sequences are preempted and recomputed, still gives the same tokens. */
 static void test_seeded_chunking_and_preemption(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     int gen = seeded_gen();
     int32_t p[128];
     int n = seeded_prompt(m, p);
@@ -271,10 +263,9 @@ static void test_seeded_chunking_and_preemption(void) {
         res_wait(&tiny[i]);
         same(&alone, &tiny[i], "under preemption");
     }
-    char buf[16384];
-    sched_metrics_text(s, buf, sizeof buf);
-    const char *pre = strstr(buf, "\ngemmad_sched_preemptions_total ");
-    T_ASSERT(pre && atoi(pre + strlen("\ngemmad_sched_preemptions_total ")) > 0);
+    struct sched_stats st;
+    sched_stats(s, &st);
+    T_ASSERT(st.preemptions > 0);
     wait_kv_baseline(s);
     sched_destroy(s);
     model_free(m);
@@ -303,7 +294,7 @@ static void budget_64(struct sched_opts *o) {
 /* A long prompt arriving while streams decode is prefilled in chunks: every step keeps one
  * decode row per stream, so each stream gains a token per prefill step. */
 static void test_long_prompt_does_not_freeze_streams(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, budget_64);
     enum { NS = 4 };
     static struct result st[NS];
@@ -364,7 +355,7 @@ static void long_ctx(struct sched_opts *o) {
  * greedy output as computing it. */
 static void test_prefix_hit_long_prompt(void) {
     if (quick()) T_SKIP("long prompt (quick mode)");
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     static char text[16384];
     size_t n = 0;
     for (int i = 0; n < 2600; i++)
@@ -387,7 +378,7 @@ static void with_sessions(struct sched_opts *o) { o->prefix_cache = 0; }
 
 /* A session resumes at the previous turn's end without the prefix cache. */
 static void test_session_turns(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, with_sessions);
     int32_t p[256];
     int n = encode(m, "User: tell me about the moon. Assistant:", p, 256);
@@ -421,7 +412,7 @@ static void test_session_turns(void) {
 /* Stop strings end the output before the stop text, even when it spans tokens; logprobs
  * are reported; EOG and max_tokens finish. */
 static void test_stop_and_finish(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, NULL);
     int32_t p[64];
     int n = encode(m, prompts[1], p, 64);
@@ -481,7 +472,7 @@ static void test_stop_and_finish(void) {
 
 /* Cancelled requests (running and queued) free their blocks; deadlines end requests. */
 static void test_cancel_frees_blocks(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, NULL);
     int32_t p[64];
     int n = encode(m, prompts[2], p, 64);
@@ -529,7 +520,7 @@ static void one_seq_tiny_queue(struct sched_opts *o) {
 }
 
 static void test_queue_overflow_and_validation(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, one_seq_tiny_queue);
     int32_t p[64];
     int n = encode(m, prompts[0], p, 64);
@@ -546,11 +537,11 @@ static void test_queue_overflow_and_validation(void) {
         else full++;
     }
     T_ASSERTF(full >= 2 && ok >= 1, "ok %d full %d", ok, full);
-    char buf[16384];
-    sched_metrics_text(s, buf, sizeof buf);
-    T_ASSERT(strstr(buf, "gemmad_sched_queue_rejections_total"));
-    T_ASSERT(strstr(buf, "gemmad_kv_usage_ratio{class=\"full\"}"));
-    T_ASSERT(strstr(buf, "gemmad_sched_step_seconds_bucket{le=\"+Inf\"}"));
+    struct sched_stats st;
+    sched_stats(s, &st);
+    T_ASSERTF(st.rejections >= (uint64_t)full, "rejections %llu", (unsigned long long)st.rejections);
+    T_ASSERT(st.kv_total[0] > 0);
+    T_ASSERT(st.step_s.n == 12 && st.batch_seqs.n == 9 && st.batch_tokens.n == 13);
     /* Invalid requests. */
     q.max_tokens = 1000; /* n_ctx 512 */
     T_ASSERT(sched_submit(s, &q, &id) == SCHED_ECTX);
@@ -572,7 +563,7 @@ static void test_queue_overflow_and_validation(void) {
 
 /* Destroying with work in flight delivers CANCELLED to everyone. */
 static void test_destroy_cancels(void) {
-    struct model *m = load();
+    struct model *m = t_model_or_skip();
     struct sched *s = mk(m, NULL);
     int32_t p[64];
     int n = encode(m, prompts[3], p, 64);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "server/server.h"
 #include "tests/unit/harness.h"
 

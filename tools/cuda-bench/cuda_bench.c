@@ -1,5 +1,5 @@
 /* cuda_bench — see cuda_bench.h. */
-#include "engine/cuda/cuda_bench.h"
+#include "tools/cuda-bench/cuda_bench.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,10 +25,10 @@ static int cb_argmax(const float *x, int n) {
 /* Everything one measurement run holds; freed by cb_free. */
 struct cb {
     struct model *m;
-    struct kvs_pool *kv;
+    struct kvstore_pool *kv;
     struct fwd_ctx *f;
     int32_t *full, *swa; /* [n_seqs][n_full], [n_seqs][ring] */
-    struct kvs_seq *seq; /* [n_seqs] */
+    struct kvstore_seq *seq; /* [n_seqs] */
     int32_t *ids;        /* [n_seqs][ctx] token ids */
     float *logits;       /* [n_seqs][n_vocab] */
     int n_full, ring, ctx;
@@ -36,7 +36,7 @@ struct cb {
 
 static void cb_free(struct cb *b) {
     fwd_destroy(b->f);
-    kvs_destroy(b->kv);
+    kvstore_destroy(b->kv);
     model_free(b->m);
     free(b->full);
     free(b->swa);
@@ -74,7 +74,7 @@ static int cb_decode(struct cb *b, int n, const int *pos0, int n_steps, struct f
     return FWD_OK;
 }
 
-int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char *err,
+int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, char *err,
                  size_t errlen) {
     struct cb b;
     memset(&b, 0, sizeof b);
@@ -90,8 +90,8 @@ int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char
     const int max_tokens = P > S ? P : S;
     b.ctx = (P > SP ? P : SP) + G + 1;
     b.n_full = (b.ctx + CB_BLOCK - 1) / CB_BLOCK;
-    b.ring = kvs_swa_ring_blocks(b.m, CB_BLOCK, max_tokens);
-    rc = kvs_create(b.m, KVS_F16, CB_BLOCK, S * b.n_full, S * b.ring, &b.kv, err, errlen);
+    b.ring = kvstore_swa_ring_blocks(b.m, CB_BLOCK, max_tokens);
+    rc = kvstore_create(b.m, KVSTORE_F16, CB_BLOCK, S * b.n_full, S * b.ring, &b.kv, err, errlen);
     if (rc != 0) goto fail;
     b.full = malloc(sizeof(int32_t) * (size_t)S * (size_t)b.n_full);
     b.swa = malloc(sizeof(int32_t) * (size_t)S * (size_t)(b.ring ? b.ring : 1));
@@ -109,7 +109,7 @@ int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char
             b.full[s * b.n_full + i] = s * b.n_full + i;
         for (int i = 0; i < b.ring; i++)
             b.swa[s * b.ring + i] = s * b.ring + i;
-        b.seq[s] = (struct kvs_seq){b.full + (size_t)s * b.n_full, b.n_full,
+        b.seq[s] = (struct kvstore_seq){b.full + (size_t)s * b.n_full, b.n_full,
                                     b.ring ? b.swa + (size_t)s * b.ring : NULL, b.ring};
         int32_t *row = b.ids + (size_t)s * b.ctx;
         row[0] = tok_bos(b.m->vocab);

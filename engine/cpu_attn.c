@@ -1,5 +1,5 @@
 /*
- * forward_attn — RoPE, K/V cache writes and attention for the CPU forward pass.
+ * cpu_attn — RoPE, K/V cache writes and attention for the CPU backend.
  *
  * Attention runs per tile: up to ATTN_TILE_QV query vectors (consecutive rows of one
  * sequence x the g query heads sharing one KV head) walk the visible key positions in blocks
@@ -19,15 +19,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/forward_int.h"
+#include "engine/cpu_int.h"
 #include "engine/kernels/attn.h"
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
 
-
 /* ---- RoPE ---- */
 
-static int rope_equal(const struct fwd_rope *a, const struct fwd_rope *b) {
+static int rope_equal(const struct cpu_rope *a, const struct cpu_rope *b) {
     /* freqs by content: the CPU forward copies each layer's view separately */
     return a->base == b->base && a->scale == b->scale && a->n_rot == b->n_rot &&
            (a->freqs == b->freqs ||
@@ -36,19 +35,19 @@ static int rope_equal(const struct fwd_rope *a, const struct fwd_rope *b) {
 }
 
 /* Finds the distinct RoPE configurations of the model (usually two: local and global).
- * Returns -1 when there are more than FWD_MAX_ROPE. */
-int fwd_rope_init(struct fwd_ctx *c) {
+ * Returns -1 when there are more than CPU_MAX_ROPE. */
+int cpu_rope_init(struct cpu_ctx *c) {
     const struct model *m = c->m;
     c->max_rot = 0;
     c->n_rope = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
-        struct fwd_rope r = {lc->rope_base, lc->rope_scale, lc->n_rot, c->lw[l].rope_freqs};
+        struct cpu_rope r = {lc->rope_base, lc->rope_scale, lc->n_rot, c->lw[l].rope_freqs};
         int ci;
         for (ci = 0; ci < c->n_rope; ci++)
             if (rope_equal(&c->rope[ci], &r)) break;
         if (ci == c->n_rope) {
-            if (c->n_rope == FWD_MAX_ROPE) return -1;
+            if (c->n_rope == CPU_MAX_ROPE) return -1;
             c->rope[c->n_rope++] = r;
         }
         c->layer_rope[l] = ci;
@@ -60,10 +59,10 @@ int fwd_rope_init(struct fwd_ctx *c) {
 /* Computes cos/sin for every row and every RoPE configuration the way ggml_rope_cache_init
  * does: theta starts at the position and is multiplied by base^(-2/n_rot) per pair, divided
  * by the optional frequency factor, then times freq_scale. */
-void fwd_rope_prepare(struct fwd_ctx *c) {
+void cpu_rope_prepare(struct cpu_ctx *c) {
     const int T = c->n_rows;
     for (int ci = 0; ci < c->n_rope; ci++) {
-        const struct fwd_rope *r = &c->rope[ci];
+        const struct cpu_rope *r = &c->rope[ci];
         const float theta_scale = powf(r->base, -2.0f / (float)r->n_rot);
         for (int row = 0; row < T; row++) {
             float *cs = c->rope_cs + ((size_t)ci * (size_t)c->o.max_tokens + (size_t)row) *
@@ -82,7 +81,7 @@ void fwd_rope_prepare(struct fwd_ctx *c) {
 }
 
 /* NEOX rotation of the first n_rot dims of every head of every row: pairs (i, i + n_rot/2). */
-void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, int hd) {
+void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd) {
     const int ci = c->layer_rope[layer];
     const int n_rot = c->rope[ci].n_rot, half = n_rot / 2;
     for (int row = 0; row < c->n_rows; row++) {
@@ -90,98 +89,65 @@ void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, i
                                            (size_t)c->max_rot;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)row * (size_t)n_heads + (size_t)h) * (size_t)hd;
-            for (int i = 0; i < half; i++) {
-                const float co = cs[i], si = cs[half + i];
-                const float x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * co - x1 * si;
-                v[i + half] = x0 * si + x1 * co;
-            }
+            c->vec->rope_neox(v, cs, half);
         }
     }
 }
 
 /* ---- KV cache ---- */
 
-static inline uint8_t *kv_row(const struct kvs_pool *p, int l, int is_v, const struct kvs_seq *s,
+static inline uint8_t *kv_row(const struct kvstore_pool *p, int l, int is_v, const struct be_seq *s,
                               int pos) {
     const int bs = p->block_size;
     const int blk = pos / bs;
-    const int32_t id = p->cls[l] == KVS_FULL ? s->full[blk] : s->swa[blk % s->n_swa];
+    const int32_t id = p->cls[l] == KVSTORE_FULL ? s->full[blk] : s->swa[blk % s->n_swa];
     const uint8_t *base = is_v ? p->v_base[l] + (size_t)id * p->v_block_stride[l]
                                : p->k_base[l] + (size_t)id * p->k_block_stride[l];
     const size_t rb = is_v ? p->row_bytes_v[l] : p->row_bytes_k[l];
     return (uint8_t *)base + (size_t)(pos % bs) * rb;
 }
 
-static void store_row(enum kvs_dtype dt, const float *x, uint8_t *dst, int n) {
+static void store_row(const struct vec_ops *vec, enum kvstore_dtype dt, const float *x, uint8_t *dst,
+                      int n) {
     switch (dt) {
-    case KVS_F16: {
-        uint16_t *d = (uint16_t *)dst;
-        int i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-        for (; i + 8 <= n; i += 8) /* the same rounding as f2h: nearest even */
-            _mm_storeu_si128((__m128i *)(d + i),
-                             _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-        for (; i < n; i++) d[i] = f2h(x[i]);
-        break;
+    case KVSTORE_F16: vec->f32_to_f16(x, (uint16_t *)dst, n); break;
+    case KVSTORE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
+    case KVSTORE_Q8_0: quant_q8_0_row_ref(x, dst, n); break;
     }
-    case KVS_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case KVS_Q8_0: quant_q8_0_row_ref(x, dst, n); break;
-    }
-}
-
-/* x rounded to fp16 and back, n values (exact f32 results, so any order gives the same). */
-static void round_f16(const float *x, float *y, int n) {
-    int i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-                                                                _MM_FROUND_TO_NEAREST_INT)));
-#endif
-    for (; i < n; i++) y[i] = h2f(f2h(x[i]));
 }
 
 /* One head segment (n elements starting at element e0 of the row) to f32. */
-static void load_seg(enum kvs_dtype dt, const uint8_t *row, int e0, float *dst, int n) {
+static void load_seg(const struct vec_ops *vec, enum kvstore_dtype dt, const uint8_t *row, int e0,
+                     float *dst, int n) {
     switch (dt) {
-    case KVS_F16: {
-        const uint16_t *s = (const uint16_t *)row + e0;
-        int i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
-#endif
-        for (; i < n; i++) dst[i] = h2f(s[i]);
-        break;
-    }
-    case KVS_F32: memcpy(dst, (const float *)row + e0, (size_t)n * sizeof(float)); break;
-    case KVS_Q8_0:
+    case KVSTORE_F16: vec->f16_to_f32((const uint16_t *)row + e0, dst, n); break;
+    case KVSTORE_F32: memcpy(dst, (const float *)row + e0, (size_t)n * sizeof(float)); break;
+    case KVSTORE_Q8_0:
         quant_dequant_q8_0_ref(row + (size_t)(e0 / QK8_0) * sizeof(struct block_q8_0), dst, n);
         break;
     }
 }
 
 /* Writes this step's K and V rows of a layer that owns its cache. */
-void fwd_kv_write(struct fwd_ctx *c, int layer) {
-    const struct kvs_pool *p = c->kv;
+void cpu_kv_write(struct cpu_ctx *c, int layer) {
+    const struct kvstore_pool *p = c->kv;
     const struct model_layer_cfg *lc = &c->m->cfg.layer[layer];
     const int nk = lc->n_head_kv * lc->head_dim, nv = lc->n_head_kv * lc->head_dim_v;
     const int hd = lc->head_dim, hdv = lc->head_dim_v;
     for (int r = 0; r < c->n_rows; r++) {
-        const struct kvs_seq *s = c->seqs[c->row_seq[r]].kv;
+        const struct be_seq *s = &c->seqs[c->row_seq[r]];
         const int pos = c->row_pos[r];
         uint8_t *kd = kv_row(p, layer, 0, s, pos), *vd = kv_row(p, layer, 1, s, pos);
-        if (p->dtype == KVS_Q8_0) { /* per head: blocks never straddle heads */
+        if (p->dtype == KVSTORE_Q8_0) { /* per head: blocks never straddle heads */
             for (int h = 0; h < lc->n_head_kv; h++) {
-                store_row(p->dtype, c->k + (size_t)r * nk + (size_t)h * hd,
+                store_row(c->vec, p->dtype, c->k + (size_t)r * nk + (size_t)h * hd,
                           kd + (size_t)h * (p->row_bytes_k[layer] / (size_t)lc->n_head_kv), hd);
-                store_row(p->dtype, c->v + (size_t)r * nv + (size_t)h * hdv,
+                store_row(c->vec, p->dtype, c->v + (size_t)r * nv + (size_t)h * hdv,
                           vd + (size_t)h * (p->row_bytes_v[layer] / (size_t)lc->n_head_kv), hdv);
             }
         } else {
-            store_row(p->dtype, c->k + (size_t)r * nk, kd, nk);
-            store_row(p->dtype, c->v + (size_t)r * nv, vd, nv);
+            store_row(c->vec, p->dtype, c->k + (size_t)r * nk, kd, nk);
+            store_row(c->vec, p->dtype, c->v + (size_t)r * nv, vd, nv);
         }
     }
 }
@@ -202,8 +168,8 @@ static size_t attn_max_cols(int max_span) { return (size_t)max_span + 2 * ATTN_B
 
 /* The most keys one row may see: a sliding layer's window, a global layer's context
  * (max_ctx when given, else what the pool's full layers hold; fwd_run refuses more). */
-int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx) {
-    int ctx = kv->n_blocks[KVS_FULL] * kv->block_size;
+int cpu_attn_max_span(const struct model *m, const struct kvstore_pool *kv, int max_ctx) {
+    int ctx = kv->n_blocks[KVSTORE_FULL] * kv->block_size;
     if (max_ctx > 0 && (max_ctx < ctx || ctx == 0)) ctx = max_ctx;
     const int w = m->cfg.sliding_window;
     int span = 1;
@@ -216,8 +182,8 @@ int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_
 
 /* Per-thread scratch (floats) for the largest layer, laid out by attn_subtile. max_span is
  * the most keys one row may see (the full layers' cache capacity or the sliding window). */
-size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
-    const size_t pcap = fwd_attn_score_floats(m, max_span);
+size_t cpu_attn_scratch_floats(const struct model *m, int max_span) {
+    const size_t pcap = cpu_attn_score_floats(m, max_span);
     size_t mx = 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const struct model_layer_cfg *lc = &m->cfg.layer[l];
@@ -234,7 +200,7 @@ size_t fwd_attn_scratch_floats(const struct model *m, int max_span) {
 /* Floats for the scores of a tile: all its query vectors over the longest span, so a tile
  * runs whole (a sliding layer's tile, whose rows see windows that start at different
  * places, may still be cut into fewer rows by attn_tile_run). */
-size_t fwd_attn_score_floats(const struct model *m, int max_span) {
+size_t cpu_attn_score_floats(const struct model *m, int max_span) {
     size_t nq = 1;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const int g = m->cfg.layer[l].n_head / m->cfg.layer[l].n_head_kv;
@@ -245,7 +211,7 @@ size_t fwd_attn_score_floats(const struct model *m, int max_span) {
 }
 
 struct attn_job {
-    struct fwd_ctx *c;
+    struct cpu_ctx *c;
     const struct attn_ops *ops;
     int layer;       /* the layer computing attention (its queries) */
     int kvl;         /* the layer whose cache it reads */
@@ -265,7 +231,7 @@ static inline int attn_row_lo(const struct attn_job *J, int r) {
 
 /* End (exclusive) of the tile that starts at row r0: at most tile_rows rows, one sequence. */
 static int attn_tile_end_row(const struct attn_job *J, int r0) {
-    const struct fwd_ctx *c = J->c;
+    const struct cpu_ctx *c = J->c;
     int r = r0 + 1;
     while (r < c->n_rows && r - r0 < J->tile_rows && c->row_seq[r] == c->row_seq[r0]) r++;
     return r;
@@ -296,8 +262,8 @@ struct attn_view {
  * queries and ranges (the split mode's helpers only use their own kb, vb and acc). */
 static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float *scr, int fill,
                        struct attn_view *v) {
-    const struct fwd_ctx *c = J->c;
-    const enum kvs_dtype dt = c->kv->dtype;
+    const struct cpu_ctx *c = J->c;
+    const enum kvstore_dtype dt = c->kv->dtype;
     const int g = J->g, hd = J->hd, hdv = J->hdv, nh = g * J->nkv;
     const int R = r1 - r0, nq = R * g;
 
@@ -320,15 +286,15 @@ static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float 
         const float *qrow = c->q + ((size_t)(r0 + i) * (size_t)nh + (size_t)kvh * g) * hd;
         float *dst = qt + (size_t)i * g * hd;
         /* llama.cpp multiplies Q by an F16 K in F16 (Q is rounded to half first) */
-        if (dt == KVS_F16)
-            round_f16(qrow, dst, g * hd);
+        if (dt == KVSTORE_F16)
+            c->vec->round_f16(qrow, dst, g * hd);
         else
             memcpy(dst, qrow, (size_t)g * hd * sizeof(float));
     }
     const int p0 = tlo & ~(ATTN_BLOCK - 1);
     const int ld = (thi - p0 + ATTN_BLOCK) & ~(ATTN_BLOCK - 1);
     /* llama.cpp rounds the probabilities to the V cache's type (F16) for P.V */
-    v->t = (struct attn_tile){R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVS_F16,
+    v->t = (struct attn_tile){R,  g,  hd,  hdv, c->m->cfg.attn_softcap, dt == KVSTORE_F16,
                               lo, hi, qt, acc, pm, p0, ld};
     v->tlo = tlo;
     v->thi = thi;
@@ -338,9 +304,9 @@ static void attn_setup(const struct attn_job *J, int r0, int r1, int kvh, float 
  * `scores` (is_v = 0), or elements [d0, d0 + w) of the V rows and `pv` (t->hdv == w). */
 static void attn_pass(const struct attn_job *J, const struct attn_tile *t, int r0, int kvh,
                       int tlo, int thi, int b_first, int b_last, int is_v, int d0, float *buf) {
-    const struct kvs_pool *p = J->c->kv;
-    const enum kvs_dtype dt = p->dtype;
-    const struct kvs_seq *s = J->c->seqs[J->c->row_seq[r0]].kv;
+    const struct kvstore_pool *p = J->c->kv;
+    const enum kvstore_dtype dt = p->dtype;
+    const struct be_seq *s = &J->c->seqs[J->c->row_seq[r0]];
     const int w = is_v ? t->hdv : t->hd, e0 = kvh * (is_v ? J->hdv : J->hd) + d0;
     const size_t rb = is_v ? p->row_bytes_v[J->kvl] : p->row_bytes_k[J->kvl];
     /* When the cache blocks hold whole attention blocks (block size a multiple of
@@ -355,10 +321,10 @@ static void attn_pass(const struct attn_job *J, const struct attn_tile *t, int r
             const uint8_t *row =
                 same ? r0p + (size_t)(j - j0) * rb : kv_row(p, J->kvl, is_v, s, b0 + j);
             float *d = buf + (size_t)j * w;
-            if (dt == KVS_F16)
+            if (dt == KVSTORE_F16)
                 J->ops->cvt_f16((const uint16_t *)row + (size_t)e0, d, w);
             else
-                load_seg(dt, row, e0, d, w);
+                load_seg(J->c->vec, dt, row, e0, d, w);
         }
         const struct attn_block blk = {b0, buf};
         if (is_v) {
@@ -399,7 +365,7 @@ struct attn_split {
     int n_blocks;            /* key blocks of the tile */
 };
 
-static float *attn_thread_scratch(const struct fwd_ctx *c) {
+static float *attn_thread_scratch(const struct cpu_ctx *c) {
     return c->attn_scratch + (size_t)pool_thread_index() * c->attn_stride;
 }
 
@@ -450,7 +416,7 @@ static void attn_tile_split(const struct attn_job *J, int r0, int r1, int kvh) {
 }
 
 /* Rows of tile [r0, r1) whose scores the scratch holds at once: the whole tile, or fewer
- * (at least one row, see fwd_attn_score_floats) when its rows' union span is long. */
+ * (at least one row, see cpu_attn_score_floats) when its rows' union span is long. */
 static int attn_tile_step(const struct attn_job *J, int r0, int r1) {
     const int span = J->c->row_pos[r1 - 1] - attn_row_lo(J, r0) + 1;
     const size_t per_row = (size_t)J->g * attn_max_cols(span);
@@ -480,7 +446,7 @@ static void attn_tile_run(const struct attn_job *J, int r0, int r1, int kvh, flo
  * walks the (cheap) tile list; the pool hands tasks out dynamically. */
 static void attn_task(void *arg, int task, int n_tasks) {
     const struct attn_job *J = arg;
-    const struct fwd_ctx *c = J->c;
+    const struct cpu_ctx *c = J->c;
     float *scr = attn_thread_scratch(J->c);
     int64_t cum = 0;
     for (int r0 = 0; r0 < c->n_rows;) {
@@ -497,7 +463,7 @@ static void attn_task(void *arg, int task, int n_tasks) {
 }
 
 /* att[r][h*hd_v..] = softmax(q·K^T) V over the positions row r may see. */
-void fwd_attention(struct fwd_ctx *c, int layer) {
+void cpu_attention(struct cpu_ctx *c, int layer) {
     const struct model *m = c->m;
     const struct model_layer_cfg *lc = &m->cfg.layer[layer];
     struct attn_job J = {0};

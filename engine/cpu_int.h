@@ -1,52 +1,43 @@
 /*
- * forward_int — private state of the CPU forward pass, shared by forward.c (orchestration,
- * embeddings, norms, FFN, LM head) and forward_attn.c (RoPE, KV writes, attention).
- * Nothing outside engine/forward*.c includes this.
+ * cpu_int — private state of the CPU backend (engine/backend.h), shared by cpu_fwd.c
+ * (create/run/destroy, embeddings, norms, FFN, LM head), cpu_weights.c (the weights as the
+ * matmuls read them: copies and panels) and cpu_attn.c (RoPE, KV writes, attention).
+ * Nothing outside engine/cpu_*.c includes this.
  */
-#ifndef GEMMAD_FORWARD_INT_H
-#define GEMMAD_FORWARD_INT_H
+#ifndef GEMMAD_CPU_INT_H
+#define GEMMAD_CPU_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/kernels/kern.h"
 #include "engine/kernels/pool.h"
 #include "engine/kernels/quant.h"
+#include "engine/kernels/vec.h"
+#include "engine/kvstore.h"
+#include "engine/model.h"
 
-/* fp16 <-> f32, round to nearest even (hardware F16C when the build has it) */
-#if defined(__F16C__)
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t f2h(float f) { return (uint16_t)_cvtss_sh(f, 0); }
-#else
-static inline float h2f(uint16_t h) { return quant_f16_to_f32(h); }
-static inline uint16_t f2h(float f) { return quant_f32_to_f16(f); }
-#endif
+#define CPU_MAX_ROPE 8 /* distinct (base, scale, n_rot, freqs) configurations */
 
-#define FWD_MAX_ROPE 8 /* distinct (base, scale, n_rot, freqs) configurations */
-
-struct fwd_rope {
+struct cpu_rope {
     float base;           /* theta */
     float scale;          /* freq_scale */
     int n_rot;            /* rotary dims */
     const float *freqs;   /* [n_rot/2] divisors or NULL */
 };
 
-struct fwd_ctx {
+struct cpu_ctx {
     const struct model *m;
-    struct kvs_pool *kv;
-    struct fwd_opts o;          /* as given, n_threads resolved */
-    struct pool *pool;          /* owned */
-    enum fwd_device dev;
-    void *cuda;                 /* struct cudafwd * when dev == CUDA */
-    fwd_tap_fn tap;
+    struct kvstore_pool *kv;
+    struct be_opts o;           /* as given */
+    struct pool *pool;          /* forward.c's compute threads (not owned) */
+    const struct vec_ops *vec;  /* row kernels of the active ISA */
+    be_tap_fn tap;
     void *tap_user;
 
     /* Row metadata of the current step (rows are the step's tokens, seq after seq). */
-    const struct fwd_seq *seqs; /* the caller's array during fwd_run */
+    const struct be_seq *seqs;  /* the caller's array during cpu_run */
     int n_rows;
     int32_t *row_tok;           /* [max_tokens] */
     int32_t *row_pos;           /* [max_tokens] */
@@ -71,24 +62,24 @@ struct fwd_ctx {
 
     /* RoPE: cos/sin per config per row: rope_cs[(ci * T + r) * max_rot + {i, n_rot/2 + i}] */
     int n_rope;
-    struct fwd_rope rope[FWD_MAX_ROPE];
+    struct cpu_rope rope[CPU_MAX_ROPE];
     int layer_rope[MODEL_MAX_LAYERS];
     int max_rot;
     float *rope_cs;
 
     /* Attention: tiles (rows of one sequence x one KV head) are split by cost into at most
-     * attn_chunks pool tasks; each pool thread has its own scratch (fwd_attn_scratch_floats,
+     * attn_chunks pool tasks; each pool thread has its own scratch (cpu_attn_scratch_floats,
      * indexed by pool_thread_index). */
     int attn_chunks;
     size_t attn_stride;         /* floats per thread, a multiple of 16 (64-byte aligned) */
-    size_t attn_score_floats;   /* of which the tile's scores (fwd_attn_score_floats) */
+    size_t attn_score_floats;   /* of which the tile's scores (cpu_attn_score_floats) */
     float *attn_scratch;
 
     /* LM head */
     float *xsel;                /* [max_logit_rows][n_embd] */
     int32_t *sel_row;           /* [max_logit_rows] */
 
-    float *gelu_tab;            /* [65536] GELU-tanh of every fp16 value, rounded to fp16 */
+    float *gelu_tab;            /* [VEC_GELU_TAB] GELU-tanh of every fp16 value, as fp16 */
 
     /* CPU weights as the matmuls see them: copies of the model's, with panel copies
      * (engine/kernels/panel.h) attached where the active ISA has a panel kernel. Owned. */
@@ -96,7 +87,7 @@ struct fwd_ctx {
     struct kern_weight output;  /* LM head */
     const float *output_norm;
     int detached;               /* 1: nothing reads the model's file mapping any more */
-    struct fwd_panel {
+    struct cpu_panel {
         void *p;
         size_t bytes;
     } *panels;                  /* [n_panels] panel and plain copies (anonymous mmaps) */
@@ -104,17 +95,18 @@ struct fwd_ctx {
     size_t panel_bytes;         /* their total */
 };
 
-/* forward_attn.c */
-int fwd_rope_init(struct fwd_ctx *c);
-void fwd_rope_prepare(struct fwd_ctx *c);
-void fwd_rope_apply(const struct fwd_ctx *c, int layer, float *x, int n_heads, int hd);
-void fwd_kv_write(struct fwd_ctx *c, int layer);
-void fwd_attention(struct fwd_ctx *c, int layer);
-size_t fwd_attn_scratch_floats(const struct model *m, int max_span);
-size_t fwd_attn_score_floats(const struct model *m, int max_span);
-int fwd_attn_max_span(const struct model *m, const struct kvs_pool *kv, int max_ctx);
+/* cpu_weights.c */
+int cpu_weights_init(struct cpu_ctx *c);
+void cpu_weights_free(struct cpu_ctx *c);
 
-/* forward.c */
-void fwd_rms_norm(float *y, const float *x, const float *w, int n, float eps);
+/* cpu_attn.c */
+int cpu_rope_init(struct cpu_ctx *c);
+void cpu_rope_prepare(struct cpu_ctx *c);
+void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd);
+void cpu_kv_write(struct cpu_ctx *c, int layer);
+void cpu_attention(struct cpu_ctx *c, int layer);
+size_t cpu_attn_scratch_floats(const struct model *m, int max_span);
+size_t cpu_attn_score_floats(const struct model *m, int max_span);
+int cpu_attn_max_span(const struct model *m, const struct kvstore_pool *kv, int max_ctx);
 
 #endif

@@ -1,11 +1,11 @@
 /*
  * cuda_bench — throughput of the forward pass through the public fwd API, on the CPU or the
- * CUDA backend, for deploy/gpu-check.sh (driver: engine/cuda/bench/cuda_bench_main.c).
+ * CUDA backend, for deploy/gpu-check.sh (driver: tools/cuda-bench/main.c).
  *
  * Measures, on one fwd_ctx: prefill of one prompt in a single step; greedy decode of one
  * sequence; and decode of n_seqs sequences advancing together, one token each per step.
  * fwd_run returns only when the logits are on the host, so wall-clock times are honest.
- * Built with CUDA=1 only (it lives with the backend it measures); it allocates freely.
+ * Built by `make CUDA=1` as build/.../cuda-bench, outside libgemmad; it allocates freely.
  */
 #ifndef GEMMAD_CUDA_BENCH_H
 #define GEMMAD_CUDA_BENCH_H
@@ -14,7 +14,7 @@
 
 #include "engine/forward.h"
 
-struct cf_bench_opts {
+struct cuda_bench_opts {
     const char *model;      /* GGUF path */
     enum fwd_device device; /* CPU, CUDA or AUTO */
     int prompt_tokens;      /* prefill length of the single-sequence run */
@@ -26,7 +26,7 @@ struct cf_bench_opts {
 };
 
 /* Runs the three measurements and writes one JSON object into json. 0, or -1 with err. */
-int cf_bench_run(const struct cf_bench_opts *o, char *json, size_t jsonlen, char *err,
+int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, char *err,
                  size_t errlen);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * kv — block allocator, block tables, SWA ring, prefix cache and warm sessions.
- * See kv.h for the model; the comments here explain the mechanics.
+ * See kvcache.h for the model; the comments here explain the mechanics.
  */
-#include "scheduler/kv.h"
+#include "scheduler/kvcache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +29,14 @@ struct kv_class {
 struct kv_session {
     char id[KV_SESSION_ID_MAX]; /* NUL-terminated; "" = slot unused */
     double t_last;        /* CLOCK_MONOTONIC seconds of the last put */
-    struct kv_seq seq;    /* the blocks it keeps */
+    struct kvcache_seq seq;    /* the blocks it keeps */
     int32_t *tokens;      /* [max_seq_blocks * block_size] positions in its KV */
     int n_tokens;
 };
 
-struct kv_cache {
-    struct kv_opts o;
-    struct kv_class k[2]; /* [KVS_FULL], [KVS_SWA] */
+struct kvcache {
+    struct kvcache_opts o;
+    struct kv_class k[2]; /* [KVSTORE_FULL], [KVSTORE_SWA] */
     /* Prefix-cache entries, indexed by FULL block id (valid while cached): */
     uint64_t *bhash;      /* [n_full] chain hash of the block */
     uint64_t *bparent;    /* [n_full] chain hash of the block before it (seed for the first) */
@@ -47,7 +47,7 @@ struct kv_cache {
     uint64_t tmask;
     struct kv_session *sess; /* [max_sessions] */
     long long queries, hits, hit_tokens, evictions;
-    int last_counted, last_reuse; /* what the last kv_seq_attach added to the counters */
+    int last_counted, last_reuse; /* what the last kvcache_seq_attach added to the counters */
 };
 
 /* ---- hashing ------------------------------------------------------------------------ */
@@ -61,13 +61,13 @@ static uint64_t kv_mix(uint64_t x) {
     return x;
 }
 
-uint64_t kv_hash_block(uint64_t parent, const int32_t *tokens, int n) {
+uint64_t kvcache_hash_block(uint64_t parent, const int32_t *tokens, int n) {
     uint64_t h = kv_mix(parent ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < n; i++) h = kv_mix(h + (uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull);
     return h;
 }
 
-static int32_t kv_table_find(const struct kv_cache *c, uint64_t h, uint64_t parent,
+static int32_t kv_table_find(const struct kvcache *c, uint64_t h, uint64_t parent,
                              const int32_t *tokens) {
     int bs = c->o.block_size;
     for (uint64_t i = h & c->tmask;; i = (i + 1) & c->tmask) {
@@ -79,14 +79,14 @@ static int32_t kv_table_find(const struct kv_cache *c, uint64_t h, uint64_t pare
     }
 }
 
-static void kv_table_insert(struct kv_cache *c, int32_t b) {
+static void kv_table_insert(struct kvcache *c, int32_t b) {
     uint64_t i = c->bhash[b] & c->tmask;
     while (c->table[i] >= 0) i = (i + 1) & c->tmask;
     c->table[i] = b;
 }
 
 /* Linear-probing delete with backward shift (no tombstones). */
-static void kv_table_delete(struct kv_cache *c, int32_t b) {
+static void kv_table_delete(struct kvcache *c, int32_t b) {
     uint64_t i = c->bhash[b] & c->tmask;
     while (c->table[i] != b) {
         if (c->table[i] < 0) return;
@@ -147,7 +147,7 @@ static void blk_uncache(struct kv_class *k, int32_t b) {
     k->n_cached--;
 }
 
-static void swa_detach(struct kv_cache *c, int32_t full_b) {
+static void swa_detach(struct kvcache *c, int32_t full_b) {
     int32_t s = c->bswa[full_b];
     if (s < 0) return;
     c->bswa[full_b] = -1;
@@ -156,7 +156,7 @@ static void swa_detach(struct kv_cache *c, int32_t full_b) {
 }
 
 /* Evict the least recently released cached block of class cls onto the free stack. */
-static int kv_evict_one(struct kv_cache *c, int cls) {
+static int kv_evict_one(struct kvcache *c, int cls) {
     struct kv_class *k = &c->k[cls];
     int32_t b = k->head;
     if (b < 0) return 0;
@@ -174,7 +174,7 @@ static int kv_evict_one(struct kv_cache *c, int cls) {
 
 /* A fresh block with ref 1, evicting cached blocks and then dropping warm sessions as
  * needed; -1 when the pool is exhausted by running sequences. */
-static int32_t kv_alloc(struct kv_cache *c, int cls) {
+static int32_t kv_alloc(struct kvcache *c, int cls) {
     struct kv_class *k = &c->k[cls];
     for (;;) {
         if (k->n_free == 0) kv_evict_one(c, cls);
@@ -183,7 +183,7 @@ static int32_t kv_alloc(struct kv_cache *c, int cls) {
             k->ref[b] = 1;
             return b;
         }
-        if (!kv_session_drop_lru(c)) return -1;
+        if (!kvcache_session_drop_lru(c)) return -1;
     }
 }
 
@@ -196,14 +196,14 @@ static int class_init(struct kv_class *k, int n) {
     k->prev = malloc(m * sizeof(int32_t));
     k->next = malloc(m * sizeof(int32_t));
     k->stack = malloc(m * sizeof(int32_t));
-    if (!k->ref || !k->cached || !k->prev || !k->next || !k->stack) return KV_ENOMEM;
+    if (!k->ref || !k->cached || !k->prev || !k->next || !k->stack) return KVCACHE_ENOMEM;
     /* Pop order: block 0 first. */
     for (int i = 0; i < n; i++) {
         k->prev[i] = k->next[i] = -1;
         k->stack[i] = n - 1 - i;
     }
     k->n_free = n;
-    return KV_OK;
+    return KVCACHE_OK;
 }
 
 static void class_free(struct kv_class *k) {
@@ -216,7 +216,7 @@ static void class_free(struct kv_class *k) {
 
 /* ---- create / destroy --------------------------------------------------------------- */
 
-static int seq_arrays(const struct kv_opts *o, struct kv_seq *s) {
+static int seq_arrays(const struct kvcache_opts *o, struct kvcache_seq *s) {
     memset(s, 0, sizeof(*s));
     s->full = malloc((size_t)o->max_seq_blocks * sizeof(int32_t));
     s->hash = malloc((size_t)o->max_seq_blocks * sizeof(uint64_t));
@@ -224,21 +224,21 @@ static int seq_arrays(const struct kv_opts *o, struct kv_seq *s) {
     if (o->ring > 0) {
         s->swa = malloc((size_t)o->ring * sizeof(int32_t));
         s->slot_lb = malloc((size_t)o->ring * sizeof(int32_t));
-        if (!s->swa || !s->slot_lb) return KV_ENOMEM;
+        if (!s->swa || !s->slot_lb) return KVCACHE_ENOMEM;
         for (int j = 0; j < o->ring; j++) s->swa[j] = s->slot_lb[j] = -1;
     }
-    return (s->full && s->hash) ? KV_OK : KV_ENOMEM;
+    return (s->full && s->hash) ? KVCACHE_OK : KVCACHE_ENOMEM;
 }
 
-int kv_create(const struct kv_opts *o, struct kv_cache **out) {
+int kvcache_create(const struct kvcache_opts *o, struct kvcache **out) {
     *out = NULL;
     if (o->block_size < 1 || o->n_full < 1 || o->max_seq_blocks < 1 || o->n_swa < 0 ||
         o->max_sessions < 0 || (o->ring > 0) != (o->n_swa > 0) || (o->ring > 0 && o->window < 1))
-        return KV_EINVAL;
-    struct kv_cache *c = calloc(1, sizeof(*c));
-    if (!c) return KV_ENOMEM;
+        return KVCACHE_EINVAL;
+    struct kvcache *c = calloc(1, sizeof(*c));
+    if (!c) return KVCACHE_ENOMEM;
     c->o = *o;
-    int rc = KV_ENOMEM;
+    int rc = KVCACHE_ENOMEM;
     if (class_init(&c->k[0], o->n_full) || class_init(&c->k[1], o->n_swa)) goto fail;
     size_t nf = (size_t)o->n_full, ns = o->n_swa > 0 ? (size_t)o->n_swa : 1;
     c->bhash = calloc(nf, sizeof(uint64_t));
@@ -265,17 +265,17 @@ int kv_create(const struct kv_opts *o, struct kv_cache **out) {
         }
     }
     *out = c;
-    return KV_OK;
+    return KVCACHE_OK;
 fail:
-    kv_destroy(c);
+    kvcache_destroy(c);
     return rc;
 }
 
-void kv_destroy(struct kv_cache *c) {
+void kvcache_destroy(struct kvcache *c) {
     if (!c) return;
     if (c->sess) {
         for (int i = 0; i < c->o.max_sessions; i++) {
-            kv_seq_free(&c->sess[i].seq);
+            kvcache_seq_free(&c->sess[i].seq);
             free(c->sess[i].tokens);
         }
         free(c->sess);
@@ -291,13 +291,13 @@ void kv_destroy(struct kv_cache *c) {
     free(c);
 }
 
-int kv_seq_init(struct kv_cache *c, struct kv_seq *s) {
+int kvcache_seq_init(struct kvcache *c, struct kvcache_seq *s) {
     int rc = seq_arrays(&c->o, s);
-    if (rc) kv_seq_free(s);
+    if (rc) kvcache_seq_free(s);
     return rc;
 }
 
-void kv_seq_free(struct kv_seq *s) {
+void kvcache_seq_free(struct kvcache_seq *s) {
     if (!s) return;
     free(s->full);
     free(s->hash);
@@ -308,7 +308,7 @@ void kv_seq_free(struct kv_seq *s) {
 
 /* Release order: FULL blocks last-first; ring slots by descending logical block, so the
  * LRU list evicts the tail of a prefix before its head. */
-void kv_seq_release(struct kv_cache *c, struct kv_seq *s) {
+void kvcache_seq_release(struct kvcache *c, struct kvcache_seq *s) {
     for (int i = s->n_full - 1; i >= 0; i--) blk_unref(&c->k[0], s->full[i]);
     s->n_full = 0;
     s->n_hashed = 0;
@@ -326,13 +326,13 @@ void kv_seq_release(struct kv_cache *c, struct kv_seq *s) {
 
 /* ---- sessions ----------------------------------------------------------------------- */
 
-static void session_drop(struct kv_cache *c, struct kv_session *ss) {
-    kv_seq_release(c, &ss->seq);
+static void session_drop(struct kvcache *c, struct kv_session *ss) {
+    kvcache_seq_release(c, &ss->seq);
     ss->id[0] = 0;
     ss->n_tokens = 0;
 }
 
-static struct kv_session *session_find(struct kv_cache *c, const char *id) {
+static struct kv_session *session_find(struct kvcache *c, const char *id) {
     if (!id || !id[0]) return NULL;
     for (int i = 0; i < c->o.max_sessions; i++)
         if (c->sess[i].id[0] && !strncmp(c->sess[i].id, id, KV_SESSION_ID_MAX - 1))
@@ -340,7 +340,7 @@ static struct kv_session *session_find(struct kv_cache *c, const char *id) {
     return NULL;
 }
 
-int kv_session_drop_lru(struct kv_cache *c) {
+int kvcache_session_drop_lru(struct kvcache *c) {
     struct kv_session *lru = NULL;
     for (int i = 0; i < c->o.max_sessions; i++)
         if (c->sess[i].id[0] && (!lru || c->sess[i].t_last < lru->t_last)) lru = &c->sess[i];
@@ -349,20 +349,20 @@ int kv_session_drop_lru(struct kv_cache *c) {
     return 1;
 }
 
-void kv_session_expire(struct kv_cache *c, double now) {
+void kvcache_session_expire(struct kvcache *c, double now) {
     for (int i = 0; i < c->o.max_sessions; i++)
         if (c->sess[i].id[0] && now - c->sess[i].t_last > c->o.session_ttl_s)
             session_drop(c, &c->sess[i]);
 }
 
-int kv_session_count(const struct kv_cache *c) {
+int kvcache_session_count(const struct kvcache *c) {
     int n = 0;
     for (int i = 0; i < c->o.max_sessions; i++) n += c->sess[i].id[0] != 0;
     return n;
 }
 
 /* Move all of src's references into dst (both initialised for the same bounds). */
-static void seq_move(struct kv_seq *dst, struct kv_seq *src) {
+static void seq_move(struct kvcache_seq *dst, struct kvcache_seq *src) {
     memcpy(dst->full, src->full, (size_t)src->n_full * sizeof(int32_t));
     memcpy(dst->hash, src->hash, (size_t)src->n_hashed * sizeof(uint64_t));
     dst->n_full = src->n_full;
@@ -375,11 +375,11 @@ static void seq_move(struct kv_seq *dst, struct kv_seq *src) {
     src->n_full = src->n_hashed = 0;
 }
 
-void kv_session_put(struct kv_cache *c, const char *id, struct kv_seq *s,
+void kvcache_session_put(struct kvcache *c, const char *id, struct kvcache_seq *s,
                     const int32_t *tokens, int n_kv, double now) {
     int bs = c->o.block_size;
     if (!id || !id[0] || c->o.max_sessions == 0 || n_kv < bs) {
-        kv_seq_release(c, s);
+        kvcache_seq_release(c, s);
         return;
     }
     struct kv_session *ss = session_find(c, id);
@@ -387,7 +387,7 @@ void kv_session_put(struct kv_cache *c, const char *id, struct kv_seq *s,
     for (int i = 0; i < c->o.max_sessions && !ss; i++)
         if (!c->sess[i].id[0]) ss = &c->sess[i];
     if (!ss) {
-        kv_session_drop_lru(c);
+        kvcache_session_drop_lru(c);
         for (int i = 0; i < c->o.max_sessions && !ss; i++)
             if (!c->sess[i].id[0]) ss = &c->sess[i];
     }
@@ -406,13 +406,13 @@ void kv_session_put(struct kv_cache *c, const char *id, struct kv_seq *s,
 
 
 /* First logical block whose positions a query at position p may still see. */
-static int window_lo(const struct kv_cache *c, int p) {
+static int window_lo(const struct kvcache *c, int p) {
     int first = p - c->o.window + 1;
     return first > 0 ? first / c->o.block_size : 0;
 }
 
 /* Longest block-aligned reuse the session supports, given its ring's contents. */
-static int session_reuse(const struct kv_cache *c, const struct kv_session *ss,
+static int session_reuse(const struct kvcache *c, const struct kv_session *ss,
                          const int32_t *tokens, int n, int max_reuse) {
     int bs = c->o.block_size, d = 0, lim = ss->n_tokens < n ? ss->n_tokens : n;
     while (d < lim && ss->tokens[d] == tokens[d]) d++;
@@ -429,7 +429,7 @@ static int session_reuse(const struct kv_cache *c, const struct kv_session *ss,
     return 0;
 }
 
-int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, int n,
+int kvcache_seq_attach(struct kvcache *c, struct kvcache_seq *s, const int32_t *tokens, int n,
                   int max_reuse, const char *session, double now) {
     (void)now;
     int bs = c->o.block_size, R = c->o.ring;
@@ -446,7 +446,7 @@ int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, i
     uint64_t parent = KV_HASH_SEED;
     while (c->o.prefix_cache && (found + 1) * bs <= max_reuse) {
         const int32_t *t = tokens + (size_t)found * bs;
-        uint64_t h = kv_hash_block(parent, t, bs);
+        uint64_t h = kvcache_hash_block(parent, t, bs);
         int32_t b = kv_table_find(c, h, parent, t);
         if (b < 0) break;
         s->full[found] = b;
@@ -492,7 +492,7 @@ int kv_seq_attach(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, i
     return reuse;
 }
 
-void kv_uncount_attach(struct kv_cache *c) {
+void kvcache_uncount_attach(struct kvcache *c) {
     if (!c->last_counted) return;
     c->last_counted = 0;
     c->queries--;
@@ -502,29 +502,29 @@ void kv_uncount_attach(struct kv_cache *c) {
     }
 }
 
-int kv_seq_fill_ring(struct kv_cache *c, struct kv_seq *s) {
+int kvcache_seq_fill_ring(struct kvcache *c, struct kvcache_seq *s) {
     for (int j = 0; j < s->n_swa; j++) {
         if (s->swa[j] >= 0) continue;
         int32_t b = kv_alloc(c, 1);
-        if (b < 0) return KV_ENOSPACE;
+        if (b < 0) return KVCACHE_ENOSPACE;
         s->swa[j] = b;
         s->slot_lb[j] = -1;
     }
-    return KV_OK;
+    return KVCACHE_OK;
 }
 
-static int swa_shared(const struct kv_cache *c, int32_t b) {
+static int swa_shared(const struct kvcache *c, int32_t b) {
     return c->k[1].ref[b] > 1 || c->k[1].cached[b];
 }
 
-int kv_seq_prepare(struct kv_cache *c, struct kv_seq *s, int pos, int n) {
+int kvcache_seq_prepare(struct kvcache *c, struct kvcache_seq *s, int pos, int n) {
     int bs = c->o.block_size, R = c->o.ring;
-    if (n < 1 || pos < 0 || pos > s->n_full * bs) return KV_EINVAL;
+    if (n < 1 || pos < 0 || pos > s->n_full * bs) return KVCACHE_EINVAL;
     int first = pos / bs, last = (pos + n - 1) / bs;
-    if (last >= c->o.max_seq_blocks) return KV_EINVAL;
+    if (last >= c->o.max_seq_blocks) return KVCACHE_EINVAL;
     while (s->n_full <= last) {
         int32_t b = kv_alloc(c, 0);
-        if (b < 0) return KV_ENOSPACE;
+        if (b < 0) return KVCACHE_ENOSPACE;
         s->full[s->n_full++] = b;
     }
     for (int lb = first; R > 0 && lb <= last; lb++) {
@@ -532,7 +532,7 @@ int kv_seq_prepare(struct kv_cache *c, struct kv_seq *s, int pos, int n) {
         if (lb == first && pos % bs) {
             /* Continuing a block this sequence wrote itself: it must be private. */
             if (s->slot_lb[j] != lb || s->swa[j] < 0 || swa_shared(c, s->swa[j]))
-                return KV_EINVAL;
+                return KVCACHE_EINVAL;
             continue;
         }
         if (s->swa[j] >= 0 && swa_shared(c, s->swa[j])) {
@@ -542,15 +542,15 @@ int kv_seq_prepare(struct kv_cache *c, struct kv_seq *s, int pos, int n) {
         if (s->swa[j] < 0) {
             s->slot_lb[j] = -1;
             int32_t b = kv_alloc(c, 1);
-            if (b < 0) return KV_ENOSPACE;
+            if (b < 0) return KVCACHE_ENOSPACE;
             s->swa[j] = b;
         }
         s->slot_lb[j] = lb;
     }
-    return KV_OK;
+    return KVCACHE_OK;
 }
 
-void kv_seq_commit(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, int n_kv) {
+void kvcache_seq_commit(struct kvcache *c, struct kvcache_seq *s, const int32_t *tokens, int n_kv) {
     int bs = c->o.block_size, R = c->o.ring;
     if (!c->o.prefix_cache) return;
     int complete = n_kv / bs;
@@ -558,7 +558,7 @@ void kv_seq_commit(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, 
     for (int i = s->n_hashed; i < complete; i++) {
         uint64_t parent = i ? s->hash[i - 1] : KV_HASH_SEED;
         const int32_t *t = tokens + (size_t)i * bs;
-        uint64_t h = kv_hash_block(parent, t, bs);
+        uint64_t h = kvcache_hash_block(parent, t, bs);
         s->hash[i] = h;
         int32_t b = s->full[i];
         if (c->k[0].cached[b] || kv_table_find(c, h, parent, t) >= 0) continue;
@@ -584,7 +584,7 @@ void kv_seq_commit(struct kv_cache *c, struct kv_seq *s, const int32_t *tokens, 
 
 /* ---- accounting --------------------------------------------------------------------- */
 
-int kv_available(struct kv_cache *c, int cls, int drop_sessions) {
+int kvcache_available(struct kvcache *c, int cls, int drop_sessions) {
     struct kv_class *k = &c->k[cls];
     int n = k->n_free + k->n_evictable;
     for (int i = 0; drop_sessions && i < c->o.max_sessions; i++) {
@@ -600,7 +600,7 @@ int kv_available(struct kv_cache *c, int cls, int drop_sessions) {
     return n;
 }
 
-void kv_get_stats(const struct kv_cache *c, struct kv_stats *out) {
+void kvcache_get_stats(const struct kvcache *c, struct kvcache_stats *out) {
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < 2; i++) {
         const struct kv_class *k = &c->k[i];
@@ -613,10 +613,10 @@ void kv_get_stats(const struct kv_cache *c, struct kv_stats *out) {
     out->hits = c->hits;
     out->hit_tokens = c->hit_tokens;
     out->evictions = c->evictions;
-    out->sessions = kv_session_count(c);
+    out->sessions = kvcache_session_count(c);
 }
 
-int kv_block_ref(const struct kv_cache *c, int cls, int32_t id) { return c->k[cls].ref[id]; }
-int kv_block_cached(const struct kv_cache *c, int cls, int32_t id) {
+int kvcache_block_ref(const struct kvcache *c, int cls, int32_t id) { return c->k[cls].ref[id]; }
+int kvcache_block_cached(const struct kvcache *c, int cls, int32_t id) {
     return c->k[cls].cached[id];
 }

@@ -1,5 +1,5 @@
 /*
- * panel_avx512 — the AVX-512 VNNI kernels over Q8_0 and Q5_0 panels (layout and arithmetic:
+ * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0 and Q5_0 panels (layout and arithmetic:
  * panel.h).
  *
  * Block b of 16 rows unpacks into eight registers of [16 rows x 4 unsigned bytes] (Q8_0:

@@ -1,6 +1,6 @@
 /*
- * cuda-bench — command-line driver of cf_bench_run (engine/cuda/cuda_bench.h), built by
- * deploy/gpu-check.sh against a CUDA=1 library:
+ * cuda-bench — command-line driver of cuda_bench_run (tools/cuda-bench/cuda_bench.h), built by
+ * `make CUDA=1` into $(BUILD)/cuda-bench (deploy/gpu-check.sh runs it):
  *
  *   cuda-bench -m MODEL [--device cpu|cuda|auto] [--prompt 512] [--gen 64] [--seqs 64]
  *              [--seq-prompt 128] [-t THREADS] [--nondeterministic]
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_bench.h"
+#include "tools/cuda-bench/cuda_bench.h"
 #include "engine/kernels/kern.h"
 #include "base/log.h"
 
@@ -26,7 +26,7 @@ static int arg_int(const char *name, const char *v) {
 }
 
 int main(int argc, char **argv) {
-    struct cf_bench_opts o = {.model = NULL,
+    struct cuda_bench_opts o = {.model = NULL,
                               .device = FWD_DEVICE_CUDA,
                               .prompt_tokens = 512,
                               .gen_tokens = 64,
@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     char json[1024], err[512] = "";
-    if (cf_bench_run(&o, json, sizeof json, err, sizeof err) != 0) {
+    if (cuda_bench_run(&o, json, sizeof json, err, sizeof err) != 0) {
         fprintf(stderr, "cuda-bench: %s\n", err);
         return 1;
     }

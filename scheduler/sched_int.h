@@ -1,0 +1,111 @@
+/*
+ * sched_int — the scheduler's private structures, shared by sched.c (the public API:
+ * options, create/destroy, submit, cancel, statistics) and sched_loop.c (the scheduler
+ * thread: admission, batching, one step, events). Nothing outside scheduler/ includes it.
+ */
+#ifndef GEMMAD_SCHED_INT_H
+#define GEMMAD_SCHED_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/prom.h"
+#include "engine/tokenizer.h"
+#include "scheduler/kvcache.h"
+#include "scheduler/sample.h"
+#include "scheduler/sched.h"
+#include "scheduler/stop.h"
+
+#define SCHED_MOD "sched"
+#define SCHED_MAX_TOP 20
+#define SCHED_MAX_SESSIONS 64
+
+struct seq {
+    uint64_t id;                 /* what sched_submit returned */
+    uint64_t order;              /* arrival number: FCFS and "youngest" */
+    struct seq *prev, *next;     /* waiting-list links (guarded by lock) */
+    int32_t *hist;               /* [cap] prompt then output tokens */
+    int n_hist, n_prompt, cap;
+    int n_out;                   /* tokens sampled */
+    int n_kv;                    /* positions in the KV cache */
+    int max_tokens;
+    int cached_tokens;           /* positions reused at the first admission */
+    int admitted;                /* 1 once admitted (cached_tokens and queue_s fixed) */
+    double t_submit, queue_s;    /* CLOCK_MONOTONIC seconds; wait before first admission */
+    double deadline;             /* 0 = none */
+    int cancel;                  /* scheduler-thread copy of a cancellation */
+    struct sched_sampling sp;    /* logit_bias points at bias */
+    struct sched_bias *bias;     /* [sp.n_logit_bias] copy */
+    struct smp_rng rng;
+    struct stop_state stop;
+    struct tok_stream ts;
+    char *session_id;            /* copy or NULL */
+    int top_logprobs, ignore_eos;
+    void (*on_event)(void *user, const struct sched_event *ev);
+    void *user;
+    struct kvcache_seq kv;            /* block tables */
+    /* per step */
+    int step_n;                  /* tokens fed this step (0 = not in the batch) */
+    int logit_row;               /* row of the logits buffer, or -1 */
+    int32_t tok;                 /* sampled this step (sample_task) */
+    float logprob;               /* its log-probability, when top_logprobs >= 0 */
+    char text[TOK_STREAM_MAX];   /* token text scratch */
+    char *done_text;             /* [done_cap] text released with DONE */
+    size_t done_cap;
+    struct sched_top top[SCHED_MAX_TOP];
+};
+
+struct sched {
+    const struct model *m;
+    struct sched_opts o;
+    const struct tok_vocab *vocab;
+    int n_vocab;
+    int ring;                    /* SWA ring slots per sequence */
+    struct kvstore_pool *pool;
+    struct fwd_ctx *fwd;
+    struct kvcache *kv;
+    struct smp_ctx **smp;        /* [n_smp] one sampler scratch per compute thread */
+    int n_smp;
+    int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
+    int n_eog;
+    float *logits;               /* [max_seqs][n_vocab] */
+    float *scratch;              /* [n_smp][n_vocab] logits copies when logprobs are asked for */
+    struct seq **sampling;       /* [max_seqs] sequences sampled this step */
+    struct fwd_seq *rows;        /* [max_seqs] */
+    struct kvstore_seq *views;       /* [max_seqs] */
+    struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
+    int n_run;
+    struct seq **batch;          /* [max_seqs] */
+    uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
+    int cap_work;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    /* Guarded by lock: */
+    struct seq *wait_head, *wait_tail;
+    int n_waiting;
+    long long waiting_tokens;
+    uint64_t *cancel_ids;        /* pending sched_cancel ids */
+    int n_cancel, cap_cancel;
+    int stopping, draining;
+    uint64_t next_id, next_order;
+    struct sched_counts counts;
+    struct kvcache_stats kst;
+    long long preemptions, rejections, steps;
+    struct prom_hist h_batch, h_tokens, h_step;
+};
+
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* sched_loop.c */
+void sched_seq_free(struct seq *q);
+/* Lock held. */
+void sched_wait_push_back(struct sched *s, struct seq *q);
+/* Lock held: copies the counts /health and /metrics read. */
+void sched_publish_counts(struct sched *s);
+/* The scheduler thread (arg = struct sched). */
+void *sched_main(void *arg);
+
+#endif

@@ -1,0 +1,520 @@
+/*
+ * completion — generation requests: submit one scheduler request per choice, receive their
+ * events on the loop thread (the scheduler thread only copies each event into the queue and
+ * wakes the loop), and turn them into a JSON reply or an SSE stream. The JSON shapes come
+ * from openai.c.
+ *
+ * Streams: a callback response (conn_reply_stream) reads cmpl.out; when it is empty the
+ * reader suspends the connection, and new bytes resume it (conn_wake). Non-stream requests
+ * suspend after submitting and are resumed when every choice is done; the access handler is
+ * then called again (cmpl_resume) and queues the reply.
+ */
+#include "server/completion.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/model.h"
+#include "server/openai.h"
+
+#define CMPL_MOD "gen"
+
+/* One choice of a generation request: one scheduler request. */
+struct hchoice {
+    struct hreq *hr;
+    int index;                  /* choice index in the response */
+    int prompt_idx;             /* which prompt (completions with a list) */
+    uint64_t sched_id;
+    int submitted, done;        /* submitted to the scheduler; DONE/ERROR seen */
+    enum sched_finish finish;
+    char *error;                /* ERROR message (owned) */
+    char *text;                 /* non-stream: the output so far (owned) */
+    size_t text_len, text_cap;
+    json_t *lp;                 /* non-stream logprobs entries (owned), or NULL */
+    int n_tokens;               /* TOKEN events seen */
+    int prompt_tokens, completion_tokens, cached_tokens;
+    double t_first, t_last;     /* first / latest token (monotonic s) */
+    double queue_s;
+    size_t lp_offset;           /* legacy logprobs: text offset of the next token */
+};
+
+/* One completion request (hreq.cmpl). */
+struct cmpl {
+    struct oai_params *params;  /* parsed request (owned) */
+    struct hchoice *ch;         /* [n_ch] */
+    int n_ch;
+    int n_done;
+    int stream;
+    char *out;                  /* stream: SSE bytes not yet handed to MHD (owned) */
+    size_t out_len, out_off, out_cap;
+    int out_end;                /* stream: nothing follows what is in out */
+    double last_write;          /* stream: when bytes were last queued */
+    struct oai_resp resp;       /* id, object kind, created, model of every body */
+    char id[48];                /* "chatcmpl-…" / "cmpl-…" (resp.id) */
+    int aborted;                /* cmpl_abort ran */
+    int fail_status;            /* non-stream: HTTP status of an error outcome */
+    char fail_msg[256];
+};
+
+/* One event from the scheduler thread, copied (the event's pointers die with the call). */
+struct cmpl_event {
+    struct cmpl_event *next;
+    struct hchoice *choice;   /* the choice it belongs to */
+    struct sched_event ev;    /* text / top / error point into this item */
+    double t;                 /* CLOCK_MONOTONIC seconds when the scheduler emitted it */
+    struct sched_top top[20];
+    char data[];              /* text bytes, then the NUL-terminated error */
+};
+
+/* ---- scheduler thread -------------------------------------------------------------------- */
+
+static void cmpl_on_event(void *user, const struct sched_event *ev) {
+    struct hchoice *c = user;
+    struct srv *s = c->hr->srv;
+    size_t elen = ev->kind == SCHED_EV_ERROR && ev->error ? strlen(ev->error) : 0;
+    size_t tlen = ev->text ? ev->text_len : 0;
+    struct cmpl_event *it = malloc(sizeof *it + tlen + elen + 1);
+    if (!it) return; /* the DONE of a request is small; losing a token event only drops text */
+    it->next = NULL;
+    it->choice = c;
+    it->ev = *ev;
+    it->t = clock_mono_s();
+    memcpy(it->data, ev->text ? ev->text : "", tlen);
+    it->ev.text = it->data;
+    it->ev.text_len = tlen;
+    memcpy(it->data + tlen, elen ? ev->error : "", elen);
+    it->data[tlen + elen] = 0;
+    it->ev.error = it->data + tlen;
+    int nt = ev->n_top < 0 ? 0 : ev->n_top > 20 ? 20 : ev->n_top;
+    if (nt && ev->top) memcpy(it->top, ev->top, (size_t)nt * sizeof *it->top);
+    it->ev.n_top = nt;
+    it->ev.top = it->top;
+    pthread_mutex_lock(&s->qlock);
+    if (s->qtail) s->qtail->next = it;
+    else s->qhead = it;
+    s->qtail = it;
+    pthread_mutex_unlock(&s->qlock);
+    uv_async_send(&s->async);
+}
+
+/* ---- output helpers ---------------------------------------------------------------------- */
+
+/* Grows *buf (capacity *cap, doubling from first) to hold need bytes; -1 when out of memory. */
+static int cmpl_reserve(char **buf, size_t *cap, size_t need, size_t first) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : first;
+    while (c < need) c *= 2;
+    char *b = realloc(*buf, c);
+    if (!b) return -1;
+    *buf = b;
+    *cap = c;
+    return 0;
+}
+
+static void cmpl_out(struct hreq *hr, const char *data, size_t len) {
+    struct cmpl *g = hr->cmpl;
+    if (g->out_end || hr->mhd_done) return;
+    if (g->out_off && g->out_off == g->out_len) g->out_off = g->out_len = 0;
+    if (cmpl_reserve(&g->out, &g->out_cap, g->out_len + len, 4096)) return;
+    memcpy(g->out + g->out_len, data, len);
+    g->out_len += len;
+    g->last_write = clock_mono_s();
+    conn_wake(hr);
+}
+
+/* One SSE event "data: JSON\n\n" (takes ownership of j). */
+static void cmpl_sse(struct hreq *hr, json_t *j) {
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t) return;
+    cmpl_out(hr, "data: ", 6);
+    cmpl_out(hr, t, strlen(t));
+    cmpl_out(hr, "\n\n", 2);
+    free(t);
+}
+
+static void cmpl_sse_choice(struct hreq *hr, int index, const char *role, const char *text,
+                            size_t len, json_t *lp, const char *finish) {
+    cmpl_sse(hr, oai_chunk_choice(&hr->cmpl->resp, index, role, text, len, lp, finish));
+}
+
+static void cmpl_sse_error(struct hreq *hr, const char *type, const char *msg) {
+    cmpl_sse(hr, oai_error_body(msg, type, NULL, NULL));
+    hr->cmpl->out_end = 1;
+    conn_wake(hr);
+}
+
+static json_t *cmpl_usage_json(struct hreq *hr) {
+    struct cmpl *g = hr->cmpl;
+    struct oai_params *p = g->params;
+    int pt = 0, ct = 0, cached = 0;
+    for (int i = 0; i < p->n_prompts; i++) pt += p->prompt_len[i];
+    for (int i = 0; i < g->n_ch; i++) {
+        ct += g->ch[i].completion_tokens;
+        if (i % p->n == 0) cached += g->ch[i].cached_tokens;
+    }
+    return oai_usage(pt, ct, cached);
+}
+
+static void cmpl_legacy_lp(struct hreq *hr, json_t *obj, const struct sched_event *ev,
+                           size_t offset) {
+    int n_top = ev->n_top < hr->cmpl->params->top_logprobs ? ev->n_top
+                                                           : hr->cmpl->params->top_logprobs;
+    oai_legacy_lp_add(hr->srv->vocab, obj, ev->token, ev->logprob, ev->top, n_top, offset);
+}
+
+/* The logprobs value for one token event: chat {"content":[entry]} or the legacy shape. */
+static json_t *cmpl_lp_value(struct hreq *hr, struct hchoice *c, const struct sched_event *ev) {
+    struct oai_params *p = hr->cmpl->params;
+    if (!p->logprobs) return NULL;
+    if (p->is_chat)
+        return oai_chat_lp(json_pack(
+            "[o]", oai_lp_entry(hr->srv->vocab, ev->token, ev->logprob, ev->top, ev->n_top, 1)));
+    json_t *o = oai_legacy_lp_new();
+    cmpl_legacy_lp(hr, o, ev, c->lp_offset);
+    return o;
+}
+
+static void cmpl_append_text(struct hchoice *c, const char *t, size_t n) {
+    if (!n) return;
+    if (cmpl_reserve(&c->text, &c->text_cap, c->text_len + n + 1, 256)) return;
+    memcpy(c->text + c->text_len, t, n);
+    c->text_len += n;
+    c->text[c->text_len] = 0;
+}
+
+/* ---- events on the loop thread ---------------------------------------------------------- */
+
+static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched_event *ev,
+                          double t) {
+    struct cmpl *g = hr->cmpl;
+    struct oai_params *p = g->params;
+    struct metrics *m = &hr->srv->metrics;
+    if (c->t_first == 0) {
+        c->t_first = t;
+        if (hr->ttft < 0 || t - hr->t_start < hr->ttft) hr->ttft = t - hr->t_start;
+        metrics_observe(m, METRICS_TTFT, t - hr->t_start);
+    } else {
+        metrics_observe(m, METRICS_ITL, t - c->t_last);
+    }
+    c->t_last = t;
+    c->n_tokens++;
+    if (hr->mhd_done || g->aborted) return;
+    if (g->stream) {
+        if (ev->text_len || p->logprobs)
+            cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len,
+                            cmpl_lp_value(hr, c, ev), NULL);
+    } else {
+        cmpl_append_text(c, ev->text, ev->text_len);
+        if (p->logprobs) {
+            if (!c->lp) c->lp = p->is_chat ? json_array() : oai_legacy_lp_new();
+            if (p->is_chat)
+                json_array_append_new(c->lp, oai_lp_entry(hr->srv->vocab, ev->token, ev->logprob,
+                                                          ev->top, ev->n_top, 1));
+            else
+                cmpl_legacy_lp(hr, c->lp, ev, c->lp_offset);
+        }
+    }
+    c->lp_offset += ev->text_len;
+}
+
+static void cmpl_stream_end(struct hreq *hr) {
+    struct cmpl *g = hr->cmpl;
+    if (g->params->include_usage) {
+        json_t *j = oai_chunk(&g->resp);
+        json_object_set_new(j, "choices", json_array());
+        json_object_set_new(j, "usage", cmpl_usage_json(hr));
+        cmpl_sse(hr, j);
+    }
+    cmpl_out(hr, "data: [DONE]\n\n", 14);
+    g->out_end = 1;
+    conn_wake(hr);
+}
+
+static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_event *ev,
+                         double t) {
+    struct cmpl *g = hr->cmpl;
+    struct metrics *m = &hr->srv->metrics;
+    c->done = 1;
+    g->n_done++;
+    c->finish = ev->kind == SCHED_EV_ERROR ? SCHED_FINISH_ERROR : ev->finish;
+    c->prompt_tokens = ev->prompt_tokens;
+    c->completion_tokens = ev->completion_tokens;
+    c->cached_tokens = ev->cached_tokens;
+    c->queue_s = ev->queue_s;
+    hr->completion_tokens += ev->completion_tokens;
+    int fin = c->finish == SCHED_FINISH_STOP        ? METRICS_FIN_STOP
+              : c->finish == SCHED_FINISH_LENGTH    ? METRICS_FIN_LENGTH
+              : c->finish == SCHED_FINISH_CANCELLED ? METRICS_FIN_CANCELLED
+              : c->finish == SCHED_FINISH_DEADLINE  ? METRICS_FIN_DEADLINE
+                                                    : METRICS_FIN_ERROR;
+    m->finish[fin]++;
+    m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
+    m->generation_tokens += (uint64_t)(ev->completion_tokens > 0 ? ev->completion_tokens : 0);
+    metrics_observe(m, METRICS_E2E, t - hr->t_start);
+    metrics_observe(m, METRICS_QUEUE, ev->queue_s);
+    if (ev->kind == SCHED_EV_ERROR) {
+        free(c->error);
+        c->error = strdup(ev->error && *ev->error ? ev->error : "generation failed");
+        LOG_W(CMPL_MOD, hr->id, "choice %d failed: %s", c->index, c->error ? c->error : "?");
+    }
+    if (hr->mhd_done || g->aborted) return;
+    if (g->stream) {
+        if (ev->kind == SCHED_EV_ERROR) {
+            cmpl_cancel(hr);
+            cmpl_sse_error(hr, "server_error", c->error ? c->error : "generation failed");
+            return;
+        }
+        if (c->finish == SCHED_FINISH_DEADLINE) {
+            cmpl_cancel(hr);
+            cmpl_sse_error(hr, "timeout_error", "request deadline exceeded");
+            return;
+        }
+        if (c->finish == SCHED_FINISH_CANCELLED) return; /* aborted by us; the error went out */
+        if (ev->text_len) cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
+        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL,
+                        oai_finish_name(c->finish));
+        if (g->n_done == g->n_ch) cmpl_stream_end(hr);
+    } else {
+        cmpl_append_text(c, ev->text, ev->text_len);
+        if (ev->kind == SCHED_EV_ERROR && !g->fail_status) {
+            g->fail_status = 500;
+            snprintf(g->fail_msg, sizeof g->fail_msg, "%s", c->error ? c->error : "failed");
+        } else if (c->finish == SCHED_FINISH_DEADLINE && !g->fail_status) {
+            g->fail_status = 504;
+            snprintf(g->fail_msg, sizeof g->fail_msg, "request deadline exceeded");
+        }
+        if (g->n_done == g->n_ch || g->fail_status) conn_wake(hr);
+    }
+}
+
+void cmpl_process_queue(struct srv *s) {
+    pthread_mutex_lock(&s->qlock);
+    struct cmpl_event *it = s->qhead;
+    s->qhead = s->qtail = NULL;
+    pthread_mutex_unlock(&s->qlock);
+    while (it) {
+        struct cmpl_event *next = it->next;
+        struct hchoice *c = it->choice;
+        struct hreq *hr = c->hr;
+        if (!c->submitted) {
+            /* sched_submit refused it: no reference was taken, nothing to report */
+        } else if (it->ev.kind == SCHED_EV_TOKEN) {
+            cmpl_on_token(hr, c, &it->ev, it->t);
+        } else if (!c->done) {
+            cmpl_on_done(hr, c, &it->ev, it->t);
+            conn_unref(hr); /* the scheduler's reference: may free hr */
+        }
+        free(it);
+        it = next;
+    }
+}
+
+/* ---- start, resume, cancel ---------------------------------------------------------------- */
+
+int cmpl_active(const struct hreq *hr) { return hr->cmpl && hr->cmpl->n_ch; }
+
+void cmpl_cancel(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    struct cmpl *g = hr->cmpl;
+    if (!s->sched || !g) return;
+    for (int i = 0; i < g->n_ch; i++)
+        if (g->ch[i].submitted && !g->ch[i].done) sched_cancel(s->sched, g->ch[i].sched_id);
+}
+
+void cmpl_abort(struct hreq *hr, int status, const char *msg) {
+    struct cmpl *g = hr->cmpl;
+    if (!g || g->aborted || hr->mhd_done) return;
+    g->aborted = 1;
+    cmpl_cancel(hr);
+    LOG_W(CMPL_MOD, hr->id, "ending request: %s", msg);
+    if (g->stream) {
+        g->aborted = 0; /* let the error event through */
+        cmpl_sse_error(hr, status == 504 ? "timeout_error" : "server_error", msg);
+        g->aborted = 1;
+    } else if (!g->fail_status) {
+        g->fail_status = status;
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        conn_wake(hr);
+    }
+}
+
+void cmpl_keepalive(struct hreq *hr, double now) {
+    struct cmpl *g = hr->cmpl;
+    if (!g || !g->stream || g->out_end) return;
+    if (now - g->last_write >= hr->srv->cfg->sse_keepalive_s) cmpl_out(hr, ": keep-alive\n\n", 14);
+}
+
+static ssize_t cmpl_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    struct hreq *hr = cls;
+    struct cmpl *g = hr->cmpl;
+    (void)pos;
+    if (g->out_off < g->out_len) {
+        size_t n = g->out_len - g->out_off;
+        if (n > max) n = max;
+        memcpy(buf, g->out + g->out_off, n);
+        g->out_off += n;
+        if (g->out_off == g->out_len) g->out_off = g->out_len = 0;
+        return (ssize_t)n;
+    }
+    if (hr->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (g->out_end) return MHD_CONTENT_READER_END_OF_STREAM;
+    conn_suspend(hr);
+    return 0;
+}
+
+static enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
+    switch (rc) {
+    case SCHED_EFULL:
+        return conn_reply_error(hr, 429, NULL, NULL, NULL, "the server is busy: queue full");
+    case SCHED_EDRAIN:
+        return conn_reply_error(hr, 503, NULL, NULL, NULL, "the server is shutting down");
+    case SCHED_ECTX:
+        return conn_reply_error(hr, 400, NULL, hr->cmpl->params->is_chat ? "messages" : "prompt",
+                                "context_length_exceeded", "prompt + max_tokens exceed the context");
+    case SCHED_EINVAL:
+        return conn_reply_error(hr, 400, NULL, NULL, NULL, "invalid request: %s",
+                                sched_strerror(rc));
+    default:
+        return conn_reply_error(hr, rc == SCHED_ENOMEM ? 503 : 500, NULL, NULL, NULL,
+                                "cannot start generation: %s", sched_strerror(rc));
+    }
+}
+
+static void cmpl_on_close(struct hreq *hr, void *arg) {
+    (void)arg;
+    cmpl_cancel(hr);
+}
+
+static void cmpl_free(struct hreq *hr, void *arg) {
+    struct cmpl *g = arg;
+    for (int i = 0; i < g->n_ch; i++) {
+        free(g->ch[i].text);
+        free(g->ch[i].error);
+        json_decref(g->ch[i].lp);
+    }
+    free(g->ch);
+    oai_params_free(g->params);
+    free(g->out);
+    free(g);
+    hr->cmpl = NULL;
+}
+
+/* Submits every choice; the stream's first chunks go out before its response is queued. */
+static enum MHD_Result cmpl_submit(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    struct cmpl *g = hr->cmpl;
+    struct oai_params *p = g->params;
+    int n_ch = p->n * p->n_prompts;
+    g->ch = calloc((size_t)n_ch, sizeof *g->ch);
+    if (!g->ch) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    g->n_ch = n_ch;
+    for (int i = 0; i < p->n_prompts; i++) hr->prompt_tokens += p->prompt_len[i];
+    for (int i = 0; i < n_ch; i++) {
+        struct hchoice *c = &g->ch[i];
+        c->hr = hr;
+        c->index = i;
+        c->prompt_idx = i / p->n;
+        struct sched_req r = {0};
+        r.prompt = p->prompt[c->prompt_idx];
+        r.n_prompt = p->prompt_len[c->prompt_idx];
+        r.sp = p->sp;
+        if (p->n > 1 && p->sp.has_seed) r.sp.seed = p->sp.seed + (uint64_t)i;
+        r.max_tokens = p->max_tokens[c->prompt_idx];
+        r.stop = (const char *const *)p->stop;
+        r.n_stop = p->n_stop;
+        r.ignore_eos = p->ignore_eos;
+        r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
+        r.session_id = p->session_id;
+        r.deadline = hr->deadline;
+        r.on_event = cmpl_on_event;
+        r.user = c;
+        int rc = sched_submit(s->sched, &r, &c->sched_id);
+        if (rc) {
+            cmpl_cancel(hr);
+            return cmpl_submit_error(hr, rc);
+        }
+        c->submitted = 1;
+        conn_ref(hr);
+    }
+    LOG_D(CMPL_MOD, hr->id, "%s: %d choices, %d prompt tokens, max_tokens %d%s", hr->path, n_ch,
+          hr->prompt_tokens, p->max_tokens[0], p->stream ? ", stream" : "");
+    if (!p->stream) {
+        hr->phase = PH_WAIT;
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    for (int i = 0; i < n_ch; i++) {
+        if (p->is_chat)
+            cmpl_sse_choice(hr, i, "assistant", "", 0, NULL, NULL);
+        else if (p->echo)
+            cmpl_sse_choice(hr, i, NULL, p->prompt_text[i / p->n], p->prompt_text_len[i / p->n],
+                            NULL, NULL);
+    }
+    g->last_write = clock_mono_s();
+    enum MHD_Result ret =
+        conn_reply_stream(hr, "text/event-stream; charset=utf-8", cmpl_stream_read, hr);
+    if (ret != MHD_YES) cmpl_cancel(hr);
+    return ret;
+}
+
+enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
+    struct srv *s = hr->srv;
+    struct oai_limits lim = {.vocab = s->vocab, .chat_style = s->chat_style,
+                             .n_ctx = s->cfg->ctx_size, .max_tokens = s->cfg->max_tokens,
+                             .max_n = s->cfg->max_n, .model_id = s->model_id,
+                             .model_name = s->model ? s->model->name : NULL};
+    struct oai_error e;
+    struct oai_params *p;
+    if (oai_parse(root, is_chat, &lim, &p, &e))
+        return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
+                                e.param, e.code, "%s", e.msg);
+    struct cmpl *g = calloc(1, sizeof *g);
+    if (!g) {
+        oai_params_free(p);
+        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    }
+    hr->cmpl = g;
+    conn_close_add(hr, cmpl_on_close, NULL);
+    conn_cleanup_add(hr, cmpl_free, g);
+    g->params = p;
+    g->stream = p->stream;
+    snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,
+             (unsigned)((uint64_t)s->created * 2654435761u));
+    g->resp = (struct oai_resp){.id = g->id, .is_chat = p->is_chat,
+                                .created = (int64_t)time(NULL), .model = s->model_id,
+                                .include_usage = p->include_usage};
+    return cmpl_submit(hr);
+}
+
+enum MHD_Result cmpl_resume(struct hreq *hr) {
+    struct cmpl *g = hr->cmpl;
+    if (!g || hr->client_gone) return MHD_NO; /* closes the connection */
+    struct oai_params *p = g->params;
+    if (g->fail_status)
+        return conn_reply_error(hr, g->fail_status, g->fail_status == 504 ? "timeout_error" : NULL,
+                                NULL, NULL, "%s", g->fail_msg);
+    if (g->n_done < g->n_ch) {
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    json_t *choices = json_array();
+    for (int i = 0; i < g->n_ch; i++) {
+        struct hchoice *c = &g->ch[i];
+        json_t *lp = json_null();
+        if (p->logprobs)
+            lp = p->is_chat ? oai_chat_lp(c->lp ? json_incref(c->lp) : NULL)
+                            : (c->lp ? json_incref(c->lp) : oai_legacy_lp_new());
+        int echo = !p->is_chat && p->echo;
+        json_array_append_new(
+            choices, oai_choice(p->is_chat, i, echo ? p->prompt_text[c->prompt_idx] : NULL,
+                                echo ? p->prompt_text_len[c->prompt_idx] : 0, c->text,
+                                c->text_len, lp, oai_finish_name(c->finish)));
+    }
+    return conn_reply_json(hr, 200, oai_response(&g->resp, choices, cmpl_usage_json(hr)));
+}

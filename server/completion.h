@@ -1,0 +1,36 @@
+/*
+ * completion — the completion flow of /v1/chat/completions and /v1/completions: parse the
+ * body (openai.c), submit one scheduler request per choice, receive their events on the
+ * loop thread, and answer with one JSON response or an SSE stream.
+ *
+ * The state of one request (struct cmpl, private) hangs off hreq.cmpl; cmpl_start_json
+ * registers its release with the connection layer (cancel at close, free at cleanup), and
+ * each submitted choice holds a reference on the request until its DONE/ERROR event.
+ *
+ * Threads: the loop thread, except the scheduler's event callback, which only copies the
+ * event into srv.qhead (under srv.qlock) and wakes the loop through srv.async.
+ */
+#ifndef GEMMAD_SERVER_COMPLETION_H
+#define GEMMAD_SERVER_COMPLETION_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "server/conn.h"
+
+/* Parses root (borrowed) and starts the request; replies itself on every error. */
+enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat);
+/* The access handler runs again after a resume (phase PH_WAIT): reply once all is done. */
+enum MHD_Result cmpl_resume(struct hreq *hr);
+/* Handles every queued scheduler event (one uv_async wake may stand for many). */
+void cmpl_process_queue(struct srv *s);
+/* Cancels the request's running choices (no-op without a completion). */
+void cmpl_cancel(struct hreq *hr);
+/* Ends a running request with an error: an SSE error event or, later, an error reply. */
+void cmpl_abort(struct hreq *hr, int status, const char *msg);
+/* Streams: a keep-alive comment when nothing was written for sse_keepalive_s. */
+void cmpl_keepalive(struct hreq *hr, double now);
+/* 1 when hr runs scheduler choices (for drain and deadlines). */
+int cmpl_active(const struct hreq *hr);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * state — the server's shared state (struct srv): what every server file reads, created and
+ * owned by the life cycle (server.c). Plain data; it sits below every server file so that
+ * the connection layer, the completion flow and the routes can read it without including
+ * the life cycle.
+ *
+ * Threads: everything here belongs to the loop thread (the main thread, which runs libuv
+ * and, from it, libmicrohttpd), except srv.qlock / srv.qhead / srv.qtail (the event queue
+ * the scheduler thread fills, see completion.c) and srv.load_* (written by the model-loading
+ * thread before it signals srv.load_async).
+ */
+#ifndef GEMMAD_SERVER_STATE_H
+#define GEMMAD_SERVER_STATE_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config/config.h"
+#include "scheduler/sched.h"
+#include "server/metrics.h"
+
+enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_STOPPING, SRV_FAILED };
+
+/* Routes, indexed into metrics tables. */
+enum route_id {
+    ROUTE_CHAT = 0, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
+    ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_NOT_FOUND, ROUTE_COUNT
+};
+
+struct hreq;
+struct hconn;
+struct cmpl_event;
+
+struct srv {
+    const struct config *cfg;
+    uv_loop_t *loop;
+    struct MHD_Daemon *mhd;
+    uv_poll_t mhd_poll;         /* readable when MHD's epoll set has events */
+    uv_timer_t mhd_timer;       /* MHD_get_timeout() */
+    uv_timer_t tick;            /* keep-alives, deadlines, drain */
+    uv_async_t async;           /* scheduler events ready in the queue */
+    uv_async_t load_async;      /* the model loader finished */
+    uv_signal_t sigint, sigterm;
+    int port;                   /* bound port */
+
+    pthread_mutex_t qlock;      /* guards qhead/qtail */
+    struct cmpl_event *qhead, *qtail;
+
+    enum srv_state state;
+    double drain_deadline;      /* DRAINING: when remaining requests are ended */
+    double stop_at;             /* DRAINING: hard stop after the final events went out */
+    int drain_expired;
+
+    pthread_t load_thread;
+    int load_rc;                /* written by the loader; read after pthread_join */
+    char load_err[512];
+    struct model *load_model;   /* the loader's results, adopted after pthread_join */
+    struct sched *load_sched;
+    struct model *model;        /* owned; valid once state >= READY */
+    struct sched *sched;        /* owned */
+    const struct tok_vocab *vocab;
+    int chat_style;             /* enum chat_style */
+    char model_id[256];         /* served model id */
+    int64_t created;            /* unix seconds at start, for "created" */
+
+    char **keys;                /* API keys (NULL: open) */
+    int n_keys;
+
+    struct hreq *reqs;          /* live requests (doubly linked) */
+    struct hconn *conns;        /* open connections */
+    uint64_t next_id;           /* request ids */
+    struct metrics metrics;
+    int exit_code;
+};
+
+#endif
