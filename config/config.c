@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum cfg_type { CFG_INT, CFG_I64, CFG_DBL, CFG_BOOL, CFG_STR, CFG_ENUM };
+/* CFG_LIST: a comma-separated string; a flag repeated on the command line adds to it. */
+enum cfg_type { CFG_INT, CFG_I64, CFG_DBL, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_LIST };
 
 struct cfg_opt {
     const char *name;   /* file key; env GEMMAD_<NAME>; flag --name (with - or _) */
@@ -33,8 +34,11 @@ struct cfg_opt {
 
 static const struct cfg_opt cfg_opts[] = {
     {"model", CFG_STR, OFF(model), SZ(model), 0, 0, NULL, "path of the GGUF model file"},
-    {"model_alias", CFG_STR, OFF(model_alias), SZ(model_alias), 0, 0, NULL,
-     "model id served by /v1/models (empty: the file name without .gguf)"},
+    {"model_alias", CFG_LIST, OFF(model_alias), SZ(model_alias), 0, 0, NULL,
+     "model ids served by /v1/models, comma-separated or the flag repeated (empty: the file "
+     "name without .gguf)"},
+    {"accept_any_model", CFG_BOOL, OFF(accept_any_model), 0, 0, 1, NULL,
+     "accept any \"model\" value as the served model (off: unknown names get 404)"},
     {"host", CFG_STR, OFF(host), SZ(host), 0, 0, NULL, "listen address"},
     {"port", CFG_INT, OFF(port), 0, 0, 65535, NULL, "listen port (0: any free port, logged)"},
     {"threads", CFG_INT, OFF(threads), 0, 0, 1024, NULL, "compute threads (0: physical cores)"},
@@ -84,6 +88,15 @@ static const struct cfg_opt cfg_opts[] = {
      "file with one API key per line; empty: no authentication"},
     {"log_level", CFG_ENUM, OFF(log_level), SZ(log_level), 0, 0, "error|warn|info|debug",
      "log level"},
+    {"cors_origins", CFG_STR, OFF(cors_origins), SZ(cors_origins), 0, 0, NULL,
+     "origins allowed to call the API from a browser, comma-separated, or * (empty: none)"},
+    {"no_ui", CFG_BOOL, OFF(no_ui), 0, 0, 1, NULL, "serve no chat page at GET /"},
+    {"responses_store", CFG_INT, OFF(responses_store), 0, 0, 1 << 20, NULL,
+     "stored /v1/responses conversations kept for previous_response_id (LRU)"},
+    {"responses_ttl_s", CFG_DBL, OFF(responses_ttl_s), 0, 0, 86400 * 7, NULL,
+     "seconds a stored response stays available (0: no limit)"},
+    {"embedding_pooling", CFG_ENUM, OFF(embedding_pooling), SZ(embedding_pooling), 0, 0,
+     "mean|last", "default pooling of /v1/embeddings"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 
@@ -182,6 +195,7 @@ int config_set(struct config *c, const char *name, const char *value, const char
         return CONFIG_OK;
     }
     case CFG_STR:
+    case CFG_LIST:
         if (strlen(value) >= o->size) return cfg_bad(err, errlen, source, o->name, value,
                                                      "a shorter string");
         memcpy(dst, value, strlen(value) + 1);
@@ -314,6 +328,7 @@ static int cfg_is_bool_word(const char *v) {
 /* Walks the flags; `only_config` picks out --config alone (first pass). */
 static int cfg_args(struct config *c, int argc, char *const *argv, int only_config,
                     const char **config_path, char *err, size_t errlen) {
+    unsigned char seen[CFG_N_OPTS] = {0}; /* lists given more than once add up */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -351,8 +366,16 @@ static int cfg_args(struct config *c, int argc, char *const *argv, int only_conf
             continue;
         }
         if (only_config) continue;
-        char src[96];
+        char src[96], joined[CONFIG_STR_MAX];
         snprintf(src, sizeof src, "flag --%.*s", (int)(nl > 64 ? 64 : nl), name);
+        size_t oi = (size_t)(o - cfg_opts);
+        if (o->type == CFG_LIST && seen[oi] && *value) {
+            const char *cur = (const char *)c + o->off;
+            int jn = snprintf(joined, sizeof joined, "%s%s%s", cur, *cur ? "," : "", value);
+            if (jn < 0 || (size_t)jn >= sizeof joined) joined[0] = 0; /* config_set refuses */
+            value = joined[0] ? joined : value;
+        }
+        seen[oi] = 1;
         int rc = config_set(c, o->name, value, src, err, errlen);
         if (rc) return rc;
     }
@@ -401,6 +424,7 @@ static void cfg_value_text(const struct config *c, const struct cfg_opt *o, char
     case CFG_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)(const void *)src); break;
     case CFG_DBL: snprintf(buf, cap, "%g", *(const double *)(const void *)src); break;
     case CFG_STR:
+    case CFG_LIST:
     case CFG_ENUM: snprintf(buf, cap, "%s", src); break;
     }
 }

@@ -18,7 +18,9 @@
 
 struct config {
     char model[CONFIG_STR_MAX];         /* GGUF path */
-    char model_alias[256];              /* id served by /v1/models; "" = file name stem */
+    char model_alias[1024];             /* ids served by /v1/models, comma-separated (the first
+                                         * is the main one); "" = file name stem */
+    int accept_any_model;               /* 1: any "model" value names the served model */
     char host[256];                     /* listen address */
     int port;                           /* listen port */
     int threads;                        /* compute threads; 0 = physical cores */
@@ -46,6 +48,11 @@ struct config {
     char device[16];                    /* cpu | cuda | auto */
     char api_keys_file[CONFIG_STR_MAX]; /* one key per line; "" = no authentication */
     char log_level[16];                 /* error | warn | info | debug */
+    char cors_origins[CONFIG_STR_MAX];  /* origins allowed cross-site ("*": any; "" none) */
+    int no_ui;                          /* 1: no chat page at GET / */
+    int responses_store;                /* stored /v1/responses conversations kept at most */
+    double responses_ttl_s;             /* and for at most this long */
+    char embedding_pooling[8];          /* mean | last: /v1/embeddings' default pooling */
 };
 
 enum config_status {

@@ -34,7 +34,11 @@
     X(int, kv_tokens, 65536)                                                                 \
     X(int, prefix_cache, 1)                                                                  \
     X(double, session_ttl_s, 300)                                                            \
-    X(int, deterministic, 0)
+    X(int, deterministic, 0)                                                                 \
+    X(int, accept_any_model, 0)                                                              \
+    X(int, no_ui, 0)                                                                         \
+    X(int, responses_store, 256)                                                             \
+    X(double, responses_ttl_s, 3600)
 
 #define GEMMAD_DEFAULTS_STR(X)                                                               \
     X(model, "")                                                                             \
@@ -43,7 +47,9 @@
     X(kv_dtype, "f16")                                                                       \
     X(device, "auto")                                                                        \
     X(api_keys_file, "")                                                                     \
-    X(log_level, "info")
+    X(log_level, "info")                                                                     \
+    X(cors_origins, "")                                                                      \
+    X(embedding_pooling, "mean")
 
 struct gemmad_defaults {
 #define DEFAULTS_NUM_FIELD(type, name, value) type name;

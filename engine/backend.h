@@ -82,6 +82,9 @@ struct be_seq {
     const int32_t *swa;     /* SWA ring [n_swa], NULL without SWA layers */
     int n_swa;
     enum be_logits logits;
+    float *hidden;          /* NULL, or [n_tokens][n_embd]: every row's final normalised
+                             * hidden state (CPU backend only; forward.c refuses it
+                             * elsewhere) */
 };
 
 struct be_opts {

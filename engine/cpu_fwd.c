@@ -342,6 +342,14 @@ static int cpu_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits
         if (c->tap) c->tap(c->tap_user, l, c->x, rows, E);
     }
 
+    /* every row's final normalised state, for the sequences that asked */
+    for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++)
+        if (seqs[s].hidden)
+            for (int i = 0; i < seqs[s].n_tokens; i++)
+                c->vec->rms_norm(seqs[s].hidden + (size_t)i * (size_t)E,
+                                 c->x + (size_t)(r0 + i) * (size_t)E, c->output_norm, E,
+                                 cfg->eps);
+
     /* output norm and LM head for the selected rows */
     if (ns > 0) {
         for (int i = 0; i < ns; i++)

@@ -291,15 +291,25 @@ static int validate(const struct fwd_ctx *c, const struct fwd_seq *seqs, int n_s
 /* ---- the step ---- */
 
 int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits) {
+    return fwd_run_hidden(c, seqs, n_seqs, logits, NULL);
+}
+
+int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   float *hidden) {
     int rows = 0, n_logits = 0;
     int st = validate(c, seqs, n_seqs, &rows, &n_logits);
     if (st != FWD_OK) return st;
     if (n_logits > 0 && !logits) return FWD_EINVAL;
+    if (hidden && c->be != &be_cpu) return FWD_EINVAL;
+    const size_t E = (size_t)c->m->cfg.n_embd;
+    size_t row = 0;
     for (int s = 0; s < n_seqs; s++) {
         const struct fwd_seq *q = &seqs[s];
         c->bseq[s] = (struct be_seq){q->tokens,   q->n_tokens, q->pos,
                                      q->kv->full, q->kv->n_full, q->kv->swa,
-                                     q->kv->n_swa, (enum be_logits)q->logits};
+                                     q->kv->n_swa, (enum be_logits)q->logits,
+                                     hidden ? hidden + row * E : NULL};
+        row += (size_t)q->n_tokens;
     }
     return c->be->run(c->b, c->bseq, n_seqs, logits);
 }

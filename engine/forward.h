@@ -71,6 +71,11 @@ int fwd_device_available(enum fwd_device dev, char *why, size_t whylen);
  * row; ALL: n_tokens rows), each n_vocab floats. Returns FWD_OK or an error (nothing
  * written to the KV on EINVAL/EKV). */
 int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits);
+/* fwd_run that also writes every row's final normalised hidden state (what the LM head
+ * reads; the embeddings route pools it) into hidden [rows of the step][n_embd], rows in
+ * the order of seqs. hidden NULL: fwd_run. The CPU backend only (FWD_EINVAL elsewhere). */
+int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   float *hidden);
 
 /* The compute threads of the context (including the calling one), and a way to run other
  * work on them between steps (the scheduler samples its sequences there): fn(arg, task,

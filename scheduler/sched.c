@@ -129,7 +129,8 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     }
     struct fwd_opts fo = {.max_tokens = o->max_batch_tokens, .max_seqs = o->max_seqs,
                           .max_ctx = o->n_ctx,
-                          .max_logit_rows = o->max_seqs, .n_threads = o->n_threads,
+                          .max_logit_rows = o->max_seqs + SCHED_PLP_ROWS,
+                          .n_threads = o->n_threads,
                           .device = o->device, .deterministic = o->deterministic};
     int frc = fwd_create(m, s->pool, &fo, &s->fwd, err, errlen);
     if (frc) {
@@ -141,7 +142,18 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     if (!s->smp) goto fail_mem;
     for (int i = 0; i < s->n_smp; i++)
         if (smp_ctx_create(s->n_vocab, &s->smp[i])) goto fail_mem;
-    s->logits = malloc((size_t)o->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    s->logits =
+        malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * (size_t)s->n_vocab * sizeof(float));
+    s->n_embd = m->cfg.n_embd;
+    s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)s->n_embd * sizeof(float));
+    const size_t nplp = (size_t)(o->max_seqs + SCHED_PLP_ROWS);
+    s->plp_row = malloc(nplp * sizeof(int));
+    s->plp_k = malloc(nplp * sizeof(int));
+    s->plp_tok = malloc(nplp * sizeof(int32_t));
+    s->plp_lp = malloc(nplp * sizeof(float));
+    s->plp_top = malloc(nplp * SCHED_MAX_TOP * sizeof(struct sched_top));
+    if (!s->hidden || !s->plp_row || !s->plp_k || !s->plp_tok || !s->plp_lp || !s->plp_top)
+        goto fail_mem;
     s->scratch = malloc((size_t)s->n_smp * (size_t)s->n_vocab * sizeof(float));
     s->sampling = calloc((size_t)o->max_seqs, sizeof(*s->sampling));
     s->rows = calloc((size_t)o->max_seqs, sizeof(*s->rows));
@@ -199,6 +211,12 @@ void sched_destroy(struct sched *s) {
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
     free(s->logits);
+    free(s->hidden);
+    free(s->plp_row);
+    free(s->plp_k);
+    free(s->plp_tok);
+    free(s->plp_lp);
+    free(s->plp_top);
     free(s->scratch);
     free(s->sampling);
     free(s->rows);
@@ -222,7 +240,9 @@ static char *dup_str(const char *p) {
 
 int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     if (id_out) *id_out = 0;
-    if (!r || !r->prompt || r->n_prompt < 1 || r->max_tokens < 1 || !r->on_event ||
+    const int min_tokens = r && (r->prompt_logprobs || r->embed) ? 0 : 1;
+    if (!r || !r->prompt || r->n_prompt < 1 || r->max_tokens < min_tokens || !r->on_event ||
+        (r->prompt_logprobs && r->top_logprobs < 0) || (r->embed && r->max_tokens != 0) ||
         r->n_stop < 0 || (r->n_stop > 0 && !r->stop) || r->top_logprobs > SCHED_MAX_TOP ||
         r->sp.n_logit_bias < 0 || (r->sp.n_logit_bias > 0 && !r->sp.logit_bias))
         return SCHED_EINVAL;
@@ -230,6 +250,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab) return SCHED_EINVAL;
     long long total = (long long)r->n_prompt + r->max_tokens;
     if (total > s->o.n_ctx) return SCHED_ECTX;
+    if (r->embed && fwd_device(s->fwd) != FWD_DEVICE_CPU) return SCHED_EBACKEND;
 
     struct seq *q = calloc(1, sizeof(*q));
     if (!q) return SCHED_ENOMEM;
@@ -251,7 +272,15 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         memcpy(q->bias, r->sp.logit_bias, (size_t)r->sp.n_logit_bias * sizeof(*q->bias));
     }
     q->sp.logit_bias = q->bias;
-    if (r->session_id && r->session_id[0] && !(q->session_id = dup_str(r->session_id)))
+    if (!r->embed && r->session_id && r->session_id[0] &&
+        !(q->session_id = dup_str(r->session_id)))
+        goto fail;
+    q->prompt_lp = r->prompt_logprobs;
+    q->embed = r->embed;
+    q->pooling = r->pooling;
+    q->n_embd = s->n_embd;
+    if (q->embed && (!(q->emb_acc = calloc((size_t)s->n_embd, sizeof(double))) ||
+                     !(q->emb_out = malloc((size_t)s->n_embd * sizeof(float)))))
         goto fail;
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;

@@ -55,18 +55,27 @@ struct sched_req {
     const int32_t *prompt;    /* [n_prompt] token ids, copied */
     int n_prompt;
     struct sched_sampling sp;
-    int max_tokens;           /* >= 1; the server caps it at n_ctx - n_prompt */
+    int max_tokens;           /* >= 1 (0 allowed with prompt_logprobs or embed); the server
+                               * caps it at n_ctx - n_prompt */
     const char *const *stop;  /* [n_stop] NUL-terminated stop strings, copied */
     int n_stop;
     int ignore_eos;           /* 1: do not stop on end-of-generation tokens */
     int top_logprobs;         /* 0..20 alternatives per token; -1 = no logprobs at all */
     const char *session_id;   /* optional: keep this conversation's KV warm; copied */
+    int prompt_logprobs;      /* 1: a PROMPT event for every prompt token after the first,
+                               * with top_logprobs (>= 0) alternatives; the whole prompt is
+                               * computed (no cached prefix) */
+    int embed;                /* 1: no generation: prefill the prompt (no cached prefix, no
+                               * session) and return its pooled final hidden state in DONE */
+    enum sched_pooling { SCHED_POOL_MEAN = 0, SCHED_POOL_LAST = 1 } pooling; /* embed */
     double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
 };
 
-enum sched_ev_kind { SCHED_EV_TOKEN = 1, SCHED_EV_DONE = 2, SCHED_EV_ERROR = 3 };
+enum sched_ev_kind {
+    SCHED_EV_TOKEN = 1, SCHED_EV_DONE = 2, SCHED_EV_ERROR = 3, SCHED_EV_PROMPT = 4
+};
 enum sched_finish {
     SCHED_FINISH_NONE = 0, SCHED_FINISH_STOP, SCHED_FINISH_LENGTH, SCHED_FINISH_CANCELLED,
     SCHED_FINISH_DEADLINE, SCHED_FINISH_ERROR
@@ -81,19 +90,26 @@ enum sched_finish {
  * completes a stop string gets its TOKEN event (text before the stop only), then DONE(STOP).
  * logprob/top are log-softmax values of the raw model logits (before logit_bias, penalties
  * and temperature), as OpenAI and vLLM report them. A cancelled or expired request gets
- * DONE with CANCELLED/DEADLINE whether it was queued or running. */
+ * DONE with CANCELLED/DEADLINE whether it was queued or running.
+ * PROMPT (prompt_logprobs): prompt token `pos` (1 .. n_prompt - 1, in order, all before the
+ * first TOKEN) scored from its prefix: token, logprob, top. */
 struct sched_event {
     enum sched_ev_kind kind;
     uint64_t id;              /* the request id sched_submit returned */
     const char *text;         /* UTF-8, text_len bytes, not NUL-terminated */
     size_t text_len;
-    int32_t token;            /* TOKEN: the sampled id */
+    int32_t token;            /* TOKEN: the sampled id; PROMPT: the prompt's id */
+    int pos;                  /* PROMPT: its position in the prompt */
     float logprob;            /* TOKEN: its log-probability (when top_logprobs >= 0) */
     const struct sched_top *top; /* TOKEN: [n_top] best alternatives, most likely first */
     int n_top;
     enum sched_finish finish; /* DONE / ERROR */
     int prompt_tokens, completion_tokens, cached_tokens; /* DONE: usage */
     double queue_s;           /* DONE: seconds spent waiting for admission */
+    int stop_index;           /* DONE with STOP: index of the stop string that matched, or -1
+                               * (an end-of-generation token) */
+    const float *embedding;   /* DONE of an embed request: [n_embd] pooled, not normalised */
+    int n_embd;
     const char *error;        /* ERROR: a message fit for a client (no paths) */
 };
 

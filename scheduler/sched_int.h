@@ -19,6 +19,9 @@
 
 #define SCHED_MOD "sched"
 #define SCHED_MAX_TOP 20
+/* Logits rows, beyond one per sequence, that the prompt chunks of prompt_logprobs requests
+ * may use in one step (each row is n_vocab floats). */
+#define SCHED_PLP_ROWS 32
 #define SCHED_MAX_SESSIONS 64
 
 struct seq {
@@ -41,6 +44,15 @@ struct seq {
     struct stop_state stop;
     struct tok_stream ts;
     char *session_id;            /* copy or NULL */
+    int prompt_lp;               /* report prompt logprobs (PROMPT events) */
+    int lp_next;                 /* next prompt position to report (survives preemption) */
+    int lp_row0;                 /* per step: first logits row of a prompt chunk, or -1 */
+    int embed;                   /* embedding request: no sampling */
+    enum sched_pooling pooling;
+    double *emb_acc;             /* [n_embd] embed: sum (mean) or last hidden row */
+    float *emb_out;              /* [n_embd] embed: the pooled vector sent with DONE */
+    int n_embd;
+    int hidden_row0;             /* per step: the chunk's first row of sched.hidden */
     int top_logprobs, ignore_eos;
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
@@ -69,7 +81,16 @@ struct sched {
     int n_smp;
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
-    float *logits;               /* [max_seqs][n_vocab] */
+    float *logits;               /* [max_seqs + SCHED_PLP_ROWS][n_vocab] */
+    float *hidden;               /* [max_batch_tokens][n_embd] final hidden rows of a step
+                                  * with embed sequences */
+    int n_embd;
+    /* prompt positions scored this step, one per logits row (computed on the pool) */
+    int n_plp;
+    int *plp_row, *plp_k;        /* [max_seqs + SCHED_PLP_ROWS] logits row, alternatives */
+    int32_t *plp_tok;            /* the prompt token scored */
+    float *plp_lp;               /* its logprob */
+    struct sched_top *plp_top;   /* [.. * SCHED_MAX_TOP] its alternatives */
     float *scratch;              /* [n_smp][n_vocab] logits copies when logprobs are asked for */
     struct seq **sampling;       /* [max_seqs] sequences sampled this step */
     struct fwd_seq *rows;        /* [max_seqs] */

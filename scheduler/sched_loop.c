@@ -37,6 +37,8 @@ void sched_seq_free(struct seq *q) {
     free(q->bias);
     stop_free(&q->stop);
     free(q->session_id);
+    free(q->emb_acc);
+    free(q->emb_out);
     kvcache_seq_free(&q->kv);
     free(q->done_text);
     free(q);
@@ -55,6 +57,11 @@ static void emit_done(struct seq *q, enum sched_finish fin, const char *text, si
     ev.completion_tokens = q->n_out;
     ev.cached_tokens = q->cached_tokens;
     ev.queue_s = q->admitted ? q->queue_s : clock_mono_s() - q->t_submit;
+    ev.stop_index = fin == SCHED_FINISH_STOP && q->stop.matched ? q->stop.match_index : -1;
+    if (q->embed && fin == SCHED_FINISH_STOP) {
+        ev.embedding = q->emb_out;
+        ev.n_embd = q->n_embd;
+    }
     emit(q, &ev);
 }
 
@@ -170,8 +177,10 @@ static void wait_push_preempted(struct sched *s, struct seq *q) {
  * check that blocks exist for the rest of its tokens plus a reserve, fill its SWA ring. */
 static int try_admit(struct sched *s, struct seq *q, double now) {
     int bs = s->o.kv_block_size;
-    int reuse = kvcache_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, q->n_hist - 1,
-                              q->admitted ? NULL : q->session_id, now);
+    /* Prompt logprobs and embeddings need every prompt row computed: no reuse. */
+    int whole = q->prompt_lp || q->embed;
+    int reuse = kvcache_seq_attach(s->kv, &q->kv, q->hist, q->n_hist, whole ? 0 : q->n_hist - 1,
+                              q->admitted || whole ? NULL : q->session_id, now);
     /* Blocks for its own tokens, for the tokens running sequences have yet to prefill, and
      * one block of growth per running sequence. */
     int need_full = ceil_div(q->n_hist + 1, bs) - reuse / bs + s->n_run;
@@ -205,6 +214,7 @@ static void preempt_youngest(struct sched *s) {
     kvcache_seq_release(s->kv, &q->kv);
     q->n_kv = 0;
     q->step_n = 0;
+    if (q->embed) memset(q->emb_acc, 0, (size_t)q->n_embd * sizeof(double));
     s->n_run--;
     pthread_mutex_lock(&s->lock);
     wait_push_preempted(s, q);
@@ -278,18 +288,88 @@ static int handle_token(struct sched *s, struct seq *q) {
     return 0;
 }
 
+/* The prompt positions this step's logits score: row j of a chunk at position pos0 + j
+ * scores the token at pos0 + j + 1 (positions reported before a preemption are skipped).
+ * Their log-softmaxes run on the compute threads, one row per task slot. */
+static void plp_task(void *arg, int task, int n_tasks) {
+    struct sched *s = arg;
+    for (int i = task; i < s->n_plp; i += n_tasks)
+        s->plp_lp[i] = smp_logprobs(s->logits + (size_t)s->plp_row[i] * (size_t)s->n_vocab,
+                                    s->n_vocab, s->plp_tok[i], s->plp_k[i],
+                                    s->plp_top + (size_t)i * SCHED_MAX_TOP);
+}
+
+static void score_prompts(struct sched *s, int nb) {
+    s->n_plp = 0;
+    for (int b = 0; b < nb; b++) {
+        struct seq *q = s->batch[b];
+        if (q->lp_row0 < 0) continue;
+        for (int j = 0; j < q->step_n; j++) {
+            int p = q->n_kv + j + 1; /* n_kv: still the chunk's first position */
+            if (p >= q->n_prompt) break;
+            if (p < q->lp_next) continue;
+            s->plp_row[s->n_plp] = q->lp_row0 + j;
+            s->plp_tok[s->n_plp] = q->hist[p];
+            s->plp_k[s->n_plp++] = q->top_logprobs;
+        }
+    }
+    if (s->n_plp == 0) return;
+    int nt = s->n_plp < fwd_threads(s->fwd) ? s->n_plp : fwd_threads(s->fwd);
+    if (nt > 1) fwd_parallel(s->fwd, plp_task, s, nt);
+    else plp_task(s, 0, 1);
+}
+
+/* PROMPT events for what score_prompts computed (in the same order). */
+static void report_prompt(struct seq *q, int pos0, const struct sched *s, int *at) {
+    for (int j = 0; j < q->step_n; j++) {
+        int p = pos0 + j + 1;
+        if (p >= q->n_prompt) break;
+        if (p < q->lp_next) continue;
+        int i = (*at)++;
+        struct sched_event ev = {0};
+        ev.kind = SCHED_EV_PROMPT;
+        ev.id = q->id;
+        ev.text = "";
+        ev.pos = p;
+        ev.token = q->hist[p];
+        ev.logprob = s->plp_lp[i];
+        ev.top = s->plp_top + (size_t)i * SCHED_MAX_TOP;
+        ev.n_top = q->top_logprobs;
+        emit(q, &ev);
+        q->lp_next = p + 1;
+    }
+}
+
+/* Adds this step's final hidden rows of an embed sequence to its pooled vector; once the
+ * whole input is in, emb_out holds the mean (or the last row). */
+static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
+    const int E = s->n_embd;
+    const float *h = s->hidden + (size_t)q->hidden_row0 * (size_t)E;
+    for (int j = q->pooling == SCHED_POOL_LAST ? q->step_n - 1 : 0; j < q->step_n; j++) {
+        if (q->pooling == SCHED_POOL_LAST && pos0 + j != q->n_hist - 1) continue;
+        for (int k = 0; k < E; k++) q->emb_acc[k] += h[(size_t)j * (size_t)E + (size_t)k];
+    }
+    if (q->n_kv < q->n_hist) return;
+    const double div = q->pooling == SCHED_POOL_LAST ? 1.0 : (double)q->n_hist;
+    for (int k = 0; k < E; k++) q->emb_out[k] = (float)(q->emb_acc[k] / div);
+}
+
 static void step(struct sched *s) {
     double t0 = clock_mono_s();
     int dec = 0;
     for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
+    int plp_left = SCHED_PLP_ROWS, any_hidden = 0;
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];
         int todo = q->n_hist - q->n_kv, n = todo;
+        int scoring = q->prompt_lp && q->n_kv < q->n_prompt; /* a logits row per token */
         q->step_n = 0;
         q->logit_row = -1;
+        q->lp_row0 = -1;
         if (todo > 1) {
             if (n > prefill_budget) n = prefill_budget;
+            if (scoring && n > plp_left + 1) n = plp_left + 1;
             if (n <= 0) continue;
         }
         int rc;
@@ -317,24 +397,47 @@ static void step(struct sched *s) {
         r->n_tokens = n;
         r->pos = q->n_kv;
         r->kv = v;
-        r->logits = q->n_kv + n == q->n_hist ? FWD_LOGITS_LAST : FWD_LOGITS_NONE;
-        if (r->logits == FWD_LOGITS_LAST) q->logit_row = n_logits++;
+        int last = q->n_kv + n == q->n_hist, sample = last && !q->embed && q->max_tokens > 0;
+        r->logits = scoring ? FWD_LOGITS_ALL : sample ? FWD_LOGITS_LAST : FWD_LOGITS_NONE;
+        if (scoring) {
+            q->lp_row0 = n_logits;
+            n_logits += n;
+            plp_left -= n - 1;
+            if (sample) q->logit_row = n_logits - 1;
+        } else if (sample) {
+            q->logit_row = n_logits++;
+        }
+        if (q->embed) {
+            q->hidden_row0 = n_tokens;
+            any_hidden = 1;
+        }
         s->batch[nb++] = q;
         n_tokens += n;
     }
     if (nb == 0) return;
-    int rc = fwd_run(s->fwd, s->rows, nb, s->logits);
+    int rc = any_hidden ? fwd_run_hidden(s->fwd, s->rows, nb, s->logits, s->hidden)
+                        : fwd_run(s->fwd, s->rows, nb, s->logits);
     if (rc != FWD_OK) {
         LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
         return;
     }
-    int n_sample = 0;
+    int n_sample = 0, plp_at = 0;
+    score_prompts(s, nb);
     for (int i = 0; i < nb; i++) {
         struct seq *q = s->batch[i];
+        int pos0 = q->n_kv;
         q->n_kv += q->step_n;
         kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
-        if (q->logit_row >= 0) s->sampling[n_sample++] = q;
+        if (q->lp_row0 >= 0) report_prompt(q, pos0, s, &plp_at);
+        if (q->embed) {
+            pool_hidden(s, q, pos0);
+            if (q->n_kv == q->n_hist) finish_running(s, q, SCHED_FINISH_STOP);
+        } else if (q->max_tokens == 0 && q->n_kv == q->n_hist) {
+            finish_running(s, q, SCHED_FINISH_LENGTH); /* scored, nothing to generate */
+        } else if (q->logit_row >= 0) {
+            s->sampling[n_sample++] = q;
+        }
     }
     if (n_sample > 0) {
         struct sample_job sj = {s, n_sample};

@@ -13,7 +13,8 @@ int stop_init(struct stop_state *s, const char *const *stops, int n, size_t max_
     if (n > 0) {
         s->stops = calloc((size_t)n, sizeof(char *));
         s->lens = calloc((size_t)n, sizeof(size_t));
-        if (!s->stops || !s->lens) goto fail;
+        s->index = calloc((size_t)n, sizeof(int));
+        if (!s->stops || !s->lens || !s->index) goto fail;
     }
     for (int i = 0; i < n; i++) {
         size_t len = stops[i] ? strlen(stops[i]) : 0;
@@ -21,6 +22,7 @@ int stop_init(struct stop_state *s, const char *const *stops, int n, size_t max_
         s->stops[s->n] = malloc(len + 1);
         if (!s->stops[s->n]) goto fail;
         memcpy(s->stops[s->n], stops[i], len + 1);
+        s->index[s->n] = i;
         s->lens[s->n++] = len;
         if (len > s->max_len) s->max_len = len;
     }
@@ -38,6 +40,7 @@ void stop_free(struct stop_state *s) {
     for (int i = 0; s->stops && i < s->n; i++) free(s->stops[i]);
     free(s->stops);
     free(s->lens);
+    free(s->index);
     free(s->held);
     free(s->out);
     memset(s, 0, sizeof(*s));
@@ -62,13 +65,18 @@ int stop_push(struct stop_state *s, const char *text, size_t len, const char **o
     /* Earliest complete match of any stop string. Everything before the held text was
      * released only when no stop string could start in it, so matches lie inside held. */
     size_t first = (size_t)-1;
+    int which = -1;
     for (int i = 0; i < s->n; i++) {
         if (s->lens[i] > s->n_held) continue;
         const char *p = memmem(s->held, s->n_held, s->stops[i], s->lens[i]);
-        if (p && (size_t)(p - s->held) < first) first = (size_t)(p - s->held);
+        if (p && (size_t)(p - s->held) < first) {
+            first = (size_t)(p - s->held);
+            which = i;
+        }
     }
     if (first != (size_t)-1) {
         s->matched = 1;
+        s->match_index = s->index[which];
         release(s, first, out, out_len);
         s->n_held = 0;
         return 1;

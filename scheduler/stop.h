@@ -26,9 +26,12 @@ struct stop_state {
     char *out;          /* released text of the last call */
     size_t max_push;    /* most bytes one stop_push may add */
     int matched;        /* 1 once a stop string matched: no more output */
+    int *index;         /* [n] position of each kept string in the caller's list */
+    int match_index;    /* once matched: the caller's index of the string that matched */
 };
 
-/* Empty strings are ignored. max_push: the most bytes one push may add. 0 or -1 (memory). */
+/* Empty strings are ignored (match_index still counts them). max_push: the most bytes one
+ * push may add. 0 or -1 (memory). */
 int stop_init(struct stop_state *s, const char *const *stops, int n, size_t max_push);
 void stop_free(struct stop_state *s);
 

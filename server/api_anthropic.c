@@ -25,9 +25,9 @@ static int anth_system(json_t *req, json_t *msgs, struct oai_error *e) {
 
 static int anth_messages(json_t *req, json_t *msgs, struct oai_error *e) {
     json_t *in = api_field(req, "messages");
-    if (!in) return api_fail(e, 400, "messages", "'messages' is required");
+    if (!in) return oai_fail(e, 400, "messages", NULL, "'messages' is required");
     if (!json_is_array(in) || json_array_size(in) == 0)
-        return api_fail(e, 400, "messages", "'messages' must be a non-empty array");
+        return oai_fail(e, 400, "messages", NULL, "'messages' must be a non-empty array");
     size_t i;
     json_t *m;
     json_array_foreach(in, i, m) {
@@ -35,13 +35,13 @@ static int anth_messages(json_t *req, json_t *msgs, struct oai_error *e) {
         snprintf(param, sizeof param, "messages[%zu].role", i);
         json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
         if (!json_is_object(m))
-            return api_fail(e, 400, "messages", "messages[%zu] must be an object", i);
+            return oai_fail(e, 400, "messages", NULL, "messages[%zu] must be an object", i);
         if (!json_is_string(role) || (strcmp(json_string_value(role), "user") != 0 &&
                                       strcmp(json_string_value(role), "assistant") != 0))
-            return api_fail(e, 400, param, "'%s' must be 'user' or 'assistant'", param);
+            return oai_fail(e, 400, param, NULL, "'%s' must be 'user' or 'assistant'", param);
         snprintf(param, sizeof param, "messages[%zu].content", i);
         json_t *c = json_object_get(m, "content");
-        if (!c) return api_fail(e, 400, param, "'%s' is required", param);
+        if (!c) return oai_fail(e, 400, param, NULL, "'%s' is required", param);
         json_t *text = api_text_content(c, anth_text_types, param, e);
         if (!text) return -1;
         json_array_append_new(msgs, json_pack("{s:O,s:o}", "role", role, "content", text));
@@ -54,14 +54,14 @@ static int anth_stops(json_t *req, json_t **stops, struct oai_error *e) {
     *stops = NULL;
     if (!s) return 0;
     if (!json_is_array(s) || json_array_size(s) > OAI_MAX_STOP)
-        return api_fail(e, 400, "stop_sequences",
+        return oai_fail(e, 400, "stop_sequences", NULL,
                         "'stop_sequences' must be an array of at most %d strings", OAI_MAX_STOP);
     size_t i;
     json_t *x;
     json_array_foreach(s, i, x) {
         if (!json_is_string(x) || json_string_length(x) == 0 ||
             json_string_length(x) > OAI_MAX_STOP_LEN)
-            return api_fail(e, 400, "stop_sequences",
+            return oai_fail(e, 400, "stop_sequences", NULL,
                             "stop_sequences[%zu] must be a string of 1 to %d bytes", i,
                             OAI_MAX_STOP_LEN);
     }
@@ -74,26 +74,26 @@ int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops, str
     *chat = NULL;
     *stops = NULL;
     if (!json_is_object(req))
-        return api_fail(e, 400, NULL, "the request body must be a JSON object");
+        return oai_fail(e, 400, NULL, NULL, "the request body must be a JSON object");
     json_t *c = json_object();
     json_t *msgs = json_array();
     if (!c || !msgs) {
         json_decref(c);
         json_decref(msgs);
-        return api_fail(e, 500, NULL, "out of memory");
+        return oai_fail(e, 500, NULL, NULL, "out of memory");
     }
     json_object_set_new(c, "messages", msgs);
     long long max_tokens = 0;
     int stream = 0;
     if (!count_only && !api_field(req, "max_tokens")) {
-        api_fail(e, 400, "max_tokens", "'max_tokens' is required");
+        oai_fail(e, 400, "max_tokens", NULL, "'max_tokens' is required");
         goto fail;
     }
     if (api_int_field(req, "max_tokens", 1, 1LL << 30, &max_tokens, e)) goto fail;
     if (!count_only && api_bool_field(req, "stream", &stream, e)) goto fail;
     json_t *tools = api_field(req, "tools");
     if (tools && !(json_is_array(tools) && json_array_size(tools) == 0)) {
-        api_fail(e, 400, "tools", "'tools' is not supported");
+        oai_fail(e, 400, "tools", NULL, "'tools' is not supported");
         goto fail;
     }
     if (anth_system(req, msgs, e) || anth_messages(req, msgs, e)) goto fail;
@@ -123,7 +123,6 @@ struct anth_state {
     char id[48];
     char *model;
     json_t *stops;
-    int prompt_tokens;
 };
 
 static const char *anth_error_type(int status) {
@@ -194,11 +193,11 @@ static json_t *anth_reply(void *st, const struct api_result *r) {
     return anth_message(s, json_pack("[o]", block), reason, seq, anth_usage(r));
 }
 
-static char *anth_stream_start(void *st, size_t *len) {
+static char *anth_stream_start(void *st, int prompt_tokens, size_t *len) {
     struct anth_state *s = st;
     char *buf = NULL;
     *len = 0;
-    struct api_result r0 = {.prompt_tokens = s->prompt_tokens};
+    struct api_result r0 = {.prompt_tokens = prompt_tokens};
     json_t *msg = anth_message(s, json_array(), json_null(), json_null(), anth_usage(&r0));
     api_sse_append(&buf, len, "message_start",
                    json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
@@ -249,7 +248,7 @@ static void anth_destroy(void *st) {
     free(s);
 }
 
-struct api_shape *anth_shape_create(const char *model, json_t *stops, int prompt_tokens) {
+struct api_shape *anth_shape_create(const char *model, json_t *stops) {
     struct api_shape *sh = calloc(1, sizeof *sh);
     struct anth_state *s = calloc(1, sizeof *s);
     if (!sh || !s || !(s->model = strdup(model))) {
@@ -259,7 +258,6 @@ struct api_shape *anth_shape_create(const char *model, json_t *stops, int prompt
     }
     api_new_id("msg_", s->id, sizeof s->id);
     s->stops = json_incref(stops);
-    s->prompt_tokens = prompt_tokens;
     *sh = (struct api_shape){s,          anth_stream_start, anth_stream_delta, anth_stream_end,
                              anth_reply, anth_error_body,   anth_destroy};
     return sh;

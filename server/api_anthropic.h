@@ -20,9 +20,9 @@
  * stop_sequences (or NULL) for the stop_sequence field. Returns 0 or -1 with e filled. */
 int anth_to_chat(json_t *req, int count_only, json_t **chat, json_t **stops, struct oai_error *e);
 
-/* The shape for one request: model as answered, stop_sequences (a reference is taken) and
- * the prompt's token count (for message_start). NULL when out of memory. */
-struct api_shape *anth_shape_create(const char *model, json_t *stops, int prompt_tokens);
+/* The shape for one request: model as answered, stop_sequences (a reference is taken).
+ * NULL when out of memory. */
+struct api_shape *anth_shape_create(const char *model, json_t *stops);
 
 /* {"type":"error","error":{"type":…,"message":…}} for any error reply of these routes. */
 json_t *anth_error_body(const struct oai_error *e);

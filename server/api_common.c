@@ -3,24 +3,11 @@
  */
 #include "server/api_common.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
-
-int api_fail(struct oai_error *e, int status, const char *param, const char *fmt, ...) {
-    e->status = status;
-    e->type = status == 401 ? "authentication_error" : "invalid_request_error";
-    e->code = NULL;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 json_t *api_field(json_t *obj, const char *name) {
     json_t *v = json_object_get(obj, name);
@@ -32,7 +19,8 @@ int api_int_field(json_t *obj, const char *name, long long lo, long long hi, lon
     json_t *v = api_field(obj, name);
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return api_fail(e, 400, name, "'%s' must be an integer in [%lld, %lld]", name, lo, hi);
+        return oai_fail(e, 400, name, NULL, "'%s' must be an integer in [%lld, %lld]", name, lo,
+                        hi);
     *out = json_integer_value(v);
     return 0;
 }
@@ -40,7 +28,7 @@ int api_int_field(json_t *obj, const char *name, long long lo, long long hi, lon
 int api_bool_field(json_t *obj, const char *name, int *out, struct oai_error *e) {
     json_t *v = api_field(obj, name);
     if (!v) return 0;
-    if (!json_is_boolean(v)) return api_fail(e, 400, name, "'%s' must be a boolean", name);
+    if (!json_is_boolean(v)) return oai_fail(e, 400, name, NULL, "'%s' must be a boolean", name);
     *out = json_is_true(v);
     return 0;
 }
@@ -50,7 +38,8 @@ int api_str_field(json_t *obj, const char *name, size_t max_len, const char **ou
     json_t *v = api_field(obj, name);
     if (!v) return 0;
     if (!json_is_string(v) || json_string_length(v) > max_len)
-        return api_fail(e, 400, name, "'%s' must be a string of at most %zu bytes", name, max_len);
+        return oai_fail(e, 400, name, NULL, "'%s' must be a string of at most %zu bytes", name,
+                        max_len);
     *out = json_string_value(v);
     return 0;
 }
@@ -65,7 +54,7 @@ json_t *api_text_content(json_t *c, const char *const *types, const char *param,
                          struct oai_error *e) {
     if (json_is_string(c)) return json_incref(c);
     if (!json_is_array(c)) {
-        api_fail(e, 400, param, "'%s' must be a string or an array of text blocks", param);
+        oai_fail(e, 400, param, NULL, "'%s' must be a string or an array of text blocks", param);
         return NULL;
     }
     size_t total = 0, i;
@@ -74,23 +63,23 @@ json_t *api_text_content(json_t *c, const char *const *types, const char *param,
         json_t *t = json_is_object(part) ? json_object_get(part, "type") : NULL;
         json_t *tx = json_is_object(part) ? json_object_get(part, "text") : NULL;
         if (!json_is_string(t)) {
-            api_fail(e, 400, param, "%s[%zu] must be an object with a 'type'", param, i);
+            oai_fail(e, 400, param, NULL, "%s[%zu] must be an object with a 'type'", param, i);
             return NULL;
         }
         if (!api_type_in(json_string_value(t), types)) {
-            api_fail(e, 400, param, "%s[%zu]: blocks of type '%.40s' are not supported", param, i,
-                     json_string_value(t));
+            oai_fail(e, 400, param, NULL, "%s[%zu]: blocks of type '%.40s' are not supported",
+                     param, i, json_string_value(t));
             return NULL;
         }
         if (!json_is_string(tx)) {
-            api_fail(e, 400, param, "%s[%zu].text must be a string", param, i);
+            oai_fail(e, 400, param, NULL, "%s[%zu].text must be a string", param, i);
             return NULL;
         }
         total += json_string_length(tx);
     }
     char *buf = malloc(total + 1);
     if (!buf) {
-        api_fail(e, 500, NULL, "out of memory");
+        oai_fail(e, 500, NULL, NULL, "out of memory");
         return NULL;
     }
     size_t n = 0;
@@ -101,7 +90,7 @@ json_t *api_text_content(json_t *c, const char *const *types, const char *param,
     }
     json_t *s = json_stringn_nocheck(buf, n);
     free(buf);
-    if (!s) api_fail(e, 500, NULL, "out of memory");
+    if (!s) oai_fail(e, 500, NULL, NULL, "out of memory");
     return s;
 }
 

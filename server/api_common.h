@@ -18,9 +18,7 @@
 #include "server/openai.h"
 
 /* Field readers: absent or null leaves *out alone and returns 0; a wrong type or range fills
- * e (400, param = name) and returns -1. */
-int api_fail(struct oai_error *e, int status, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+ * e (400, param = name; oai_fail) and returns -1. */
 json_t *api_field(json_t *obj, const char *name); /* NULL when absent or null */
 int api_int_field(json_t *obj, const char *name, long long lo, long long hi, long long *out,
                   struct oai_error *e);
@@ -59,7 +57,7 @@ struct api_result {
  * end. The stream functions return malloc'd SSE bytes (NULL: nothing to send). */
 struct api_shape {
     void *st;
-    char *(*stream_start)(void *st, size_t *len);
+    char *(*stream_start)(void *st, int prompt_tokens, size_t *len);
     char *(*stream_delta)(void *st, const char *text, size_t n, size_t *len);
     char *(*stream_end)(void *st, const struct api_result *r, size_t *len);
     json_t *(*reply)(void *st, const struct api_result *r);

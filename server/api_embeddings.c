@@ -22,7 +22,7 @@ static int emb_one(json_t *x, size_t i, const struct tok_vocab *v, int n_ctx, st
     int32_t *ids = NULL;
     if (json_is_string(x)) {
         size_t len = json_string_length(x);
-        if (len == 0) return api_fail(e, 400, "input", "input[%zu] must not be empty", i);
+        if (len == 0) return oai_fail(e, 400, "input", NULL, "input[%zu] must not be empty", i);
         int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 8;
         for (int attempt = 0; attempt < 2; attempt++) {
             free(ids);
@@ -33,34 +33,35 @@ static int emb_one(json_t *x, size_t i, const struct tok_vocab *v, int n_ctx, st
         }
         if (!ids || n < 0 || n > cap) {
             free(ids);
-            return api_fail(e, 400, "input", "input[%zu] cannot be tokenized", i);
+            return oai_fail(e, 400, "input", NULL, "input[%zu] cannot be tokenized", i);
         }
     } else if (json_is_array(x)) {
         size_t m = json_array_size(x), j;
         json_t *t;
-        if (m == 0) return api_fail(e, 400, "input", "input[%zu] must not be empty", i);
+        if (m == 0) return oai_fail(e, 400, "input", NULL, "input[%zu] must not be empty", i);
         if (m > (size_t)n_ctx)
             n = (int)m; /* reported below without reading the ids */
         else if (!(ids = malloc(m * sizeof *ids)))
-            return api_fail(e, 500, NULL, "out of memory");
+            return oai_fail(e, 500, NULL, NULL, "out of memory");
         else {
             json_array_foreach(x, j, t) {
                 if (!json_is_integer(t) || json_integer_value(t) < 0 ||
                     json_integer_value(t) >= nv) {
                     free(ids);
-                    return api_fail(e, 400, "input", "input[%zu] holds token ids in [0, %d)", i,
-                                    nv);
+                    return oai_fail(e, 400, "input", NULL, "input[%zu] holds token ids in [0, %d)",
+                                    i, nv);
                 }
                 ids[j] = (int32_t)json_integer_value(t);
             }
             n = (int)m;
         }
     } else {
-        return api_fail(e, 400, "input", "input[%zu] must be a string or an array of token ids", i);
+        return oai_fail(e, 400, "input", NULL,
+                        "input[%zu] must be a string or an array of token ids", i);
     }
     if (n > n_ctx) {
         free(ids);
-        api_fail(e, 400, "input",
+        oai_fail(e, 400, "input", NULL,
                  "input[%zu] has %d tokens; this model's maximum context "
                  "length is %d tokens",
                  i, n, n_ctx);
@@ -78,15 +79,16 @@ static int emb_options(json_t *req, int n_embd, enum emb_pooling dflt, struct em
     const char *s = NULL;
     if (api_str_field(req, "encoding_format", 16, &s, e)) return -1;
     if (s && strcmp(s, "float") && strcmp(s, "base64"))
-        return api_fail(e, 400, "encoding_format", "'encoding_format' must be 'float' or 'base64'");
+        return oai_fail(e, 400, "encoding_format", NULL,
+                        "'encoding_format' must be 'float' or 'base64'");
     r->base64 = s && !strcmp(s, "base64");
     long long d = n_embd;
     json_t *dim = api_field(req, "dimensions");
     if (dim && !json_is_integer(dim))
-        return api_fail(e, 400, "dimensions", "'dimensions' must be an integer");
+        return oai_fail(e, 400, "dimensions", NULL, "'dimensions' must be an integer");
     if (api_int_field(req, "dimensions", 1, 1 << 20, &d, e)) return -1;
     if (d != n_embd)
-        return api_fail(e, 400, "dimensions",
+        return oai_fail(e, 400, "dimensions", NULL,
                         "this model's embeddings have %d dimensions; "
                         "other sizes are not supported",
                         n_embd);
@@ -95,14 +97,15 @@ static int emb_options(json_t *req, int n_embd, enum emb_pooling dflt, struct em
     if (api_str_field(req, "pooling", 16, &s, e)) return -1;
     if (s) {
         int p = emb_pooling_parse(s);
-        if (p < 0) return api_fail(e, 400, "pooling", "'pooling' must be 'mean' or 'last'");
+        if (p < 0) return oai_fail(e, 400, "pooling", NULL, "'pooling' must be 'mean' or 'last'");
         r->pooling = (enum emb_pooling)p;
     }
     json_t *model = api_field(req, "model");
     if (model && !json_is_string(model))
-        return api_fail(e, 400, "model", "'model' must be a string");
+        return oai_fail(e, 400, "model", NULL, "'model' must be a string");
     json_t *user = api_field(req, "user");
-    if (user && !json_is_string(user)) return api_fail(e, 400, "user", "'user' must be a string");
+    if (user && !json_is_string(user))
+        return oai_fail(e, 400, "user", NULL, "'user' must be a string");
     return 0;
 }
 
@@ -111,32 +114,33 @@ int emb_parse(json_t *req, const struct tok_vocab *v, int n_ctx, int n_embd, enu
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     if (!json_is_object(req))
-        return api_fail(e, 400, NULL, "the request body must be a JSON object");
+        return oai_fail(e, 400, NULL, NULL, "the request body must be a JSON object");
     if (emb_options(req, n_embd, dflt, r, e)) return -1;
     json_t *in = api_field(req, "input");
-    if (!in) return api_fail(e, 400, "input", "'input' is required");
+    if (!in) return oai_fail(e, 400, "input", NULL, "'input' is required");
     /* One input: a string or a flat array of ids. Several: an array of those. */
     int single = json_is_string(in) || (json_is_array(in) && json_array_size(in) > 0 &&
                                         json_is_integer(json_array_get(in, 0)));
     if (!single && (!json_is_array(in) || json_array_size(in) == 0))
-        return api_fail(e, 400, "input",
+        return oai_fail(e, 400, "input", NULL,
                         "'input' must be a non-empty string, array of strings, "
                         "array of token ids or array of such arrays");
     size_t n = single ? 1 : json_array_size(in);
     if (n > EMB_MAX_INPUTS)
-        return api_fail(e, 400, "input", "at most %d inputs per request", EMB_MAX_INPUTS);
+        return oai_fail(e, 400, "input", NULL, "at most %d inputs per request", EMB_MAX_INPUTS);
     r->ids = calloc(n, sizeof *r->ids);
     r->len = calloc(n, sizeof *r->len);
     if (!r->ids || !r->len) {
         emb_req_free(r);
-        return api_fail(e, 500, NULL, "out of memory");
+        return oai_fail(e, 500, NULL, NULL, "out of memory");
     }
     r->n = (int)n;
     for (size_t i = 0; i < n; i++) {
         json_t *x = single ? in : json_array_get(in, i);
         if (!single && json_is_integer(x)) {
             emb_req_free(r);
-            return api_fail(e, 400, "input", "input[%zu] must be a string or an array of ids", i);
+            return oai_fail(e, 400, "input", NULL, "input[%zu] must be a string or an array of ids",
+                            i);
         }
         if (emb_one(x, i, v, n_ctx, r, e)) {
             emb_req_free(r);

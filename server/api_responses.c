@@ -117,19 +117,21 @@ static const char *const resp_part_types[] = {"input_text", "output_text", "text
 
 /* One input item as a chat message appended to msgs. */
 static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
-    if (!json_is_object(it)) return api_fail(e, 400, "input", "input[%zu] must be an object", i);
+    if (!json_is_object(it))
+        return oai_fail(e, 400, "input", NULL, "input[%zu] must be an object", i);
     json_t *type = api_field(it, "type");
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "message") != 0))
-        return api_fail(e, 400, "input", "input[%zu]: items of type '%.40s' are not supported", i,
+        return oai_fail(e, 400, "input", NULL,
+                        "input[%zu]: items of type '%.40s' are not supported", i,
                         json_is_string(type) ? json_string_value(type) : "?");
     json_t *role = json_object_get(it, "role");
     const char *r = json_is_string(role) ? json_string_value(role) : "";
     if (!strcmp(r, "developer")) r = "system";
     if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system"))
-        return api_fail(e, 400, "input",
+        return oai_fail(e, 400, "input", NULL,
                         "input[%zu].role must be 'user', 'assistant', 'system' or 'developer'", i);
     json_t *c = json_object_get(it, "content");
-    if (!c) return api_fail(e, 400, "input", "input[%zu].content is required", i);
+    if (!c) return oai_fail(e, 400, "input", NULL, "input[%zu].content is required", i);
     char param[48];
     snprintf(param, sizeof param, "input[%zu].content", i);
     json_t *text = api_text_content(c, resp_part_types, param, e);
@@ -143,13 +145,14 @@ static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
 
 static int resp_input(json_t *req, json_t *msgs, struct oai_error *e) {
     json_t *in = api_field(req, "input");
-    if (!in) return api_fail(e, 400, "input", "'input' is required");
+    if (!in) return oai_fail(e, 400, "input", NULL, "'input' is required");
     if (json_is_string(in)) {
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
         return 0;
     }
     if (!json_is_array(in) || json_array_size(in) == 0)
-        return api_fail(e, 400, "input", "'input' must be a string or a non-empty array of items");
+        return oai_fail(e, 400, "input", NULL,
+                        "'input' must be a string or a non-empty array of items");
     size_t i;
     json_t *it;
     json_array_foreach(in, i, it) if (resp_item(it, i, msgs, e)) return -1;
@@ -160,12 +163,13 @@ static int resp_input(json_t *req, json_t *msgs, struct oai_error *e) {
 static int resp_text_format(json_t *req, json_t *chat, struct oai_error *e) {
     json_t *text = api_field(req, "text");
     if (!text) return 0;
-    if (!json_is_object(text)) return api_fail(e, 400, "text", "'text' must be an object");
+    if (!json_is_object(text)) return oai_fail(e, 400, "text", NULL, "'text' must be an object");
     json_t *f = api_field(text, "format");
     if (!f) return 0;
     json_t *t = json_is_object(f) ? json_object_get(f, "type") : NULL;
     if (!json_is_string(t))
-        return api_fail(e, 400, "text.format", "'text.format' must be an object with a 'type'");
+        return oai_fail(e, 400, "text.format", NULL,
+                        "'text.format' must be an object with a 'type'");
     const char *ty = json_string_value(t);
     if (!strcmp(ty, "text")) return 0;
     if (!strcmp(ty, "json_object")) {
@@ -181,7 +185,7 @@ static int resp_text_format(json_t *req, json_t *chat, struct oai_error *e) {
                             json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
         return 0;
     }
-    return api_fail(e, 400, "text.format", "text.format type '%.32s' is not supported", ty);
+    return oai_fail(e, 400, "text.format", NULL, "text.format type '%.32s' is not supported", ty);
 }
 
 static int resp_scalars(json_t *req, int max_tokens, struct resp_req *r, struct oai_error *e) {
@@ -197,10 +201,10 @@ static int resp_scalars(json_t *req, int max_tokens, struct resp_req *r, struct 
     if (api_str_field(req, "previous_response_id", 64, &s, e)) return -1;
     json_t *md = api_field(req, "metadata");
     if (md && !json_is_object(md))
-        return api_fail(e, 400, "metadata", "'metadata' must be an object");
+        return oai_fail(e, 400, "metadata", NULL, "'metadata' must be an object");
     json_t *tools = api_field(req, "tools");
     if (tools && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return api_fail(e, 400, "tools", "'tools' is not supported");
+        return oai_fail(e, 400, "tools", NULL, "'tools' is not supported");
     if (mo) json_object_set_new(r->chat, "max_tokens", json_integer(mo));
     if (r->stream) json_object_set_new(r->chat, "stream", json_true());
     static const char *const same[] = {"model", "temperature", "top_p", "top_k", "seed", "user"};
@@ -222,14 +226,14 @@ int resp_to_chat(json_t *req, struct resp_store *st, int max_tokens, struct resp
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     if (!json_is_object(req))
-        return api_fail(e, 400, NULL, "the request body must be a JSON object");
+        return oai_fail(e, 400, NULL, NULL, "the request body must be a JSON object");
     r->chat = json_object();
     r->history = json_array();
     r->echo = json_object();
     json_t *msgs = json_array();
     if (!r->chat || !r->history || !r->echo || !msgs) {
         json_decref(msgs);
-        api_fail(e, 500, NULL, "out of memory");
+        oai_fail(e, 500, NULL, NULL, "out of memory");
         goto fail;
     }
     api_new_id("resp_", r->id, sizeof r->id);
@@ -239,8 +243,8 @@ int resp_to_chat(json_t *req, struct resp_store *st, int max_tokens, struct resp
     if (prev) {
         struct resp_entry *pe = resp_store_get(st, json_string_value(prev), clock_mono_s());
         if (!pe) {
-            api_fail(e, 400, "previous_response_id", "previous response with id '%.64s' not found",
-                     json_string_value(prev));
+            oai_fail(e, 400, "previous_response_id", NULL,
+                     "previous response with id '%.64s' not found", json_string_value(prev));
             goto fail_msgs;
         }
         json_array_extend(r->history, pe->messages);
@@ -289,8 +293,7 @@ struct resp_state {
     json_t *history; /* owned */
     json_t *echo;    /* owned */
     int seq;         /* next sequence_number */
-    int prompt_tokens;
-    char *text; /* stream: the text so far */
+    char *text;      /* stream: the text so far */
     size_t text_len, text_cap;
 };
 
@@ -400,8 +403,9 @@ static void resp_put(struct resp_state *s, char **buf, size_t *len, const char *
     api_sse_append(buf, len, type, j);
 }
 
-static char *resp_stream_start(void *st, size_t *len) {
+static char *resp_stream_start(void *st, int prompt_tokens, size_t *len) {
     struct resp_state *s = st;
+    (void)prompt_tokens; /* the in-progress response carries no usage yet */
     char *buf = NULL;
     *len = 0;
     resp_put(s, &buf, len, "response.created",

@@ -20,6 +20,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "server/api_embeddings.h"
 #include "server/openai.h"
 
 #define CMPL_MOD "gen"
@@ -41,6 +43,8 @@ struct hchoice {
     double t_first, t_last;     /* first / latest token (monotonic s) */
     double queue_s;
     size_t lp_offset;           /* legacy logprobs: text offset of the next token */
+    int stop_index;             /* DONE: which stop string matched, or -1 */
+    int prompt_pending;         /* stream: the echoed prompt waits for its logprobs */
 };
 
 /* One completion request (hreq.cmpl). */
@@ -59,6 +63,10 @@ struct cmpl {
     int aborted;                /* cmpl_abort ran */
     int fail_status;            /* non-stream: HTTP status of an error outcome */
     char fail_msg[256];
+    char model[256];            /* the model id the reply names (resp.model) */
+    struct api_shape *shape;    /* a non-OpenAI reply shape (owned), or NULL */
+    struct emb_req *emb;        /* embeddings: the inputs (owned), or NULL */
+    float *emb_vecs;            /* [emb->n][n_embd] results (owned) */
 };
 
 /* One event from the scheduler thread, copied (the event's pointers die with the call). */
@@ -68,7 +76,8 @@ struct cmpl_event {
     struct sched_event ev;    /* text / top / error point into this item */
     double t;                 /* CLOCK_MONOTONIC seconds when the scheduler emitted it */
     struct sched_top top[20];
-    char data[];              /* text bytes, then the NUL-terminated error */
+    char data[];              /* text bytes, the NUL-terminated error, then (aligned) the
+                               * embedding's floats */
 };
 
 /* ---- scheduler thread -------------------------------------------------------------------- */
@@ -78,7 +87,9 @@ static void cmpl_on_event(void *user, const struct sched_event *ev) {
     struct srv *s = c->hr->srv;
     size_t elen = ev->kind == SCHED_EV_ERROR && ev->error ? strlen(ev->error) : 0;
     size_t tlen = ev->text ? ev->text_len : 0;
-    struct cmpl_event *it = malloc(sizeof *it + tlen + elen + 1);
+    size_t eoff = (tlen + elen + 1 + 15) & ~(size_t)15; /* embedding floats, aligned */
+    size_t nemb = ev->embedding ? (size_t)ev->n_embd : 0;
+    struct cmpl_event *it = malloc(sizeof *it + eoff + nemb * sizeof(float));
     if (!it) return; /* the DONE of a request is small; losing a token event only drops text */
     it->next = NULL;
     it->choice = c;
@@ -90,6 +101,11 @@ static void cmpl_on_event(void *user, const struct sched_event *ev) {
     memcpy(it->data + tlen, elen ? ev->error : "", elen);
     it->data[tlen + elen] = 0;
     it->ev.error = it->data + tlen;
+    if (nemb) {
+        float *emb = (float *)(void *)(it->data + eoff);
+        memcpy(emb, ev->embedding, nemb * sizeof(float));
+        it->ev.embedding = emb;
+    }
     int nt = ev->n_top < 0 ? 0 : ev->n_top > 20 ? 20 : ev->n_top;
     if (nt && ev->top) memcpy(it->top, ev->top, (size_t)nt * sizeof *it->top);
     it->ev.n_top = nt;
@@ -143,7 +159,35 @@ static void cmpl_sse_choice(struct hreq *hr, int index, const char *role, const 
     cmpl_sse(hr, oai_chunk_choice(&hr->cmpl->resp, index, role, text, len, lp, finish));
 }
 
+/* SSE bytes a reply shape returned (freed here). */
+static void cmpl_shape_out(struct hreq *hr, char *buf, size_t n) {
+    if (buf) cmpl_out(hr, buf, n);
+    free(buf);
+}
+
+static void cmpl_shape_delta(struct hreq *hr, const char *text, size_t len) {
+    struct api_shape *sh = hr->cmpl->shape;
+    size_t n = 0;
+    char *buf = sh->stream_delta(sh->st, text, len, &n);
+    cmpl_shape_out(hr, buf, n);
+}
+
+/* Ends a shape's stream with its closing events for r. */
+static void cmpl_shape_end(struct hreq *hr, const struct api_result *r) {
+    struct api_shape *sh = hr->cmpl->shape;
+    size_t n = 0;
+    char *buf = sh->stream_end(sh->st, r, &n);
+    cmpl_shape_out(hr, buf, n);
+    hr->cmpl->out_end = 1;
+    conn_wake(hr);
+}
+
 static void cmpl_sse_error(struct hreq *hr, const char *type, const char *msg) {
+    if (hr->cmpl->shape) {
+        struct api_result r = {.finish = SCHED_FINISH_ERROR, .stop_index = -1, .error = msg};
+        cmpl_shape_end(hr, &r);
+        return;
+    }
     cmpl_sse(hr, oai_error_body(msg, type, NULL, NULL));
     hr->cmpl->out_end = 1;
     conn_wake(hr);
@@ -180,6 +224,49 @@ static json_t *cmpl_lp_value(struct hreq *hr, struct hchoice *c, const struct sc
     return o;
 }
 
+/* Bytes of one token as the legacy logprobs show it (at most 256). */
+static size_t cmpl_piece(struct hreq *hr, int32_t token, char *buf) {
+    int n = tok_token_to_bytes(hr->srv->vocab, token, 0, buf, 256);
+    return n < 0 ? 0 : n > 256 ? 256 : (size_t)n;
+}
+
+/* Echo + logprobs: the legacy object starts with the prompt's first token, which has no
+ * logprob (nothing precedes it); the others arrive as PROMPT events. */
+static void cmpl_prompt_lp_start(struct hreq *hr, struct hchoice *c) {
+    const struct oai_params *p = hr->cmpl->params;
+    char buf[256];
+    size_t n = cmpl_piece(hr, p->prompt[c->prompt_idx][0], buf);
+    c->lp = oai_legacy_lp_new();
+    json_array_append_new(json_object_get(c->lp, "tokens"), oai_string(buf, n));
+    json_array_append_new(json_object_get(c->lp, "token_logprobs"), json_null());
+    json_array_append_new(json_object_get(c->lp, "top_logprobs"), json_null());
+    json_array_append_new(json_object_get(c->lp, "text_offset"), json_integer(0));
+    c->lp_offset = n;
+    if (p->prompt_len[c->prompt_idx] == 1) c->lp_offset = p->prompt_text_len[c->prompt_idx];
+    c->prompt_pending = hr->cmpl->stream;
+}
+
+/* Stream: the echoed prompt goes out in one chunk with all its logprobs. */
+static void cmpl_prompt_flush(struct hreq *hr, struct hchoice *c) {
+    const struct oai_params *p = hr->cmpl->params;
+    c->prompt_pending = 0;
+    cmpl_sse_choice(hr, c->index, NULL, p->prompt_text[c->prompt_idx],
+                    p->prompt_text_len[c->prompt_idx], c->lp, NULL);
+    c->lp = NULL;
+}
+
+static void cmpl_on_prompt(struct hreq *hr, struct hchoice *c, const struct sched_event *ev) {
+    const struct oai_params *p = hr->cmpl->params;
+    if (!p->logprobs || !c->lp || hr->mhd_done || hr->cmpl->aborted) return;
+    char buf[256];
+    cmpl_legacy_lp(hr, c->lp, ev, c->lp_offset);
+    c->lp_offset += cmpl_piece(hr, ev->token, buf);
+    if (ev->pos == p->prompt_len[c->prompt_idx] - 1) {
+        c->lp_offset = p->prompt_text_len[c->prompt_idx];
+        if (c->prompt_pending) cmpl_prompt_flush(hr, c);
+    }
+}
+
 static void cmpl_append_text(struct hchoice *c, const char *t, size_t n) {
     if (!n) return;
     if (cmpl_reserve(&c->text, &c->text_cap, c->text_len + n + 1, 256)) return;
@@ -205,7 +292,10 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     c->t_last = t;
     c->n_tokens++;
     if (hr->mhd_done || g->aborted) return;
-    if (g->stream) {
+    if (g->stream && g->shape) {
+        if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
+    } else if (g->stream) {
+        if (c->prompt_pending) cmpl_prompt_flush(hr, c);
         if (ev->text_len || p->logprobs)
             cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len,
                             cmpl_lp_value(hr, c, ev), NULL);
@@ -247,7 +337,12 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
     c->completion_tokens = ev->completion_tokens;
     c->cached_tokens = ev->cached_tokens;
     c->queue_s = ev->queue_s;
+    c->stop_index = ev->stop_index;
     hr->completion_tokens += ev->completion_tokens;
+    if (g->emb && ev->embedding) {
+        int e = ev->n_embd;
+        emb_pool(ev->embedding, 1, e, EMB_POOL_MEAN, g->emb_vecs + (size_t)c->index * (size_t)e);
+    }
     int fin = c->finish == SCHED_FINISH_STOP        ? METRICS_FIN_STOP
               : c->finish == SCHED_FINISH_LENGTH    ? METRICS_FIN_LENGTH
               : c->finish == SCHED_FINISH_CANCELLED ? METRICS_FIN_CANCELLED
@@ -276,6 +371,16 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
             return;
         }
         if (c->finish == SCHED_FINISH_CANCELLED) return; /* aborted by us; the error went out */
+        if (g->shape) {
+            if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
+            struct api_result r = {.finish = c->finish, .stop_index = c->stop_index,
+                                   .prompt_tokens = c->prompt_tokens,
+                                   .completion_tokens = c->completion_tokens,
+                                   .cached_tokens = c->cached_tokens};
+            cmpl_shape_end(hr, &r);
+            return;
+        }
+        if (c->prompt_pending) cmpl_prompt_flush(hr, c);
         if (ev->text_len) cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
         cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL,
                         oai_finish_name(c->finish));
@@ -306,6 +411,8 @@ void cmpl_process_queue(struct srv *s) {
             /* sched_submit refused it: no reference was taken, nothing to report */
         } else if (it->ev.kind == SCHED_EV_TOKEN) {
             cmpl_on_token(hr, c, &it->ev, it->t);
+        } else if (it->ev.kind == SCHED_EV_PROMPT) {
+            cmpl_on_prompt(hr, c, &it->ev);
         } else if (!c->done) {
             cmpl_on_done(hr, c, &it->ev, it->t);
             conn_unref(hr); /* the scheduler's reference: may free hr */
@@ -375,7 +482,10 @@ static enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
     case SCHED_EDRAIN:
         return conn_reply_error(hr, 503, NULL, NULL, NULL, "the server is shutting down");
     case SCHED_ECTX:
-        return conn_reply_error(hr, 400, NULL, hr->cmpl->params->is_chat ? "messages" : "prompt",
+        return conn_reply_error(hr, 400, NULL,
+                                !hr->cmpl->params          ? "input"
+                                : hr->cmpl->params->is_chat ? "messages"
+                                                           : "prompt",
                                 "context_length_exceeded", "prompt + max_tokens exceed the context");
     case SCHED_EINVAL:
         return conn_reply_error(hr, 400, NULL, NULL, NULL, "invalid request: %s",
@@ -401,13 +511,34 @@ static void cmpl_free(struct hreq *hr, void *arg) {
     free(g->ch);
     oai_params_free(g->params);
     free(g->out);
+    if (g->shape) {
+        g->shape->destroy(g->shape->st);
+        free(g->shape);
+    }
+    if (g->emb) emb_req_free(g->emb);
+    free(g->emb);
+    free(g->emb_vecs);
     free(g);
     hr->cmpl = NULL;
 }
 
+/* Submits choice c's request; on a refusal the choices already running are cancelled. */
+static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
+    r->deadline = hr->deadline;
+    r->on_event = cmpl_on_event;
+    r->user = c;
+    int rc = sched_submit(hr->srv->sched, r, &c->sched_id);
+    if (rc) {
+        cmpl_cancel(hr);
+        return rc;
+    }
+    c->submitted = 1;
+    conn_ref(hr);
+    return 0;
+}
+
 /* Submits every choice; the stream's first chunks go out before its response is queued. */
 static enum MHD_Result cmpl_submit(struct hreq *hr) {
-    struct srv *s = hr->srv;
     struct cmpl *g = hr->cmpl;
     struct oai_params *p = g->params;
     int n_ch = p->n * p->n_prompts;
@@ -431,16 +562,12 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.ignore_eos = p->ignore_eos;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
-        r.deadline = hr->deadline;
-        r.on_event = cmpl_on_event;
-        r.user = c;
-        int rc = sched_submit(s->sched, &r, &c->sched_id);
-        if (rc) {
-            cmpl_cancel(hr);
-            return cmpl_submit_error(hr, rc);
-        }
-        c->submitted = 1;
-        conn_ref(hr);
+        /* echo with max_tokens 0 scores the prompt; with logprobs the scores are reported */
+        r.prompt_logprobs = p->prompt_logprobs || r.max_tokens == 0;
+        if (r.prompt_logprobs && r.top_logprobs < 0) r.top_logprobs = 0;
+        if (p->prompt_logprobs) cmpl_prompt_lp_start(hr, c);
+        int rc = cmpl_submit_one(hr, c, &r);
+        if (rc) return cmpl_submit_error(hr, rc);
     }
     LOG_D(CMPL_MOD, hr->id, "%s: %d choices, %d prompt tokens, max_tokens %d%s", hr->path, n_ch,
           hr->prompt_tokens, p->max_tokens[0], p->stream ? ", stream" : "");
@@ -450,11 +577,18 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
         return MHD_YES;
     }
     for (int i = 0; i < n_ch; i++) {
-        if (p->is_chat)
+        if (g->shape) {
+            size_t n = 0;
+            char *buf = g->shape->stream_start(g->shape->st, p->prompt_len[0], &n);
+            cmpl_shape_out(hr, buf, n);
+        } else if (p->is_chat) {
             cmpl_sse_choice(hr, i, "assistant", "", 0, NULL, NULL);
-        else if (p->echo)
+        } else if (g->ch[i].prompt_pending && p->prompt_len[i / p->n] == 1) {
+            cmpl_prompt_flush(hr, &g->ch[i]);
+        } else if (p->echo && !g->ch[i].prompt_pending) {
             cmpl_sse_choice(hr, i, NULL, p->prompt_text[i / p->n], p->prompt_text_len[i / p->n],
                             NULL, NULL);
+        }
     }
     g->last_write = clock_mono_s();
     enum MHD_Result ret =
@@ -463,38 +597,63 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
     return ret;
 }
 
-enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
-    struct srv *s = hr->srv;
-    struct oai_limits lim = {.vocab = s->vocab, .chat_style = s->chat_style,
-                             .n_ctx = s->cfg->ctx_size, .max_tokens = s->cfg->max_tokens,
-                             .max_n = s->cfg->max_n, .model_id = s->model_id,
-                             .model_name = s->model ? s->model->name : NULL};
-    struct oai_error e;
-    struct oai_params *p;
-    if (oai_parse(root, is_chat, &lim, &p, &e))
-        return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
-                                e.param, e.code, "%s", e.msg);
+void cmpl_limits(struct srv *s, struct oai_limits *lim) {
+    *lim = (struct oai_limits){.vocab = s->vocab, .chat_style = s->chat_style,
+                               .n_ctx = s->cfg->ctx_size, .max_tokens = s->cfg->max_tokens,
+                               .max_n = s->cfg->max_n, .model_id = s->model_id,
+                               .model_name = s->model ? s->model->name : NULL,
+                               .aliases = (const char *const *)s->aliases,
+                               .n_aliases = s->n_aliases,
+                               .accept_any_model = s->cfg->accept_any_model};
+}
+
+/* The request's completion state, its release registered with the connection layer. */
+static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     struct cmpl *g = calloc(1, sizeof *g);
     if (!g) {
-        oai_params_free(p);
-        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        if (shape) {
+            shape->destroy(shape->st);
+            free(shape);
+        }
+        return NULL;
     }
+    g->shape = shape;
     hr->cmpl = g;
     conn_close_add(hr, cmpl_on_close, NULL);
     conn_cleanup_add(hr, cmpl_free, g);
+    return g;
+}
+
+enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
+                                 struct api_shape *shape) {
+    struct srv *s = hr->srv;
+    struct oai_limits lim;
+    cmpl_limits(s, &lim);
+    struct oai_error e;
+    struct oai_params *p;
+    struct cmpl *g = cmpl_new(hr, shape);
+    if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    if (oai_parse(root, is_chat, &lim, &p, &e))
+        return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
+                                e.param, e.code, "%s", e.msg);
     g->params = p;
+    snprintf(g->model, sizeof g->model, "%s", p->model);
     g->stream = p->stream;
     snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,
              (unsigned)((uint64_t)s->created * 2654435761u));
     g->resp = (struct oai_resp){.id = g->id, .is_chat = p->is_chat,
-                                .created = (int64_t)time(NULL), .model = s->model_id,
+                                .created = (int64_t)time(NULL), .model = g->model,
                                 .include_usage = p->include_usage};
     return cmpl_submit(hr);
 }
 
+enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
+    return cmpl_start_shape(hr, root, is_chat, NULL);
+}
+
 enum MHD_Result cmpl_resume(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
-    if (!g || hr->client_gone) return MHD_NO; /* closes the connection */
+    if (!g || (!g->params && !g->emb) || hr->client_gone) return MHD_NO; /* closes it */
     struct oai_params *p = g->params;
     if (g->fail_status)
         return conn_reply_error(hr, g->fail_status, g->fail_status == 504 ? "timeout_error" : NULL,
@@ -502,6 +661,18 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
     if (g->n_done < g->n_ch) {
         conn_suspend(hr);
         return MHD_YES;
+    }
+    if (g->emb)
+        return conn_reply_json(hr, 200, emb_reply(g->emb, g->emb_vecs,
+                                                  hr->srv->model->cfg.n_embd, g->model));
+    if (g->shape) {
+        const struct hchoice *c = &g->ch[0];
+        struct api_result r = {.text = c->text ? c->text : "", .text_len = c->text_len,
+                               .finish = c->finish, .stop_index = c->stop_index,
+                               .prompt_tokens = c->prompt_tokens,
+                               .completion_tokens = c->completion_tokens,
+                               .cached_tokens = c->cached_tokens};
+        return conn_reply_json(hr, 200, g->shape->reply(g->shape->st, &r));
     }
     json_t *choices = json_array();
     for (int i = 0; i < g->n_ch; i++) {
@@ -517,4 +688,43 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
                                 c->text_len, lp, oai_finish_name(c->finish)));
     }
     return conn_reply_json(hr, 200, oai_response(&g->resp, choices, cmpl_usage_json(hr)));
+}
+
+/* Embeddings: one prefill-only scheduler request per input, answered when all are done. */
+enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model) {
+    struct srv *s = hr->srv;
+    const int E = s->model->cfg.n_embd;
+    struct cmpl *g = cmpl_new(hr, NULL);
+    if (!g) {
+        emb_req_free(emb);
+        free(emb);
+        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    }
+    g->emb = emb;
+    snprintf(g->model, sizeof g->model, "%s", model);
+    g->ch = calloc((size_t)emb->n, sizeof *g->ch);
+    g->emb_vecs = calloc((size_t)emb->n * (size_t)E, sizeof(float));
+    if (!g->ch || !g->emb_vecs) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    g->n_ch = emb->n;
+    hr->prompt_tokens = emb->total;
+    for (int i = 0; i < emb->n; i++) {
+        struct hchoice *c = &g->ch[i];
+        c->hr = hr;
+        c->index = i;
+        c->prompt_idx = i;
+        struct sched_req r = {0};
+        r.prompt = emb->ids[i];
+        r.n_prompt = emb->len[i];
+        r.embed = 1;
+        r.pooling = emb->pooling == EMB_POOL_LAST ? SCHED_POOL_LAST : SCHED_POOL_MEAN;
+        r.top_logprobs = -1;
+        int rc = cmpl_submit_one(hr, c, &r);
+        if (rc == SCHED_EBACKEND)
+            return conn_reply_error(hr, 501, NULL, NULL, NULL,
+                                    "embeddings need the CPU backend (--device cpu)");
+        if (rc) return cmpl_submit_error(hr, rc);
+    }
+    hr->phase = PH_WAIT;
+    conn_suspend(hr);
+    return MHD_YES;
 }

@@ -16,10 +16,22 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "server/api_common.h"
 #include "server/conn.h"
+
+struct emb_req;
+struct oai_limits;
 
 /* Parses root (borrowed) and starts the request; replies itself on every error. */
 enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat);
+/* The same for a request translated from another API (root: its chat request), answered in
+ * that API's shape (taken over, also on errors). */
+enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
+                                 struct api_shape *shape);
+/* Embeddings: prefills each input (emb taken over), answers with emb_reply naming model. */
+enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model);
+/* The request limits of this server (for parsing a chat request outside the flow). */
+void cmpl_limits(struct srv *s, struct oai_limits *lim);
 /* The access handler runs again after a resume (phase PH_WAIT): reply once all is done. */
 enum MHD_Result cmpl_resume(struct hreq *hr);
 /* Handles every queued scheduler event (one uv_async wake may stand for many). */

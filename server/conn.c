@@ -26,6 +26,14 @@ static void conn_common_headers(struct hreq *hr, struct MHD_Response *r, int sta
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (s->state >= SRV_DRAINING && hr->route != ROUTE_HEALTH)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    conn_cors_headers(hr, r);
+}
+
+void conn_cors_headers(struct hreq *hr, struct MHD_Response *r) {
+    const char *allow = cors_allow(&hr->srv->cors, hr->origin);
+    if (!allow) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    if (strcmp(allow, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
 }
 
 enum MHD_Result conn_reply_text(struct hreq *hr, int status, const char *ctype, char *text,
@@ -81,8 +89,13 @@ enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
                : status == 404 ? "not_found_error"
                : status == 429 ? "rate_limit_error"
                                : "invalid_request_error";
-    LOG_D(CONN_MOD, hr->id, "%d %s: %s", status, param && *param ? param : "-", msg);
-    return conn_reply_json(hr, status, oai_error_body(msg, type, param, code));
+    struct oai_error e = {.status = status, .type = type, .code = code};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    snprintf(e.msg, sizeof e.msg, "%s", msg);
+    if (hr->map_error) hr->map_error(&e);
+    LOG_D(CONN_MOD, hr->id, "%d %s: %s", status, e.param[0] ? e.param : "-", e.msg);
+    if (hr->error_body) return conn_reply_json(hr, status, hr->error_body(&e));
+    return conn_reply_json(hr, status, oai_error_body(e.msg, type, e.param, code));
 }
 
 enum MHD_Result conn_reply_stream(struct hreq *hr, const char *ctype,
@@ -96,6 +109,7 @@ enum MHD_Result conn_reply_stream(struct hreq *hr, const char *ctype,
     char rid[24];
     snprintf(rid, sizeof rid, "%llu", (unsigned long long)hr->id);
     MHD_add_response_header(r, "X-Request-Id", rid);
+    conn_cors_headers(hr, r);
     hr->phase = PH_STREAM;
     hr->status = 200;
     enum MHD_Result ret = MHD_queue_response(hr->conn, 200, r);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "server/openai.h"
 #include "server/state.h"
 
 /* One TCP connection (MHD socket context). */
@@ -74,6 +75,11 @@ struct hreq {
     int n_on_close, n_cleanup;
 
     struct cmpl *cmpl;          /* completion state (completion.c), or NULL */
+    char origin[256];           /* the request's Origin header, "" for none */
+    /* The route's error shape (NULL: OpenAI's) and a renaming of the fields of the chat
+     * request it was translated into (NULL: none); both set by the route. */
+    json_t *(*error_body)(const struct oai_error *e);
+    void (*map_error)(struct oai_error *e);
     /* For the access log line, filled by whoever runs the request. */
     int prompt_tokens, completion_tokens;
     double ttft;                /* seconds to the first token; < 0: none */
@@ -95,6 +101,9 @@ enum MHD_Result conn_reply_json(struct hreq *hr, int status, json_t *body);
 enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
                                  const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* Access-Control-Allow-Origin (and Vary) when the request's Origin is allowed; every reply
+ * of the connection layer carries them, other responses call this. */
+void conn_cors_headers(struct hreq *hr, struct MHD_Response *r);
 /* A 200 response of unknown length read through reader(cls, …): phase PH_STREAM. */
 enum MHD_Result conn_reply_stream(struct hreq *hr, const char *ctype,
                                   MHD_ContentReaderCallback reader, void *cls);

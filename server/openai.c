@@ -14,9 +14,7 @@
 #include "engine/chat.h"
 #include "engine/tokenizer.h"
 
-static int oai_fail(struct oai_error *e, int status, const char *param, const char *code,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int oai_fail(struct oai_error *e, int status, const char *param, const char *code,
+int oai_fail(struct oai_error *e, int status, const char *param, const char *code,
                     const char *fmt, ...) {
     e->status = status;
     e->type = status == 404 ? "invalid_request_error" : "invalid_request_error";
@@ -469,11 +467,18 @@ int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oa
         oai_fail(e, 400, "model", NULL, "'model' must be a string");
         goto fail;
     }
+    p->model = lim->model_id;
     if (model && strcmp(json_string_value(model), lim->model_id) != 0 &&
         (!lim->model_name || strcmp(json_string_value(model), lim->model_name) != 0)) {
-        oai_fail(e, 404, "model", "model_not_found", "the model '%.64s' does not exist",
-                 json_string_value(model));
-        goto fail;
+        int i = 0;
+        while (i < lim->n_aliases && strcmp(json_string_value(model), lim->aliases[i]) != 0) i++;
+        if (i < lim->n_aliases) {
+            p->model = lim->aliases[i];
+        } else if (!lim->accept_any_model) {
+            oai_fail(e, 404, "model", "model_not_found", "the model '%.64s' does not exist",
+                     json_string_value(model));
+            goto fail;
+        }
     }
     if (oai_unsupported(root, is_chat, e)) goto fail;
     if (oai_bool(root, "stream", &p->stream, e)) goto fail;
@@ -503,11 +508,14 @@ int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oa
         oai_fail(e, 400, "best_of", NULL, "'best_of' other than n is not supported");
         goto fail;
     }
-    long long max_tok = 0;
+    /* max_tokens 0 scores the prompt without generating: completions with echo only. */
+    int echo = 0;
+    if (!is_chat && oai_bool(root, "echo", &echo, e)) goto fail;
+    long long max_tok = -1;
     const char *max_name = oai_get(root, "max_completion_tokens") && is_chat
                                ? "max_completion_tokens"
                                : "max_tokens";
-    if (oai_int(root, max_name, 1, lim->max_tokens, &max_tok, e)) goto fail;
+    if (oai_int(root, max_name, echo ? 0 : 1, lim->max_tokens, &max_tok, e)) goto fail;
     if (is_chat) {
         if (oai_bool(root, "logprobs", &p->logprobs, e)) goto fail;
         x = -1;
@@ -522,11 +530,8 @@ int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oa
         if (oai_int(root, "logprobs", 0, OAI_MAX_TOP_LOGPROBS, &x, e)) goto fail;
         p->logprobs = x >= 0;
         p->top_logprobs = x < 0 ? 0 : (int)x;
-        if (oai_bool(root, "echo", &p->echo, e)) goto fail;
-        if (p->echo && p->logprobs) {
-            oai_fail(e, 400, "echo", NULL, "'echo' together with 'logprobs' is not supported");
-            goto fail;
-        }
+        p->echo = echo;
+        p->prompt_logprobs = echo && p->logprobs;
     }
     json_t *user = oai_get(root, "user");
     if (user && !json_is_string(user)) {
@@ -550,7 +555,7 @@ int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oa
     const char *pparam = is_chat ? "messages" : "prompt";
     for (int i = 0; i < p->n_prompts; i++) {
         int np = p->prompt_len[i];
-        if (max_tok) {
+        if (max_tok >= 0) {
             if ((long long)np + max_tok > lim->n_ctx) {
                 oai_fail(e, 400, pparam, "context_length_exceeded",
                          "this model's maximum context length is %d tokens; the request has %d "
@@ -771,9 +776,14 @@ json_t *oai_response(const struct oai_resp *r, json_t *choices, json_t *usage) {
                      "choices", choices, "usage", usage);
 }
 
-json_t *oai_model_list(const char *id, int64_t created, int max_model_len) {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", "model", "created",
-                          (json_int_t)created, "owned_by", "gemmad");
-    if (max_model_len > 0) json_object_set_new(m, "max_model_len", json_integer(max_model_len));
-    return json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+json_t *oai_model_list(const char *const *ids, int n, int64_t created, int max_model_len) {
+    json_t *data = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", ids[i], "object", "model", "created",
+                              (json_int_t)created, "owned_by", "gemmad");
+        if (max_model_len > 0)
+            json_object_set_new(m, "max_model_len", json_integer(max_model_len));
+        json_array_append_new(data, m);
+    }
+    return json_pack("{s:s,s:o}", "object", "list", "data", data);
 }

@@ -33,6 +33,9 @@ struct oai_limits {
     int max_n;                 /* most choices per request */
     const char *model_id;      /* accepted values of "model" */
     const char *model_name;
+    const char *const *aliases; /* [n_aliases] more accepted values (the served ids) */
+    int n_aliases;
+    int accept_any_model;      /* 1: any value names the served model */
 };
 
 struct oai_error {
@@ -40,7 +43,7 @@ struct oai_error {
     const char *type;          /* "invalid_request_error", … */
     const char *code;          /* e.g. "context_length_exceeded", or NULL */
     char param[96];            /* offending parameter, "" for none */
-    char msg[320];
+    char msg[512];
 };
 
 struct oai_params {
@@ -55,6 +58,9 @@ struct oai_params {
     int logprobs;              /* 1: report logprobs */
     int top_logprobs;          /* alternatives per token (0..20) */
     int echo;                  /* completions: prepend the prompt */
+    int prompt_logprobs;       /* completions: echo + logprobs: the prompt tokens' logprobs */
+    const char *model;         /* the id to answer with: the alias asked for, or model_id
+                                * (borrowed from the limits) */
     char *session_id;          /* optional (owned) */
     int n_prompts;
     int32_t **prompt;          /* [n_prompts][prompt_len[i]] token ids (owned) */
@@ -63,6 +69,10 @@ struct oai_params {
     char **prompt_text;        /* [n_prompts] echo text (owned; NULL unless echo) */
     size_t *prompt_text_len;
 };
+
+/* Fills e (type "invalid_request_error"; param and code may be NULL); returns -1. */
+int oai_fail(struct oai_error *e, int status, const char *param, const char *code,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Returns 0, or -1 with e filled. */
 int oai_parse(json_t *root, int is_chat, const struct oai_limits *lim, struct oai_params **out,
@@ -106,7 +116,7 @@ json_t *oai_chat_lp(json_t *content);
 json_t *oai_choice(int is_chat, int index, const char *prefix, size_t prefix_len,
                    const char *text, size_t len, json_t *lp, const char *finish);
 json_t *oai_response(const struct oai_resp *r, json_t *choices, json_t *usage);
-/* /v1/models; max_model_len 0 leaves the field out. */
-json_t *oai_model_list(const char *id, int64_t created, int max_model_len);
+/* /v1/models listing ids [n]; max_model_len 0 leaves the field out. */
+json_t *oai_model_list(const char *const *ids, int n, int64_t created, int max_model_len);
 
 #endif

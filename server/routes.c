@@ -14,6 +14,7 @@
 #include "server/completion.h"
 #include "server/conn.h"
 #include "server/openai.h"
+#include "server/routes_clients.h"
 
 struct route {
     const char *path;
@@ -32,12 +33,25 @@ static const struct route route_table[] = {
     {"/metrics", ROUTE_METRICS, 0, 1, "GET, HEAD", "metrics"},
     {"/tokenize", ROUTE_TOKENIZE, 1, 1, "POST", "tokenize"},
     {"/detokenize", ROUTE_DETOKENIZE, 1, 1, "POST", "detokenize"},
+    {"/v1/responses", ROUTE_RESPONSES, 1, 1, "POST", "responses"},
+    {"/v1/messages", ROUTE_MESSAGES, 1, 1, "POST", "messages"},
+    {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, 1, 1, "POST", "count_tokens"},
+    {"/v1/embeddings", ROUTE_EMBEDDINGS, 1, 1, "POST", "embeddings"},
+    {"/", ROUTE_UI, 0, 0, "GET, HEAD", "ui"},
 };
 #define ROUTE_N (sizeof route_table / sizeof route_table[0])
 
+/* The OpenAI routes also answer without the /v1 prefix: a base URL without /v1 is a common
+ * client setting, and llama-server and vLLM accept it too. */
+static int route_openai(enum route_id r) {
+    return r == ROUTE_CHAT || r == ROUTE_COMPLETIONS || r == ROUTE_MODELS ||
+           r == ROUTE_RESPONSES || r == ROUTE_EMBEDDINGS;
+}
+
 static enum route_id route_lookup(const char *path, const char **allow) {
     for (size_t i = 0; i < ROUTE_N; i++)
-        if (!strcmp(path, route_table[i].path)) {
+        if (!strcmp(path, route_table[i].path) ||
+            (route_openai(route_table[i].id) && !strcmp(path, route_table[i].path + 3))) {
             if (allow) *allow = route_table[i].allow;
             return route_table[i].id;
         }
@@ -84,10 +98,13 @@ static enum MHD_Result route_health(struct hreq *hr) {
                            json_pack("{s:s}", "status", st));
 }
 
+/* Every served id: the aliases (the first is the main id), or the file name's stem. */
 static enum MHD_Result route_models(struct hreq *hr) {
     struct srv *s = hr->srv;
-    return conn_reply_json(hr, 200, oai_model_list(s->model_id, s->created,
-                                                   s->model ? s->cfg->ctx_size : 0));
+    const char *one = s->model_id;
+    const char *const *ids = s->n_aliases ? (const char *const *)s->aliases : &one;
+    return conn_reply_json(hr, 200, oai_model_list(ids, s->n_aliases ? s->n_aliases : 1,
+                                                   s->created, s->model ? s->cfg->ctx_size : 0));
 }
 
 static enum MHD_Result route_metrics(struct hreq *hr) {
@@ -215,6 +232,7 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
     if (hr->route == ROUTE_HEALTH) return route_health(hr);
     if (hr->route == ROUTE_METRICS) return route_metrics(hr);
     if (hr->route == ROUTE_MODELS) return route_models(hr);
+    if (hr->route == ROUTE_UI) return route_ui(hr);
     int ready = s->state == SRV_READY;
     if (s->state == SRV_DRAINING && (hr->route == ROUTE_TOKENIZE || hr->route == ROUTE_DETOKENIZE))
         ready = 1; /* the vocabulary is still there */
@@ -232,6 +250,21 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
         json_decref(root);
         return ret;
     }
+    case ROUTE_RESPONSES:
+    case ROUTE_MESSAGES:
+    case ROUTE_COUNT_TOKENS:
+    case ROUTE_EMBEDDINGS: {
+        enum MHD_Result ret = MHD_YES;
+        json_t *root = route_body(hr, &ret);
+        if (!root) return ret;
+        hr->body_len = 0;
+        ret = hr->route == ROUTE_RESPONSES     ? route_responses(hr, root)
+              : hr->route == ROUTE_EMBEDDINGS ? route_embeddings(hr, root)
+                                              : route_messages(hr, root,
+                                                               hr->route == ROUTE_COUNT_TOKENS);
+        json_decref(root);
+        return ret;
+    }
     default: break;
     }
     return conn_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s", hr->path);
@@ -239,12 +272,17 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
 
 /* ---- the access handler ------------------------------------------------------------------ */
 
-/* Constant-time comparison of the Bearer key with every configured key. */
+/* Constant-time comparison of the key (Authorization: Bearer KEY, or x-api-key: KEY as
+ * Anthropic's clients send it) with every configured key. */
 static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
-    h += 7;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+        h += 7;
+    } else {
+        h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+        if (!h) return 0;
+    }
     while (*h == ' ') h++;
     size_t hl = strlen(h);
     int ok = 0;
@@ -270,6 +308,10 @@ static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
     hr->route = route_lookup(hr->path, &allow);
     hr->allow = allow;
     hr->phase = PH_BODY;
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (origin && strlen(origin) < sizeof hr->origin) strcpy(hr->origin, origin);
+    route_error_shape(hr);
+    if (!strcmp(method, "OPTIONS")) return route_preflight(hr, conn);
     if (hr->route == ROUTE_NOT_FOUND)
         return conn_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s %.100s", method,
                                 hr->path);
@@ -281,7 +323,8 @@ static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
                                 method, hr->path, allow);
     if (route_needs_auth(hr->route) && !route_auth_ok(s, conn))
         return conn_reply_error(hr, 401, NULL, NULL, "invalid_api_key",
-                                "missing or invalid API key (Authorization: Bearer KEY)");
+                                "missing or invalid API key (Authorization: Bearer KEY, or "
+                                "x-api-key: KEY)");
     if (is_post) {
         const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
         if (ct && strncasecmp(ct, "application/json", 16) != 0)

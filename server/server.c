@@ -29,6 +29,7 @@
 #include "engine/chat.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "server/api_responses.h"
 #include "server/completion.h"
 #include "server/conn.h"
 #include "server/routes.h"
@@ -285,10 +286,50 @@ static int srv_start_mhd(struct srv *s) {
     return 0;
 }
 
+/* The served ids (model_alias, comma-separated), the allowed origins and the store of
+ * /v1/responses conversations. Returns 0, or -1 with err filled. */
+static int srv_clients_init(struct srv *s, char *err, size_t errlen) {
+    const struct config *c = s->cfg;
+    for (const char *p = c->model_alias; *p;) {
+        size_t n = strcspn(p, ","), m = n;
+        const char *q = p;
+        while (m && *q == ' ') q++, m--;
+        while (m && q[m - 1] == ' ') m--;
+        if (m >= sizeof s->model_id) {
+            snprintf(err, errlen, "model_alias: '%.40s...' is longer than %zu bytes", q,
+                     sizeof s->model_id - 1);
+            return -1;
+        }
+        if (m) {
+            char **a = realloc(s->aliases, (size_t)(s->n_aliases + 1) * sizeof *a);
+            if (a) s->aliases = a;
+            if (!a || !(a[s->n_aliases] = strndup(q, m))) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            s->n_aliases++;
+        }
+        p += n + (p[n] == ',');
+    }
+    if (cors_init(&s->cors, c->cors_origins, err, errlen)) return -1;
+    if (resp_store_create(c->responses_store, c->responses_ttl_s, &s->rstore)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void srv_clients_free(struct srv *s) {
+    for (int i = 0; i < s->n_aliases; i++) free(s->aliases[i]);
+    free(s->aliases);
+    cors_free(&s->cors);
+    resp_store_destroy(s->rstore);
+}
+
 static void srv_model_id(struct srv *s) {
     const struct config *c = s->cfg;
-    if (c->model_alias[0]) {
-        snprintf(s->model_id, sizeof s->model_id, "%s", c->model_alias);
+    if (s->n_aliases) {
+        snprintf(s->model_id, sizeof s->model_id, "%s", s->aliases[0]);
         return;
     }
     const char *b = strrchr(c->model, '/');
@@ -314,6 +355,13 @@ int server_run(const struct config *cfg) {
     s->exit_code = 1;
     s->created = (int64_t)time(NULL);
     metrics_init(&s->metrics);
+    char cerr[256];
+    if (srv_clients_init(s, cerr, sizeof cerr)) {
+        LOG_E(SRV_MOD, 0, "%s", cerr);
+        srv_clients_free(s);
+        free(s);
+        return 1;
+    }
     srv_model_id(s);
     pthread_mutex_init(&s->qlock, NULL);
     if (uv_loop_init(&loop)) goto fail_loop;
@@ -373,6 +421,7 @@ fail_loop:
     if (s->model) model_free(s->model);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);
+    srv_clients_free(s);
     pthread_mutex_destroy(&s->qlock);
     int rc = s->exit_code;
     LOG_I(SRV_MOD, 0, "exit %d", rc);

@@ -19,6 +19,7 @@
 
 #include "config/config.h"
 #include "scheduler/sched.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 
 enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_STOPPING, SRV_FAILED };
@@ -26,12 +27,14 @@ enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_STOPPING, SRV_FAI
 /* Routes, indexed into metrics tables. */
 enum route_id {
     ROUTE_CHAT = 0, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
-    ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_NOT_FOUND, ROUTE_COUNT
+    ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_RESPONSES, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
+    ROUTE_EMBEDDINGS, ROUTE_UI, ROUTE_NOT_FOUND, ROUTE_COUNT
 };
 
 struct hreq;
 struct hconn;
 struct cmpl_event;
+struct resp_store;
 
 struct srv {
     const struct config *cfg;
@@ -62,7 +65,11 @@ struct srv {
     struct sched *sched;        /* owned */
     const struct tok_vocab *vocab;
     int chat_style;             /* enum chat_style */
-    char model_id[256];         /* served model id */
+    char model_id[256];         /* served model id (the first alias) */
+    char **aliases;             /* [n_aliases] every id /v1/models lists (owned) */
+    int n_aliases;
+    struct cors cors;           /* allowed origins */
+    struct resp_store *rstore;  /* stored /v1/responses conversations */
     int64_t created;            /* unix seconds at start, for "created" */
 
     char **keys;                /* API keys (NULL: open) */

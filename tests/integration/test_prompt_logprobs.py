@@ -49,7 +49,7 @@ def test_echo_shape(server, model_id):
     assert all(PROMPT[offs[i]:].startswith(lp["tokens"][i]) for i in range(n))
     # "Paris" after "The capital of France is" is likely.
     i = lp["tokens"].index(" Paris")
-    assert lp["token_logprobs"][i] > math.log(0.2)
+    assert lp["token_logprobs"][i] > math.log(0.05)
 
 
 def test_echo_then_generate(server, model_id):

@@ -119,10 +119,10 @@ static const char *type_at(json_t *evs, size_t i) {
 
 static void test_anthropic_stream(void) {
     json_t *stops = J("[\"END\"]");
-    struct api_shape *sh = anth_shape_create("gemma", stops, 12);
+    struct api_shape *sh = anth_shape_create("gemma", stops);
     T_ASSERT(sh);
     size_t n;
-    char *a = sh->stream_start(sh->st, &n);
+    char *a = sh->stream_start(sh->st, 12, &n);
     char *b = sh->stream_delta(sh->st, "Hel", 3, &n);
     struct api_result r = {.finish = SCHED_FINISH_STOP,
                            .stop_index = 0,
@@ -267,7 +267,7 @@ static void test_responses_stream(void) {
     struct api_shape *sh = resp_shape_create(&rq, "gemma", 1700000000, NULL);
     size_t n;
     char *parts[4];
-    parts[0] = sh->stream_start(sh->st, &n);
+    parts[0] = sh->stream_start(sh->st, 5, &n);
     parts[1] = sh->stream_delta(sh->st, "He", 2, &n);
     parts[2] = sh->stream_delta(sh->st, "y", 1, &n);
     struct api_result r = {.finish = SCHED_FINISH_LENGTH,

@@ -253,6 +253,64 @@ static void test_chunked_prefill(void) {
     model_free(m);
 }
 
+struct hidden_tap {
+    int n_layer;
+    float *rows;   /* the final-norm rows the tap saw */
+    int n;
+};
+
+static void hidden_tap_fn(void *user, int layer, const float *x, int n_rows, int n_embd) {
+    struct hidden_tap *t = user;
+    if (layer != t->n_layer) return;
+    memcpy(t->rows + (size_t)t->n * (size_t)n_embd, x, (size_t)n_rows * n_embd * sizeof(float));
+    t->n += n_rows;
+}
+
+/* fwd_seq.hidden: every row's final normalised state, the same bits the LM head reads (the
+ * tap's final-norm rows with all logits asked for), and the same whole or chunked. */
+static void test_hidden_rows(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab, E = m->cfg.n_embd, n = 24, bs = 16, nf = 3;
+    int32_t *ids = make_prompt(m, "Embeddings pool the final hidden states of a text.", n);
+    float *hid = malloc((size_t)n * E * sizeof(float));
+    float *hid2 = malloc((size_t)n * E * sizeof(float));
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    struct hidden_tap tap = {m->cfg.n_layer, malloc((size_t)n * E * sizeof(float)), 0};
+    T_ASSERT(hid && hid2 && logits && tap.rows);
+    struct env e;
+    int ns = kvstore_swa_ring_blocks(m, bs, n);
+    env_init(&e, m, bs, nf, ns, n, 1, 2);
+    fwd_destroy(e.fwd);
+    char err[256];
+    struct fwd_opts o = {.max_tokens = n, .max_seqs = 1, .max_logit_rows = n, .n_threads = 2,
+                         .device = FWD_DEVICE_CPU, .deterministic = 1};
+    T_ASSERTF(fwd_create(m, e.kv, &o, &e.fwd, err, sizeof err) == 0, "%s", err);
+    fwd_set_tap(e.fwd, hidden_tap_fn, &tap);
+    struct tseq s;
+    tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    struct fwd_seq q = {ids, n, 0, &s.kv, FWD_LOGITS_ALL};
+    T_ASSERT(fwd_run_hidden(e.fwd, &q, 1, logits, hid) == 0);
+    T_ASSERT(tap.n == n && !memcmp(tap.rows, hid, (size_t)n * E * sizeof(float)));
+    env_free(&e);
+    /* chunks of 5, no logits at all */
+    env_init(&e, m, bs, nf, ns, n, 1, 2);
+    e.next_full = e.next_swa = 0;
+    tseq_init(&s, e.kv, &e.next_full, &e.next_swa, nf, ns);
+    for (int done = 0; done < n; done += 5) {
+        int k = n - done < 5 ? n - done : 5;
+        struct fwd_seq c = {ids + done, k, done, &s.kv, FWD_LOGITS_NONE};
+        T_ASSERT(fwd_run_hidden(e.fwd, &c, 1, NULL, hid2 + (size_t)done * E) == 0);
+    }
+    T_ASSERT(!memcmp(hid, hid2, (size_t)n * E * sizeof(float)));
+    env_free(&e);
+    free(tap.rows);
+    free(hid);
+    free(hid2);
+    free(logits);
+    free(ids);
+    model_free(m);
+}
+
 /* A prompt longer than the sliding window: whole (block size 256) vs chunks with a small
  * block size, so the SWA ring wraps many times; and the window must matter. */
 static void test_sliding_window_chunked(void) {
@@ -458,6 +516,7 @@ int main(int argc, char **argv) {
         T_CASE(test_tap),
         T_CASE(test_batched_vs_alone),
         T_CASE(test_chunked_prefill),
+        T_CASE(test_hidden_rows),
         T_CASE(test_thread_count_invariant),
         T_CASE(test_sliding_window_chunked),
         T_CASE(test_invalid_steps),

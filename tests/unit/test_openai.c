@@ -161,8 +161,12 @@ static void test_completions(void) {
     T_ASSERT(!p->is_chat && p->n_prompts == 1 && p->prompt_len[0] >= 2 && !p->echo);
     oai_params_free(p);
     OK_CMPL("{\"prompt\":[\"a\",\"b c\"],\"n\":2,\"echo\":true,\"max_tokens\":4}", &p);
-    T_ASSERT(p->n_prompts == 2 && p->n == 2 && p->echo);
+    T_ASSERT(p->n_prompts == 2 && p->n == 2 && p->echo && !p->prompt_logprobs);
     T_ASSERT(p->prompt_text_len[1] == 3 && !memcmp(p->prompt_text[1], "b c", 3));
+    oai_params_free(p);
+    /* echo + logprobs scores the prompt; with echo, max_tokens 0 generates nothing */
+    OK_CMPL("{\"prompt\":\"a b\",\"echo\":true,\"logprobs\":2,\"max_tokens\":0}", &p);
+    T_ASSERT(p->echo && p->prompt_logprobs && p->top_logprobs == 2 && p->max_tokens[0] == 0);
     oai_params_free(p);
     OK_CMPL("{\"prompt\":[2,1000,17],\"logprobs\":2}", &p);
     T_ASSERT(p->n_prompts == 1 && p->prompt_len[0] == 3 && p->prompt[0][1] == 1000);
@@ -181,7 +185,7 @@ static void test_completions(void) {
     BAD_CMPL("{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":2}", 400, "n", NULL);
     BAD_CMPL("{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", NULL);
     BAD_CMPL("{\"prompt\":\"a\",\"suffix\":\"z\"}", 400, "suffix", NULL);
-    BAD_CMPL("{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", 400, "echo", NULL);
+    BAD_CMPL("{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL);
     BAD_CMPL("{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", NULL);
     BAD_CMPL("{\"prompt\":\"a\",\"echo\":\"yes\"}", 400, "echo", NULL);
     model_free(to_model);

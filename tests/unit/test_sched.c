@@ -25,6 +25,11 @@ struct result {
     enum sched_finish finish;
     int prompt_tokens, completion_tokens, cached_tokens;
     float lp[MAXTOK];
+    int stop_index;
+    int n_plp, plp_pos[512];     /* PROMPT events */
+    float plp_lp[512];
+    float emb[1024];             /* DONE of an embed request */
+    int n_embd;
 };
 
 static void on_event(void *user, const struct sched_event *ev) {
@@ -34,6 +39,12 @@ static void on_event(void *user, const struct sched_event *ev) {
         memcpy(r->text + r->n_text, ev->text, ev->text_len);
         r->n_text += ev->text_len;
         r->text[r->n_text] = 0;
+    }
+    if (ev->kind == SCHED_EV_PROMPT && r->n_plp < 512) {
+        r->plp_pos[r->n_plp] = ev->pos;
+        r->plp_lp[r->n_plp++] = ev->logprob;
+        pthread_mutex_unlock(&r->mu);
+        return;
     }
     if (ev->kind == SCHED_EV_TOKEN && r->n_tok < MAXTOK) {
         r->lp[r->n_tok] = ev->logprob;
@@ -46,6 +57,11 @@ static void on_event(void *user, const struct sched_event *ev) {
         r->prompt_tokens = ev->prompt_tokens;
         r->completion_tokens = ev->completion_tokens;
         r->cached_tokens = ev->cached_tokens;
+        r->stop_index = ev->stop_index;
+        if (ev->embedding && ev->n_embd <= 1024) {
+            memcpy(r->emb, ev->embedding, (size_t)ev->n_embd * sizeof(float));
+            r->n_embd = ev->n_embd;
+        }
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
@@ -432,7 +448,7 @@ static void test_stop_and_finish(void) {
     uint64_t id;
     T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
     res_wait(&cut);
-    T_ASSERT(cut.finish == SCHED_FINISH_STOP);
+    T_ASSERT(cut.finish == SCHED_FINISH_STOP && cut.stop_index == 0);
     char *first = strstr(full.text, stop);
     T_ASSERT(first);
     size_t want = (size_t)(first - full.text);
@@ -457,7 +473,7 @@ static void test_stop_and_finish(void) {
     T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
     res_wait(&eog);
     T_ASSERTF(eog.finish == SCHED_FINISH_STOP && eog.completion_tokens == 1 && eog.n_tok == 0 &&
-                  eog.n_text == 0,
+                  eog.n_text == 0 && eog.stop_index == -1,
               "finish %d n %d", eog.finish, eog.completion_tokens);
     res_init(&ign);
     q.ignore_eos = 1;
@@ -466,6 +482,112 @@ static void test_stop_and_finish(void) {
     res_wait(&ign);
     T_ASSERT(ign.finish == SCHED_FINISH_LENGTH && ign.n_tok == 5);
     for (int i = 0; i < 5; i++) T_ASSERT(!tok_is_eog(m->vocab, ign.tok[i]));
+    sched_destroy(s);
+    model_free(m);
+}
+
+/* Prompt logprobs: one PROMPT event per prompt position after the first, in order, over
+ * chunks longer than the extra logits rows; the last prompt token's logprob equals the
+ * logprob the same token had when it was generated; a cached prefix is not used. */
+static void test_prompt_logprobs(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    int32_t p[200];
+    int n = encode(m, "In the beginning the Universe was created. This has made a lot of people "
+                      "very angry and been widely regarded as a bad move. Many were increasingly "
+                      "of the opinion that they had all made a big mistake in coming down from "
+                      "the trees in the first place.", p, 199);
+    T_ASSERT(n > 40);
+    struct result gen, sc, again;
+    struct sched_req q = req(p, n, greedy(), 1, &gen);
+    q.top_logprobs = 3;
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&gen);
+    T_ASSERT(gen.n_tok == 1);
+    p[n] = gen.tok[0];
+    for (int k = 0; k < 2; k++) {
+        struct result *r = k ? &again : &sc;
+        q = req(p, n + 1, greedy(), 0, r);
+        q.top_logprobs = 2;
+        q.prompt_logprobs = 1;
+        T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+        res_wait(r);
+        T_ASSERTF(r->last_kind == SCHED_EV_DONE && r->finish == SCHED_FINISH_LENGTH &&
+                      r->completion_tokens == 0 && r->n_tok == 0,
+                  "kind %d finish %d", r->last_kind, r->finish);
+        T_ASSERTF(r->n_plp == n, "%d prompt events for %d positions", r->n_plp, n);
+        for (int i = 0; i < n; i++) T_ASSERT(r->plp_pos[i] == i + 1 && r->plp_lp[i] <= 0);
+        T_ASSERTF(fabsf(r->plp_lp[n - 1] - gen.lp[0]) < 1e-3f, "%g vs %g",
+                  (double)r->plp_lp[n - 1], (double)gen.lp[0]);
+        T_ASSERT(r->cached_tokens == 0);
+    }
+    for (int i = 0; i < n; i++) T_ASSERT(sc.plp_lp[i] == again.plp_lp[i]);
+    /* With generation after the prompt. */
+    struct result both;
+    q = req(p, n, greedy(), 3, &both);
+    q.top_logprobs = 0;
+    q.prompt_logprobs = 1;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&both);
+    T_ASSERT(both.n_plp == n - 1 && both.n_tok == 3 && both.tok[0] == gen.tok[0]);
+    /* max_tokens 0 needs prompt_logprobs or embed. */
+    q = req(p, n, greedy(), 0, &both);
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_EINVAL);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* Embeddings: the pooled final hidden state, the same alone, chunked and among generating
+ * sequences; last-token pooling differs from the mean; nothing is kept. */
+static void test_embed(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    int32_t p[200];
+    int n = encode(m, "A long text to embed, longer than one step's token budget, so that "
+                      "the mean runs over several chunks of the prefill and the pooling must "
+                      "add them up in order without losing or repeating any row of them. It "
+                      "keeps going for a while, with more words and more clauses, until the "
+                      "count of tokens is well past the budget.", p,
+                   200);
+    T_ASSERT(n > 64); /* more than one step's 64 tokens */
+    struct result a, b, last, other;
+    struct sched_req q = req(p, n, greedy(), 0, &a);
+    q.embed = 1;
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&a);
+    T_ASSERT(a.last_kind == SCHED_EV_DONE && a.finish == SCHED_FINISH_STOP);
+    T_ASSERT(a.n_embd == m->cfg.n_embd && a.completion_tokens == 0 && a.n_tok == 0);
+    /* again, next to a generating request */
+    submit(s, p + 5, 20, greedy(), 30, &other, NULL);
+    q = req(p, n, greedy(), 0, &b);
+    q.embed = 1;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&b);
+    res_wait(&other);
+    T_ASSERT(b.n_embd == a.n_embd && cosine(a.emb, b.emb, a.n_embd) > 0.99999);
+    q = req(p, n, greedy(), 0, &last);
+    q.embed = 1;
+    q.pooling = SCHED_POOL_LAST;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    res_wait(&last);
+    T_ASSERT(cosine(a.emb, last.emb, a.n_embd) < 0.999);
+    wait_kv_baseline(s);
+    /* embed generates nothing */
+    q = req(p, n, greedy(), 1, &last);
+    q.embed = 1;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_EINVAL);
     sched_destroy(s);
     model_free(m);
 }
@@ -584,6 +706,7 @@ int main(int argc, char **argv) {
         T_CASE(test_prefix_hit_long_prompt),
         T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
-        T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels), {0}};
+        T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
+        T_CASE(test_prompt_logprobs), T_CASE(test_embed), {0}};
     return t_main(argc, argv, cases);
 }

@@ -104,7 +104,19 @@ static void test_empty_and_bounds(void) {
     size_t len;
     T_ASSERT(stop_push(&s, "toolong", 7, &out, &len) == -1);
     T_ASSERT(stop_push(&s, "abx", 3, &out, &len) == 1 && len == 2);
+    T_ASSERT(s.match_index == 1); /* the caller's index, the ignored "" counted */
     T_ASSERT(stop_push(&s, "more", 4, &out, &len) == 1 && len == 0);
+    stop_free(&s);
+}
+
+static void test_match_index_earliest(void) {
+    const char *stops[] = {"cde", "bc", "b"};
+    struct stop_state s;
+    T_ASSERT(stop_init(&s, stops, 3, 16) == 0);
+    const char *out;
+    size_t len;
+    /* "b" and "bc" start at the same byte: the first listed of the earliest wins. */
+    T_ASSERT(stop_push(&s, "abcdef", 6, &out, &len) == 1 && s.match_index == 1);
     stop_free(&s);
 }
 
@@ -113,6 +125,7 @@ int main(int argc, char **argv) {
         T_CASE(test_no_stops_pass_through), T_CASE(test_split_across_tokens),
         T_CASE(test_at_start), T_CASE(test_overlapping_and_earliest),
         T_CASE(test_no_match_flushes_all), T_CASE(test_utf8_stop), T_CASE(test_empty_and_bounds),
+        T_CASE(test_match_index_earliest),
         {0}};
     return t_main(argc, argv, cases);
 }
