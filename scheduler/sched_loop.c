@@ -428,7 +428,8 @@ static void step(struct sched *s) {
         struct seq *q = s->batch[i];
         int pos0 = q->n_kv;
         q->n_kv += q->step_n;
-        kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
+        /* an embedding's blocks are not offered to the prefix cache: nothing of it is kept */
+        if (!q->embed) kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
         if (q->lp_row0 >= 0) report_prompt(q, pos0, s, &plp_at);
         if (q->embed) {
             pool_hidden(s, q, pos0);
