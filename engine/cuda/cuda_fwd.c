@@ -15,10 +15,11 @@
  * block tables, selected logit rows) to the device and the selected logit rows back; that is
  * the only traffic. Everything the step needs was allocated by cf_fwd_create.
  *
- * Not supported (cf_fwd_create fails with "not supported on CUDA yet: ..." so that
- * FWD_DEVICE_AUTO falls back to the CPU): KV caches other than F16, tensor types other than
- * those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples of 32 or
- * above 512.
+ * Not supported (cf_fwd_create fails with "not supported on CUDA yet: ..."): tensor types
+ * other than those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples
+ * of 32 or above 512 (BE_EBACKEND: FWD_DEVICE_AUTO falls back to the CPU); KV caches other
+ * than F16 (BE_EINVAL: an option the user chose, so AUTO fails at start-up instead of
+ * moving to the CPU unannounced).
  *
  * Threads: one owner thread per context, like fwd_ctx. The tap copies rows back
  * synchronously (debugging only); its host buffer is allocated when a tap is installed.
@@ -127,7 +128,8 @@ static int cf_fwd_available(char *why, size_t whylen) {
 
 /* ---- create: checks ------------------------------------------------------------------- */
 
-/* Reports the first thing this backend cannot run; 0 when the model is fully supported. */
+/* Reports the first thing this backend cannot run; 0 when the model is fully supported,
+ * -2 when an option (the KV cache type) is what it cannot run, -1 for the model. */
 static int cf_check_weight(const struct be_tensor *w, const char *name, char *err,
                            size_t errlen) {
     if (!w->data) return 0;
@@ -149,10 +151,12 @@ static int cf_check_model(const struct be_model *m, const struct be_kv *kv,
                           const struct be_opts *o, char *err, size_t errlen) {
     const struct be_model *cfg = m;
     char name[64];
-    if (kv->dtype != BE_KV_F16) {
-        cf_err(err, errlen, "not supported on CUDA yet: KV cache type %s (use f16)",
-               kv->dtype_name);
-        return -1;
+    if (kv->dtype != BE_KV_F16) { /* an option, not the model: -2 makes it BE_EINVAL */
+        cf_err(err, errlen,
+               "not supported on CUDA yet: KV cache type %s (use --kv-type f16 on the GPU, "
+               "or --device cpu for %s)",
+               kv->dtype_name, kv->dtype_name);
+        return -2;
     }
     if (o->max_tokens > 65535) {
         cf_err(err, errlen, "not supported on CUDA yet: max_tokens %d > 65535", o->max_tokens);
@@ -403,7 +407,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         cf_err(err, errlen, "cf_fwd_create: invalid arguments");
         return BE_EINVAL;
     }
-    if (cf_check_model(m, kv, o, err, errlen)) return BE_EBACKEND;
+    const int chk = cf_check_model(m, kv, o, err, errlen);
+    if (chk) return chk == -2 ? BE_EINVAL : BE_EBACKEND;
     const struct be_model *cfg = m;
 
     struct cf_fwd *c = calloc(1, sizeof *c);
