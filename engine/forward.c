@@ -235,6 +235,13 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user) {
     }
 }
 
+int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out) {
+    double ms[3];
+    if (!c->be->step_times || c->be->step_times(c->b, ms) != BE_OK) return -1;
+    *out = (struct fwd_step_times){ms[0], ms[1], ms[2]};
+    return 0;
+}
+
 int fwd_threads(const struct fwd_ctx *c) {
     return pool_size(c->pool);
 }

@@ -100,6 +100,11 @@ struct cf_fwd {
     int32_t *meta_h, *meta_d;
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
+    /* Step timing: events before the metadata copy, after it, before the logits copy and
+     * after it; `timed` is 1 once a step recorded all four. */
+    cudaEvent_t ev[4];
+    int n_ev, timed;
+
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;
     float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cf_fwd_set_tap */
@@ -429,6 +434,9 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         c->mm_mode = CF_MM_AUTO;
     }
 
+    for (; c->n_ev < 4; c->n_ev++)
+        if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
+
     /* Sizes first, then one check against free memory, then the allocations. */
     if (cf_put_all(c)) goto fail_cuda;
     c->wmem_bytes = c->wmem_used;
@@ -500,6 +508,7 @@ static void cf_fwd_destroy(struct cf_fwd *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
+    for (int i = 0; i < c->n_ev; i++) cudaEventDestroy(c->ev[i]);
     cudaFree(c->mm_scratch);
     cudaFree(c->meta_d);
     cudaFreeHost(c->meta_h);
@@ -718,9 +727,11 @@ static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, f
     const struct cf_rows R = {c->meta_d + c->off_pos, c->meta_d + c->off_seq,
                               c->meta_d + c->off_info, c->meta_d + c->off_tab, T};
 
-    if (CUDA_CHECK(cudaSetDevice(0)) ||
+    c->timed = 0;
+    if (CUDA_CHECK(cudaSetDevice(0)) || CUDA_CHECK(cudaEventRecord(c->ev[0], s)) ||
         CUDA_CHECK(cudaMemcpyAsync(c->meta_d, c->meta_h, n_ints * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, s)))
+                                   cudaMemcpyHostToDevice, s)) ||
+        CUDA_CHECK(cudaEventRecord(c->ev[1], s)))
         goto fail;
     if (cf_get_rows(s, &c->tok_embd, tok, T, cfg->embd_scale, c->x, E)) goto fail;
     if (cfg->n_embd_pl > 0 && cf_ple_prepare(c, &R, tok)) goto fail;
@@ -740,16 +751,30 @@ static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, f
         if (cfg->final_softcap > 0.0f &&
             cf_softcap(s, c->logits, (size_t)n_sel * V, cfg->final_softcap))
             goto fail;
-        if (CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
-                                       cudaMemcpyDeviceToHost, s)))
-            goto fail;
     }
-    if (CUDA_CHECK(cudaStreamSynchronize(s))) goto fail;
+    if (CUDA_CHECK(cudaEventRecord(c->ev[2], s))) goto fail;
+    if (n_sel > 0 &&
+        CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s)))
+        goto fail;
+    if (CUDA_CHECK(cudaEventRecord(c->ev[3], s)) || CUDA_CHECK(cudaStreamSynchronize(s)))
+        goto fail;
+    c->timed = 1;
     return BE_OK;
 fail:
     LOG_E("cuda", 0, "forward step failed: %s", cf_last_error());
     cudaStreamSynchronize(s);
     return BE_EBACKEND;
+}
+
+static int cf_fwd_step_times(const struct cf_fwd *c, double ms[3]) {
+    if (!c->timed) return BE_EINVAL;
+    for (int i = 0; i < 3; i++) {
+        float t = 0.0f;
+        if (CUDA_CHECK(cudaEventElapsedTime(&t, c->ev[i], c->ev[i + 1]))) return BE_EBACKEND;
+        ms[i] = t;
+    }
+    return BE_OK;
 }
 
 /* ---- the backend table ---------------------------------------------------------------- */
@@ -773,5 +798,9 @@ static void cf_be_destroy(void *b) {
     cf_fwd_destroy(b);
 }
 
-const struct be_ops be_cuda = {"cuda", cf_fwd_available, cf_be_create, cf_be_run, cf_be_set_tap,
-                               cf_be_destroy};
+static int cf_be_step_times(void *b, double ms[3]) {
+    return cf_fwd_step_times(b, ms);
+}
+
+const struct be_ops be_cuda = {"cuda",        cf_fwd_available, cf_be_create,    cf_be_run,
+                               cf_be_set_tap, cf_be_destroy,    cf_be_step_times};

@@ -72,6 +72,25 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     (void)s;
     return cudaSuccess;
 }
+/* Events: a step's timing is zero on the host. */
+static char fake_event;
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t)(void *)&fake_event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)e, (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    (void)a, (void)b;
+    *ms = 0.0f;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) {
     return cudaSuccess;
 }
@@ -555,7 +574,10 @@ static void test_host_fwd_dispatch(void) {
     struct fwd_seq q = {ids, 4, 0, &sk, FWD_LOGITS_LAST};
     float *lg = malloc((size_t)m->cfg.n_vocab * 4);
     T_ASSERT(lg);
+    struct fwd_step_times st;
+    T_ASSERT(fwd_last_step_times(f, &st) == -1); /* no step yet */
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.gpu_ms >= 0 && st.h2d_ms >= 0);
     T_ASSERTF(taps == m->cfg.n_layer + 1, "%d tap calls for %d layers", taps, m->cfg.n_layer);
     T_ASSERT(!isnan(lg[0]) && !isnan(lg[cu_argmax(lg, m->cfg.n_vocab)]));
     q.pos = 40; /* beyond the two FULL blocks */
