@@ -206,10 +206,11 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     }
     size_t at = (size_t)snprintf(
         json, jsonlen,
-        "{\"model\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"repeats\": %d, "
+        "{\"model\": \"%s\", \"file\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"repeats\": %d, "
         "\"prefill_tokens\": %d, \"gen_tokens\": %d, \"n_seqs\": %d, \"seq_prompt_tokens\": %d, "
         "\"threads\": %d, \"isa\": \"%s\", \"device_timed\": %d",
-        b.m->name, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, R, P, G, S, SP,
+        b.m->name, o->model, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, R, P,
+        G, S, SP,
         o->threads, kern_isa_name(kern_active_isa()), timed_all);
     for (int mi = 0; mi < M_N && at < jsonlen; mi++) {
         const double best = rate[mi][0];
