@@ -402,6 +402,26 @@ static size_t cf_blas_scratch(const struct cf_fwd *c) {
     return mx;
 }
 
+/*
+ * Block-table entries one sequence can bring to a step: its FULL blocks up to max_ctx (the
+ * pool's capacity when 0), and an SWA ring as long as a step of max_tokens rows needs (what
+ * kvs_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
+ * max_seqs x the whole pool, which with a large pool would be hundreds of MB.
+ */
+static size_t cf_tab_per_seq(const struct be_model *m, const struct be_kv *kv,
+                             const struct be_opts *o) {
+    const size_t bs = (size_t)kv->block_size;
+    size_t full = (size_t)kv->n_blocks[BE_KV_FULL];
+    if (o->max_ctx > 0 && ((size_t)o->max_ctx + bs - 1) / bs < full)
+        full = ((size_t)o->max_ctx + bs - 1) / bs;
+    size_t swa = (size_t)kv->n_blocks[BE_KV_SWA];
+    if (m->sliding_window > 0) {
+        const size_t ring = ((size_t)m->sliding_window + (size_t)o->max_tokens - 2) / bs + 2;
+        if (ring < swa) swa = ring;
+    }
+    return full + swa;
+}
+
 static void cf_fwd_destroy(struct cf_fwd *c);
 
 static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const struct be_opts *o,
@@ -445,7 +465,7 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     if (c->blas && o->max_tokens >= CF_MM_CUBLAS_MIN_ROWS) c->mm_scratch_bytes = cf_blas_scratch(c);
     const size_t T = (size_t)c->o.max_tokens, S = (size_t)c->o.max_seqs;
     const size_t Lx = (size_t)c->o.max_logit_rows;
-    c->tab_cap = S * ((size_t)kv->n_blocks[BE_KV_FULL] + (size_t)kv->n_blocks[BE_KV_SWA]) + 64;
+    c->tab_cap = S * cf_tab_per_seq(m, kv, o) + 64;
     c->off_pos = T;
     c->off_seq = 2 * T;
     c->off_info = 3 * T;
