@@ -139,7 +139,8 @@ if [ "$DRY" = 0 ]; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for t in test_dequant_vs_ref test_norm_rope_act test_attention_vs_ref \
                  test_e2e_step_validation; do
-            T_NOFORK=1 T_TIMEOUT=60 run 60 "$OUT/memcheck.txt" compute-sanitizer \
+            # 30 s each at most: the benchmark after it is worth more than a slow memcheck
+            T_NOFORK=1 T_TIMEOUT=30 run 30 "$OUT/memcheck.txt" compute-sanitizer \
                 --tool memcheck --error-exitcode 99 "$E/tests/test_cuda" "$t"
             say "memcheck $t: exit $?"
         done
