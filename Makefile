@@ -4,6 +4,7 @@
 #   make run        install what is missing, fetch the model, build, serve on 127.0.0.1:8080
 #   make test       install what is missing, fetch the model, build (-Werror), run every test
 #   make bench      benchmarks against llama.cpp (see docs/BENCHMARKS.md)
+#   make CUDA=1 gpu-check-bins   what deploy/gpu-check.sh runs, linked against the engine only
 #
 # Switches: V=1 (full commands), NATIVE=0 (portable binary; SIMD kernels still chosen at run
 # time), SAN=address,undefined | SAN=thread (sanitizer build under build/san-*), CUDA=1
@@ -57,6 +58,10 @@ CONFIG_SRC := $(wildcard config/*.c)
 BASE_SRC := $(wildcard base/*.c)
 SERVER_SRC := $(filter-out %_main.c,$(wildcard server/*.c))
 LIB_SRC := $(BASE_SRC) $(ENGINE_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
+# The engine alone (base/ + engine/ + kernels, + CUDA): what the GPU check and the tools that
+# never serve link, so a GPU machine needs no libmicrohttpd, jansson or libuv.
+ENGINE_LIB_SRC := $(BASE_SRC) $(ENGINE_SRC)
+ENGINE_LDLIBS := -lm -lpthread
 
 # CUDA: host glue (engine/cuda/*.c) and kernels (*.cu) only with CUDA=1.
 CUDA_HOME ?= /usr/local/cuda
@@ -66,31 +71,46 @@ NVCCFLAGS := -O3 -std=c++17 -I. -Xcompiler -fPIC,-Wall -lineinfo \
              $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 ifeq ($(CUDA),1)
 LIB_SRC += $(wildcard engine/cuda/*.c)
+ENGINE_LIB_SRC += $(wildcard engine/cuda/*.c)
 CU_SRC := $(wildcard engine/cuda/*.cu)
 CFLAGS += -DGEMMAD_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+# rpath: the toolkit's libraries are found without LD_LIBRARY_PATH on a machine that has it
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+LDLIBS += $(CUDA_LIBS)
+ENGINE_LDLIBS += $(CUDA_LIBS)
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB := $(BUILD)/libgemmad.a
+ENGINE_LIB_OBJ := $(ENGINE_LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+ENGINE_LIB := $(BUILD)/libgemmad-engine.a
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli
+BINS := $(BUILD)/gemmad $(BUILD)/gemmad-cli $(BUILD)/gen-gguf
 # The CUDA micro-benchmark (tools/cuda-bench/) links against the library, never into it.
 ifeq ($(CUDA),1)
 BINS += $(BUILD)/cuda-bench
 endif
 CUDA_BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/cuda-bench/*.c))
+GEN_GGUF_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/gen-gguf/*.c))
 
-.PHONY: all tests run test check-layers test-unit test-san test-tsan test-py test-cuda-compile test-native0 deps model \
+# deploy/gpu-check.sh's programs, under $(BUILD)/engine-only/, linked with the engine only.
+GPU_CHECK_TESTS := test_cuda test_cuda_host
+GPU_CHECK_BINS := $(GPU_CHECK_TESTS:%=$(BUILD)/engine-only/tests/%) $(BUILD)/gen-gguf
+ifeq ($(CUDA),1)
+GPU_CHECK_BINS += $(BUILD)/engine-only/cuda-bench
+endif
+
+.PHONY: all tests gpu-check-bins run test check-layers test-unit test-san test-tsan test-py test-cuda-compile test-native0 deps model \
         bench bench-engine fuzz-api clean format check-cuda
 .DEFAULT_GOAL := all
 .SECONDARY:
 
 all: $(BINS)
 tests: $(UNIT_BIN)
+gpu-check-bins: $(GPU_CHECK_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -120,6 +140,11 @@ $(LIB): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+$(ENGINE_LIB): $(ENGINE_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/gemmad: $(BUILD)/obj/server/gemmad_main.o $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -136,6 +161,20 @@ $(BUILD)/gemmad-cli: $(CLI_OBJ) $(LIB)
 $(BUILD)/cuda-bench: $(CUDA_BENCH_OBJ) $(LIB)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/gen-gguf: $(GEN_GGUF_OBJ) $(ENGINE_LIB)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(ENGINE_LDLIBS)
+
+$(BUILD)/engine-only/cuda-bench: $(CUDA_BENCH_OBJ) $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(ENGINE_LDLIBS)
+
+$(BUILD)/engine-only/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(ENGINE_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)

@@ -1,132 +1,180 @@
 #!/usr/bin/env bash
-# gpu-check — the one script for a session that has an NVIDIA GPU: builds
-# gemmad with CUDA=1 for the GPU's architecture, runs the CUDA tests (kernels against the CPU
-# references, CUDA vs CPU logits, batched == solo), and benchmarks prefill and decode
-# (1 and 64 concurrent sequences) on the CUDA backend against the CPU path. Everything it
-# measures goes to $OUT (default build/gpu-check): summary.txt, build.txt, test_cuda.txt
-# (test_cuda, then test_cuda_host),
-# bench.jsonl, nvidia-smi.txt — at most 8 files, as the device tool returns.
+# gpu-check — the one script for a machine with an NVIDIA GPU. It needs only the CUDA
+# toolkit, gcc and make: everything it builds links the engine alone (make CUDA=1
+# gpu-check-bins: no libmicrohttpd, jansson or libuv), and the models it runs are written on
+# the spot by gen-gguf with the bundled model's exact shapes and tensor types (the 253 MB
+# file itself never has to travel; when models/gemma-3-270m-q4_k_m.gguf is there, its
+# layout is copied --from it and it is used by the bundled-model tests too).
 #
-#   bash deploy/gpu-check.sh --prepare     on a machine WITH network, before the GPU call:
-#                                          downloads the build dependencies as .deb files
-#                                          into build/gpu-deps and writes the synthetic
-#                                          models into build/synthetic
-#   bash deploy/gpu-check.sh [MODEL]       on the GPU machine (MODEL defaults to the bundled
-#                                          models/gemma-3-270m-q4_k_m.gguf, else the largest
-#                                          synthetic model)
+# One global deadline (GPU_CHECK_DEADLINE, default 540 s from start): every step gets a
+# timeout that ends before it, and results are written to $OUT (default build/gpu-check) as
+# each step finishes, so a run cut short still returns what was done:
+#   summary.txt      one line per step (read this first)
+#   env.txt          nvidia-smi, nvcc, gcc
+#   build.txt        the build log
+#   tests.txt        test_cuda (per-test timeout), then test_cuda_host
+#   memcheck.txt     compute-sanitizer --tool memcheck on a short subset of test_cuda
+#   bench.jsonl      cuda-bench results, one JSON object per line
 #
-# The device machine is bare and offline, and a call carries at most 64 MiB: carry
-# build/gpu-deps and build/synthetic (the bundled 253 MB model does not fit; without it the
-# bundled-model tests SKIP and the benchmark runs on a synthetic model, marked as such).
-# Its system root is never written: the .deb files are unpacked under build/gpu-deps/root
-# and found through CPATH / LIBRARY_PATH / LD_LIBRARY_PATH.
+#   bash deploy/gpu-check.sh              the check (exits 3 at once, with the reason, when
+#                                         there is no usable GPU)
+#   bash deploy/gpu-check.sh --dry-run    the steps that need no GPU (tool check, build,
+#                                         model generation, host tests): for a machine
+#                                         without one
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
-DEPS_DIR=build/gpu-deps
-SYNTH_DIR=build/synthetic
-DEBS="libmicrohttpd12 libmicrohttpd-dev libjansson4 libjansson-dev libuv1 libuv1-dev"
+DRY=0
+case "${1:-}" in
+--dry-run) DRY=1 ;;
+"") ;;
+*) echo "usage: bash deploy/gpu-check.sh [--dry-run]" >&2; exit 2 ;;
+esac
 
-if [ "${1:-}" = "--prepare" ]; then
-    mkdir -p "$DEPS_DIR"
-    (cd "$DEPS_DIR" && apt-get download $DEBS) || { echo "gpu-check: apt-get download failed"; exit 1; }
-    python3 tests/fixtures/synthetic/gen_synthetic.py --out "$SYNTH_DIR" || exit 1
-    # Within the 64 MiB a device call carries: the f32 variants check the forward pass
-    # tightly against the CPU (no activation quantization on either side), the q4_k ones
-    # (Q4_K and Q8_0 tensors) the quantized paths; the rest is left here.
-    rm -f "$SYNTH_DIR"/*-q8_0.gguf "$SYNTH_DIR"/gemma3-f32.gguf
-    du -sh "$DEPS_DIR" "$SYNTH_DIR"
-    echo "gpu-check: prepared; carry $DEPS_DIR and $SYNTH_DIR in the device call"
-    exit 0
-fi
-
+T0=$(date +%s)
+DEADLINE=${GPU_CHECK_DEADLINE:-540}
 OUT=${OUT:-build/gpu-check}
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
-say() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
-JOBS=$(nproc 2>/dev/null || echo 4)
+say() { echo "gpu-check [$(( $(date +%s) - T0 ))s]: $*" | tee -a "$OUT/summary.txt"; }
+left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
+
+# run WANT_S LOG CMD...: CMD with a timeout of WANT_S seconds, cut to what is left before
+# the deadline (minus a margin for the summary); appends its output to LOG; returns its
+# status (124 on timeout, 125 when no time was left to start it).
+run() {
+    local want=$1 log=$2
+    shift 2
+    local l=$(( $(left) - 10 ))
+    if [ "$l" -lt 5 ]; then
+        say "no time left for: $*"
+        return 125
+    fi
+    [ "$want" -gt "$l" ] && want=$l
+    echo "+ [timeout ${want}s] $*" >>"$log"
+    timeout -k 5 "$want" "$@" >>"$log" 2>&1
+}
+
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$CUDA_HOME/bin:$PATH"
+JOBS=$(nproc 2>/dev/null || echo 4)
 
-# ---- the machine ----------------------------------------------------------------------------
-nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || say "nvidia-smi failed (no driver?)"
-cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-CUDA_ARCH=${CUDA_ARCH:-${cap:-90}}
-say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1); CUDA_ARCH=$CUDA_ARCH; nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-
-# ---- dependencies: use the system's headers, else the carried .deb files --------------------
-have_header() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
+# ---- tools and the GPU ---------------------------------------------------------------------
 missing=""
-for h in microhttpd.h jansson.h uv.h; do have_header "$h" || missing="$missing $h"; done
+for t in make gcc nvcc; do command -v "$t" >/dev/null 2>&1 || missing="$missing $t"; done
 if [ -n "$missing" ]; then
-    if ls "$DEPS_DIR"/*.deb >/dev/null 2>&1; then
-        root="$PWD/$DEPS_DIR/root"
-        mkdir -p "$root"
-        for f in "$DEPS_DIR"/*.deb; do dpkg -x "$f" "$root"; done
-        inc="$root/usr/include"
-        lib="$root/usr/lib/x86_64-linux-gnu"
-        export CPATH="$inc:$inc/x86_64-linux-gnu${CPATH:+:$CPATH}"
-        export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
-        export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        say "headers missing ($missing ); using the carried packages in $DEPS_DIR"
+    say "missing tools:$missing (needs the CUDA toolkit under CUDA_HOME=$CUDA_HOME, gcc, make)"
+    exit 1
+fi
+{
+    echo "== nvidia-smi"; nvidia-smi 2>&1
+    echo "== nvcc"; nvcc --version 2>&1
+    echo "== gcc"; gcc --version 2>&1 | head -1
+} >"$OUT/env.txt"
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader \
+      2>/dev/null | head -1)
+if [ -z "$gpu" ]; then
+    why=$(nvidia-smi -L 2>&1 | head -1)
+    command -v nvidia-smi >/dev/null 2>&1 || why="not installed"
+    if [ "$DRY" = 0 ]; then
+        say "no usable NVIDIA GPU here (nvidia-smi: ${why:-not found}); nothing to check." \
+            "bash deploy/gpu-check.sh --dry-run runs the steps that need no GPU"
+        exit 3
+    fi
+    say "dry run: no GPU (nvidia-smi: ${why:-not found}); GPU steps are skipped"
+    cap=""
+else
+    cap=$(echo "$gpu" | awk -F', ' '{print $4}' | tr -d ' .')
+    say "GPU: $gpu"
+fi
+CUDA_ARCH=${CUDA_ARCH:-${cap:-90}}
+say "nvcc: $(nvcc --version | tail -1); CUDA_ARCH=$CUDA_ARCH; deadline ${DEADLINE}s"
+
+# ---- build (engine only) ------------------------------------------------------------------
+B=${GPU_CHECK_BUILD:-build/gpu-check-build}
+E=$B/engine-only
+: >"$OUT/build.txt"
+t=$(date +%s)
+if ! run 240 "$OUT/build.txt" make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" \
+        CUDA_ARCH="$CUDA_ARCH" WERROR=1 BUILD="$B" gpu-check-bins; then
+    say "build FAILED (build.txt); last lines:"
+    tail -20 "$OUT/build.txt" | tee -a "$OUT/summary.txt"
+    exit 1
+fi
+say "built in $(( $(date +%s) - t ))s"
+
+# ---- models ---------------------------------------------------------------------------------
+REAL=models/gemma-3-270m-q4_k_m.gguf
+G=$B/gen
+mkdir -p "$G"
+from=()
+[ -r "$REAL" ] && from=(--from "$REAL")
+: >"$OUT/gen.txt"
+if run 60 "$OUT/gen.txt" "$B/gen-gguf" -o "$G/bench.gguf" ${from[@]+"${from[@]}"} &&
+    run 60 "$OUT/gen.txt" "$B/gen-gguf" -o "$G/parity-f32.gguf" --f32 --layers 6 --vocab 8192 &&
+    run 60 "$OUT/gen.txt" "$B/gen-gguf" -o "$G/parity-q.gguf" --layers 6 --vocab 8192; then
+    say "models: $G/bench.gguf (real shape, random weights${from:+, layout from $REAL})," \
+        "parity-f32.gguf and parity-q.gguf (6 layers: 5 local + 1 global, 8192 tokens)"
+else
+    say "gen-gguf FAILED (gen.txt): $(tail -1 "$OUT/gen.txt")"
+    exit 1
+fi
+TEST_MODEL=$REAL
+[ -r "$REAL" ] || TEST_MODEL=$G/parity-q.gguf
+export GEMMAD_TEST_MODEL=$TEST_MODEL GEMMAD_TEST_GEN_F32=$G/parity-f32.gguf
+export GEMMAD_TEST_SYNTH_DIR=${GEMMAD_TEST_SYNTH_DIR:-build/synthetic}
+
+tally() { tail -1 "$1" 2>/dev/null; }
+
+# ---- CUDA unit tests ------------------------------------------------------------------------
+: >"$OUT/tests.txt"
+if [ "$DRY" = 0 ]; then
+    T_TIMEOUT=45 run 200 "$OUT/tests.txt" "$E/tests/test_cuda"
+    rc=$?
+    say "test_cuda: exit $rc — $(tally "$OUT/tests.txt")"
+    grep -E "^(FAIL|SKIP)|^    " "$OUT/tests.txt" | head -30 | tee -a "$OUT/summary.txt"
+
+    # ---- memcheck on the kernel tests that are quick (no model) -----------------------------
+    : >"$OUT/memcheck.txt"
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        for t in test_dequant_vs_ref test_norm_rope_act test_attention_vs_ref \
+                 test_e2e_step_validation; do
+            # 30 s each at most: the benchmark after it is worth more than a slow memcheck
+            T_NOFORK=1 T_TIMEOUT=30 run 30 "$OUT/memcheck.txt" compute-sanitizer \
+                --tool memcheck --error-exitcode 99 "$E/tests/test_cuda" "$t"
+            say "memcheck $t: exit $?"
+        done
     else
-        say "headers missing ($missing ) and no $DEPS_DIR/*.deb: run deploy/gpu-check.sh --prepare where there is network and carry $DEPS_DIR"
+        say "compute-sanitizer not in $CUDA_HOME/bin: memcheck skipped"
     fi
+else
+    say "dry run: test_cuda and memcheck skipped"
 fi
 
-# ---- build ----------------------------------------------------------------------------------
-B=${GPU_CHECK_BUILD:-build/cuda}
-t0=$(date +%s)
-mk() { make -j"$JOBS" CUDA=1 CUDA_HOME="$CUDA_HOME" CUDA_ARCH="$CUDA_ARCH" WERROR=1 BUILD=$B "$@"; }
-if ! mk all tests >"$OUT/build.txt" 2>&1; then
-    # A carried libmicrohttpd may need libraries this image lacks (gnutls): link without
-    # resolving them and drop unused libraries, enough for the tests and benchmarks.
-    say "full link failed; retrying with -Wl,--as-needed,--allow-shlib-undefined"
-    if ! mk LDFLAGS="-Wl,--as-needed -Wl,--allow-shlib-undefined" all tests \
-            >>"$OUT/build.txt" 2>&1; then
-        say "build FAILED (see build.txt); last lines:"
-        tail -25 "$OUT/build.txt" | tee -a "$OUT/summary.txt"
-        exit 1
+# ---- benchmark ------------------------------------------------------------------------------
+: >"$OUT/bench.jsonl"
+bench() {
+    local log=$OUT/bench.err
+    if run "$1" "$log" "$E/cuda-bench" -m "$G/bench.gguf" "${@:2}"; then
+        # cuda-bench's JSON line went to the log with the command line; move it over
+        grep '^{' "$log" | tail -1 >>"$OUT/bench.jsonl"
+        say "bench ${*:2}: $(tail -1 "$OUT/bench.jsonl")"
+    else
+        say "bench ${*:2}: FAILED or timed out (bench.err: $(tail -1 "$log"))"
     fi
+}
+if [ "$DRY" = 0 ]; then
+    # single stream and 64 streams, batch-invariant kernels, then cuBLAS for prefill
+    bench 120 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 5
+    bench 90 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 3 \
+        --nondeterministic
+    # the CPU path on the same machine, on the same model (shorter: it is much slower)
+    bench 90 --device cpu --prompt 128 --gen 16 --seqs 16 --seq-prompt 32 --repeat 1
+else
+    bench 60 --device cpu --prompt 16 --gen 4 --seqs 2 --seq-prompt 8 --repeat 1
 fi
-[ -x $B/cuda-bench ] || { say "cuda-bench build FAILED (make CUDA=1 builds $B/cuda-bench)"; exit 1; }
-say "built in $(( $(date +%s) - t0 )) s"
 
-# ---- tests ----------------------------------------------------------------------------------
-MODEL=${1:-${MODEL:-models/gemma-3-270m-q4_k_m.gguf}}
-BENCH_MODEL=$MODEL
-if [ ! -r "$MODEL" ]; then
-    BENCH_MODEL=$(ls -S "$SYNTH_DIR"/*.gguf 2>/dev/null | head -1)
-    say "model $MODEL not here: bundled-model tests will SKIP; benchmark on ${BENCH_MODEL:-nothing} (synthetic, not comparable)"
-fi
-GEMMAD_TEST_MODEL=$MODEL GEMMAD_TEST_SYNTH_DIR=$SYNTH_DIR T_TIMEOUT=300 \
-    timeout 900 $B/tests/test_cuda >"$OUT/test_cuda.txt" 2>&1
-say "test_cuda: exit $? — $(tail -1 "$OUT/test_cuda.txt")"
-grep -E "^(FAIL|SKIP)|^    " "$OUT/test_cuda.txt" | head -40 | tee -a "$OUT/summary.txt"
-# the host code against the CPU forward with emulated kernels (runs anywhere; appended)
-GEMMAD_TEST_MODEL=$MODEL GEMMAD_TEST_SYNTH_DIR=$SYNTH_DIR T_TIMEOUT=300 \
-    timeout 600 $B/tests/test_cuda_host >>"$OUT/test_cuda.txt" 2>&1
-say "test_cuda_host: exit $? — $(tail -1 "$OUT/test_cuda.txt")"
-
-# ---- benchmarks -----------------------------------------------------------------------------
-if [ -n "$BENCH_MODEL" ] && [ -r "$BENCH_MODEL" ]; then
-    : >"$OUT/bench.jsonl"
-    bench() {
-        if timeout 300 $B/cuda-bench -m "$BENCH_MODEL" "$@" >>"$OUT/bench.jsonl" 2>>"$OUT/summary.txt"
-        then say "bench $*: $(tail -1 "$OUT/bench.jsonl")"
-        else say "bench $* FAILED"
-        fi
-    }
-    # GPU_CHECK_QUICK=1: small sizes, for a dry run of this script
-    if [ "${GPU_CHECK_QUICK:-0}" = 1 ]; then P=64 G=8 S=4 SP=16; else P=512 G=64 S=64 SP=128; fi
-    bench --device cuda --prompt $P --gen $G --seqs $S --seq-prompt $SP
-    bench --device cuda --prompt $P --gen $G --seqs $S --seq-prompt $SP --nondeterministic
-    bench --device cpu --prompt $P --gen $(( G / 2 )) --seqs $S --seq-prompt $SP
-    # the single-sequence path through gemmad-cli (the engine API the server uses)
-    for dev in cuda cpu; do
-        r=$(timeout 300 $B/gemmad-cli bench -m "$BENCH_MODEL" --device $dev --prompt-tokens $P \
-            --gen $G 2>>"$OUT/summary.txt") && echo "{\"cli\": \"$dev\", \"result\": $r}" >>"$OUT/bench.jsonl"
-        say "gemmad-cli bench --device $dev: ${r:-FAILED}"
-    done
-fi
-say "done"
+# ---- host emulation of the CUDA backend (runs anywhere; last: lowest value here) -----------
+GEMMAD_TEST_QUICK=1 T_TIMEOUT=60 run 90 "$OUT/tests.txt" "$E/tests/test_cuda_host"
+say "test_cuda_host: exit $? — $(tally "$OUT/tests.txt")"
+say "done in $(( $(date +%s) - T0 ))s"

@@ -122,6 +122,9 @@ struct be_ops {
     int (*run)(void *b, const struct be_seq *seqs, int n_seqs, float *logits);
     int (*set_tap)(void *b, be_tap_fn fn, void *user);
     void (*destroy)(void *b);
+    /* Optional (NULL: the backend does not time its steps): the last run's device times in
+     * ms: ms[0] host-to-device copies, ms[1] kernels, ms[2] device-to-host copies. */
+    int (*step_times)(void *b, double ms[3]);
 };
 
 /* Fault injection for tests (forward.h's fwd_set_fail_at): be_fault() is 1 when this

@@ -373,4 +373,5 @@ static int cpu_available(char *why, size_t whylen) {
     return 1;
 }
 
-const struct be_ops be_cpu = {"cpu", cpu_available, cpu_create, cpu_run, cpu_set_tap, cpu_destroy};
+const struct be_ops be_cpu = {"cpu",       cpu_available, cpu_create, cpu_run, cpu_set_tap,
+                              cpu_destroy, NULL};

@@ -139,8 +139,17 @@ static int start_cuda(struct fwd_ctx *c, enum fwd_device want, char *err, size_t
         if (err) snprintf(err, errlen, "no usable CUDA device: %s", why);
         return FWD_EBACKEND;
     }
-    if (start(c, g_cuda, FWD_DEVICE_CUDA, err, errlen) == FWD_OK) return FWD_OK;
-    if (want == FWD_DEVICE_CUDA) return FWD_EBACKEND;
+    const int rc = start(c, g_cuda, FWD_DEVICE_CUDA, err, errlen);
+    if (rc == FWD_OK) return FWD_OK;
+    if (want == FWD_DEVICE_CUDA) return rc == FWD_EINVAL ? FWD_EINVAL : FWD_EBACKEND;
+    if (rc == FWD_EINVAL) {
+        /* The device is there but an option the user chose (the KV cache type) does not run
+         * on it: a start-up error, not a quiet move of the whole model to the CPU. */
+        char why2[256];
+        snprintf(why2, sizeof why2, "%s", err ? err : "");
+        if (err) snprintf(err, errlen, "--device auto found a CUDA device: %s", why2);
+        return FWD_EINVAL;
+    }
     LOG_W("forward", 0, "CUDA backend unavailable (%s); using the CPU", err ? err : "");
     if (err && errlen) err[0] = 0;
     return 1;
@@ -224,6 +233,13 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user) {
         c->tap = NULL;
         c->tap_user = NULL;
     }
+}
+
+int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out) {
+    double ms[3];
+    if (!c->be->step_times || c->be->step_times(c->b, ms) != BE_OK) return -1;
+    *out = (struct fwd_step_times){ms[0], ms[1], ms[2]};
+    return 0;
 }
 
 int fwd_threads(const struct fwd_ctx *c) {

@@ -91,6 +91,15 @@ void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks
 typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
 void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
 
+/* Where the last fwd_run spent its time on the device, in milliseconds, measured with
+ * device events (the CUDA backend): copies to the device, kernels, copies back. The rest of
+ * the step's wall time is host work and launch overhead. 0, or -1 when the backend running
+ * does not time its steps (the CPU). */
+struct fwd_step_times {
+    double h2d_ms, gpu_ms, d2h_ms;
+};
+int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out);
+
 /* Test hook: when n > 0, the n-th failable step (allocation, thread start, ...) of each
  * later fwd_create fails as if out of memory; each fwd_create counts from 1 again.
  * 0 (the default): off. Tests only; not thread-safe. */

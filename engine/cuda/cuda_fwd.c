@@ -15,10 +15,11 @@
  * block tables, selected logit rows) to the device and the selected logit rows back; that is
  * the only traffic. Everything the step needs was allocated by cf_fwd_create.
  *
- * Not supported (cf_fwd_create fails with "not supported on CUDA yet: ..." so that
- * FWD_DEVICE_AUTO falls back to the CPU): KV caches other than F16, tensor types other than
- * those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples of 32 or
- * above 512.
+ * Not supported (cf_fwd_create fails with "not supported on CUDA yet: ..."): tensor types
+ * other than those cf_type_supported() lists (Q2_K, Q3_K), head dims that are not multiples
+ * of 32 or above 512 (BE_EBACKEND: FWD_DEVICE_AUTO falls back to the CPU); KV caches other
+ * than F16 (BE_EINVAL: an option the user chose, so AUTO fails at start-up instead of
+ * moving to the CPU unannounced).
  *
  * Threads: one owner thread per context, like fwd_ctx. The tap copies rows back
  * synchronously (debugging only); its host buffer is allocated when a tap is installed.
@@ -99,6 +100,11 @@ struct cf_fwd {
     int32_t *meta_h, *meta_d;
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
+    /* Step timing: events before the metadata copy, after it, before the logits copy and
+     * after it; `timed` is 1 once a step recorded all four. */
+    cudaEvent_t ev[4];
+    int n_ev, timed;
+
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;
     float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cf_fwd_set_tap */
@@ -127,7 +133,8 @@ static int cf_fwd_available(char *why, size_t whylen) {
 
 /* ---- create: checks ------------------------------------------------------------------- */
 
-/* Reports the first thing this backend cannot run; 0 when the model is fully supported. */
+/* Reports the first thing this backend cannot run; 0 when the model is fully supported,
+ * -2 when an option (the KV cache type) is what it cannot run, -1 for the model. */
 static int cf_check_weight(const struct be_tensor *w, const char *name, char *err,
                            size_t errlen) {
     if (!w->data) return 0;
@@ -149,10 +156,12 @@ static int cf_check_model(const struct be_model *m, const struct be_kv *kv,
                           const struct be_opts *o, char *err, size_t errlen) {
     const struct be_model *cfg = m;
     char name[64];
-    if (kv->dtype != BE_KV_F16) {
-        cf_err(err, errlen, "not supported on CUDA yet: KV cache type %s (use f16)",
-               kv->dtype_name);
-        return -1;
+    if (kv->dtype != BE_KV_F16) { /* an option, not the model: -2 makes it BE_EINVAL */
+        cf_err(err, errlen,
+               "not supported on CUDA yet: KV cache type %s (use --kv-type f16 on the GPU, "
+               "or --device cpu for %s)",
+               kv->dtype_name, kv->dtype_name);
+        return -2;
     }
     if (o->max_tokens > 65535) {
         cf_err(err, errlen, "not supported on CUDA yet: max_tokens %d > 65535", o->max_tokens);
@@ -393,6 +402,26 @@ static size_t cf_blas_scratch(const struct cf_fwd *c) {
     return mx;
 }
 
+/*
+ * Block-table entries one sequence can bring to a step: its FULL blocks up to max_ctx (the
+ * pool's capacity when 0), and an SWA ring as long as a step of max_tokens rows needs (what
+ * kvs_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
+ * max_seqs x the whole pool, which with a large pool would be hundreds of MB.
+ */
+static size_t cf_tab_per_seq(const struct be_model *m, const struct be_kv *kv,
+                             const struct be_opts *o) {
+    const size_t bs = (size_t)kv->block_size;
+    size_t full = (size_t)kv->n_blocks[BE_KV_FULL];
+    if (o->max_ctx > 0 && ((size_t)o->max_ctx + bs - 1) / bs < full)
+        full = ((size_t)o->max_ctx + bs - 1) / bs;
+    size_t swa = (size_t)kv->n_blocks[BE_KV_SWA];
+    if (m->sliding_window > 0) {
+        const size_t ring = ((size_t)m->sliding_window + (size_t)o->max_tokens - 2) / bs + 2;
+        if (ring < swa) swa = ring;
+    }
+    return full + swa;
+}
+
 static void cf_fwd_destroy(struct cf_fwd *c);
 
 static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const struct be_opts *o,
@@ -403,7 +432,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         cf_err(err, errlen, "cf_fwd_create: invalid arguments");
         return BE_EINVAL;
     }
-    if (cf_check_model(m, kv, o, err, errlen)) return BE_EBACKEND;
+    const int chk = cf_check_model(m, kv, o, err, errlen);
+    if (chk) return chk == -2 ? BE_EINVAL : BE_EBACKEND;
     const struct be_model *cfg = m;
 
     struct cf_fwd *c = calloc(1, sizeof *c);
@@ -424,6 +454,9 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         c->mm_mode = CF_MM_AUTO;
     }
 
+    for (; c->n_ev < 4; c->n_ev++)
+        if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
+
     /* Sizes first, then one check against free memory, then the allocations. */
     if (cf_put_all(c)) goto fail_cuda;
     c->wmem_bytes = c->wmem_used;
@@ -432,7 +465,7 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     if (c->blas && o->max_tokens >= CF_MM_CUBLAS_MIN_ROWS) c->mm_scratch_bytes = cf_blas_scratch(c);
     const size_t T = (size_t)c->o.max_tokens, S = (size_t)c->o.max_seqs;
     const size_t Lx = (size_t)c->o.max_logit_rows;
-    c->tab_cap = S * ((size_t)kv->n_blocks[BE_KV_FULL] + (size_t)kv->n_blocks[BE_KV_SWA]) + 64;
+    c->tab_cap = S * cf_tab_per_seq(m, kv, o) + 64;
     c->off_pos = T;
     c->off_seq = 2 * T;
     c->off_info = 3 * T;
@@ -495,6 +528,7 @@ static void cf_fwd_destroy(struct cf_fwd *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
+    for (int i = 0; i < c->n_ev; i++) cudaEventDestroy(c->ev[i]);
     cudaFree(c->mm_scratch);
     cudaFree(c->meta_d);
     cudaFreeHost(c->meta_h);
@@ -713,9 +747,11 @@ static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, f
     const struct cf_rows R = {c->meta_d + c->off_pos, c->meta_d + c->off_seq,
                               c->meta_d + c->off_info, c->meta_d + c->off_tab, T};
 
-    if (CUDA_CHECK(cudaSetDevice(0)) ||
+    c->timed = 0;
+    if (CUDA_CHECK(cudaSetDevice(0)) || CUDA_CHECK(cudaEventRecord(c->ev[0], s)) ||
         CUDA_CHECK(cudaMemcpyAsync(c->meta_d, c->meta_h, n_ints * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, s)))
+                                   cudaMemcpyHostToDevice, s)) ||
+        CUDA_CHECK(cudaEventRecord(c->ev[1], s)))
         goto fail;
     if (cf_get_rows(s, &c->tok_embd, tok, T, cfg->embd_scale, c->x, E)) goto fail;
     if (cfg->n_embd_pl > 0 && cf_ple_prepare(c, &R, tok)) goto fail;
@@ -735,16 +771,30 @@ static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, f
         if (cfg->final_softcap > 0.0f &&
             cf_softcap(s, c->logits, (size_t)n_sel * V, cfg->final_softcap))
             goto fail;
-        if (CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
-                                       cudaMemcpyDeviceToHost, s)))
-            goto fail;
     }
-    if (CUDA_CHECK(cudaStreamSynchronize(s))) goto fail;
+    if (CUDA_CHECK(cudaEventRecord(c->ev[2], s))) goto fail;
+    if (n_sel > 0 &&
+        CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s)))
+        goto fail;
+    if (CUDA_CHECK(cudaEventRecord(c->ev[3], s)) || CUDA_CHECK(cudaStreamSynchronize(s)))
+        goto fail;
+    c->timed = 1;
     return BE_OK;
 fail:
     LOG_E("cuda", 0, "forward step failed: %s", cf_last_error());
     cudaStreamSynchronize(s);
     return BE_EBACKEND;
+}
+
+static int cf_fwd_step_times(const struct cf_fwd *c, double ms[3]) {
+    if (!c->timed) return BE_EINVAL;
+    for (int i = 0; i < 3; i++) {
+        float t = 0.0f;
+        if (CUDA_CHECK(cudaEventElapsedTime(&t, c->ev[i], c->ev[i + 1]))) return BE_EBACKEND;
+        ms[i] = t;
+    }
+    return BE_OK;
 }
 
 /* ---- the backend table ---------------------------------------------------------------- */
@@ -768,5 +818,9 @@ static void cf_be_destroy(void *b) {
     cf_fwd_destroy(b);
 }
 
-const struct be_ops be_cuda = {"cuda", cf_fwd_available, cf_be_create, cf_be_run, cf_be_set_tap,
-                               cf_be_destroy};
+static int cf_be_step_times(void *b, double ms[3]) {
+    return cf_fwd_step_times(b, ms);
+}
+
+const struct be_ops be_cuda = {"cuda",        cf_fwd_available, cf_be_create,    cf_be_run,
+                               cf_be_set_tap, cf_be_destroy,    cf_be_step_times};

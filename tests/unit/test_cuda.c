@@ -24,8 +24,10 @@
     X(test_matmul_batch_invariant)                                                                 \
     X(test_norm_rope_act)                                                                          \
     X(test_attention_vs_ref)                                                                       \
+    X(test_attention_real_shapes)                                                                  \
     X(test_e2e_bundled_vs_cpu)                                                                     \
     X(test_e2e_synthetic_vs_cpu)                                                                   \
+    X(test_e2e_gen_f32_vs_cpu)                                                                     \
     X(test_e2e_batched_equals_solo)                                                                \
     X(test_e2e_step_validation)
 
@@ -469,14 +471,30 @@ static void test_norm_rope_act(void) {
 /* ---- attention -------------------------------------------------------------------------- */
 
 #define AT_SEQS 2
-#define AT_MAXPOS 64
+
+/* One attention configuration. Every sequence first prefills `start` positions in chunks of
+ * `chunk` rows (only every 97th row and each chunk's last are checked: the reference costs
+ * positions x head dim per row), then runs a fixed mix of short prefill and decode steps. */
+struct at_case {
+    int n_head, n_kv, hd, hdv, bs;
+    int ring, window; /* SWA ring storage; sliding window (0: none) */
+    float cap;        /* attention softcap (0: none) */
+    int start, chunk;
+};
 
 /* Host truth: every sequence's keys/values by position, already rounded to fp16. */
 struct at_ref {
-    int n_kv, hd, hdv;
-    float k[AT_SEQS][AT_MAXPOS][4 * 64];
-    float v[AT_SEQS][AT_MAXPOS][4 * 64];
+    int n_kv, hd, hdv, maxpos;
+    float *k, *v; /* [AT_SEQS][maxpos][n_kv * hd], [AT_SEQS][maxpos][n_kv * hdv] */
+    double *s;    /* [maxpos] scores scratch */
 };
+
+static float *at_k(const struct at_ref *R, int seq, int p) {
+    return R->k + ((size_t)seq * R->maxpos + p) * (size_t)(R->n_kv * R->hd);
+}
+static float *at_v(const struct at_ref *R, int seq, int p) {
+    return R->v + ((size_t)seq * R->maxpos + p) * (size_t)(R->n_kv * R->hdv);
+}
 
 static float r16(float x) {
     return quant_f16_to_f32(quant_f32_to_f16(x));
@@ -485,13 +503,19 @@ static float r16(float x) {
 static void ref_attend(const struct at_ref *R, int seq, int p, const float *q, int n_head,
                        float scale, float cap, int window, float *out) {
     const int g = n_head / R->n_kv, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    double *s = R->s;
     for (int h = 0; h < n_head; h++) {
         const int kh = h / g;
-        double mx = -INFINITY, s[AT_MAXPOS];
+        float qr[512]; /* q rounded to fp16 after the scale, as the kernel and the CPU do */
+        T_ASSERT(R->hd <= 512);
+        for (int i = 0; i < R->hd; i++)
+            qr[i] = r16(q[h * R->hd + i] * scale);
+        double mx = -INFINITY;
         for (int j = lo; j <= p; j++) {
+            const float *kj = at_k(R, seq, j) + kh * R->hd;
             double d = 0;
             for (int i = 0; i < R->hd; i++)
-                d += (double)r16(q[h * R->hd + i] * scale) * R->k[seq][j][kh * R->hd + i];
+                d += (double)qr[i] * kj[i];
             if (cap > 0) d = cap * tanh(d / cap);
             s[j] = d;
             if (d > mx) mx = d;
@@ -502,57 +526,92 @@ static void ref_attend(const struct at_ref *R, int seq, int p, const float *q, i
         for (int i = 0; i < R->hdv; i++) {
             double o = 0;
             for (int j = lo; j <= p; j++)
-                o += exp(s[j] - mx) * R->v[seq][j][kh * R->hdv + i];
+                o += exp(s[j] - mx) * at_v(R, seq, j)[kh * R->hdv + i];
             out[h * R->hdv + i] = (float)(o / l);
         }
     }
 }
 
 /*
- * Two sequences over several steps (a prefill chunk, more chunks, single-token decodes) on a
- * FULL layout and on an SWA ring, each step writing its rows with cf_kv_store and attending
- * with cf_attention; every row is compared with ref_attend over the host truth.
+ * Two sequences over many steps (long prefill chunks, short chunks, single-token decodes)
+ * on a FULL layout or an SWA ring with shuffled block ids, each step writing its rows with
+ * cf_kv_store and attending with cf_attention; rows are compared with ref_attend over the
+ * host truth (normalised error <= 1e-5).
  */
-static void run_attention_case(int ring, int window, float cap) {
-    static struct at_ref R;
-    const int n_kv = 2, n_head = 4, hd = 64, hdv = 64, bs = 4;
-    R.n_kv = n_kv, R.hd = hd, R.hdv = hdv;
-    /* tables: FULL: 16 blocks per sequence; ring: the size fwd requires for 12-token steps */
-    int32_t tables[AT_SEQS * 16];
-    const int n_ring = ring ? (window + 12 - 2) / bs + 2 : 16;
-    for (int i = 0; i < AT_SEQS * 16; i++)
-        tables[i] = (i * 7 + 3) % (AT_SEQS * 16); /* shuffled */
+static void run_attention_case(const struct at_case *C) {
+    static const int tail[][2] = {{12, 3}, {5, 9}, {1, 1}, {1, 0}, {0, 1}, {10, 12}, {1, 1}};
+    const int n_tail = (int)(sizeof tail / sizeof tail[0]);
+    const int n_head = C->n_head, n_kv = C->n_kv, hd = C->hd, hdv = C->hdv, bs = C->bs;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int tail_len = 0;
+    for (int i = 0; i < n_tail; i++) tail_len += tail[i][0] > tail[i][1] ? tail[i][0] : tail[i][1];
+    const int maxpos = C->start + tail_len + 1;
+    const int MAXR = C->chunk > 16 ? C->chunk : 16; /* most rows of one step, per sequence */
+    struct at_ref R = {n_kv, hd, hdv, maxpos, NULL, NULL, NULL};
+    R.k = xmalloc((size_t)AT_SEQS * maxpos * n_kv * hd * sizeof(float));
+    R.v = xmalloc((size_t)AT_SEQS * maxpos * n_kv * hdv * sizeof(float));
+    R.s = xmalloc((size_t)maxpos * sizeof(double));
+
+    /* tables: FULL: enough blocks per sequence for maxpos; ring: the size fwd requires for
+     * steps of up to MAXR rows. Block ids are shuffled across both sequences. */
+    const int per_seq = C->ring ? (C->window + MAXR - 2) / bs + 2 : (maxpos + bs - 1) / bs;
+    const int n_blocks = AT_SEQS * per_seq;
+    int32_t *tables = xmalloc((size_t)n_blocks * sizeof(int32_t));
+    int mult = 7; /* coprime with n_blocks, so i -> i * mult + 3 is a permutation */
+    for (;;) {
+        int a = mult, b = n_blocks;
+        while (b) {
+            const int t = a % b;
+            a = b, b = t;
+        }
+        if (a == 1) break;
+        mult += 2;
+    }
+    for (int i = 0; i < n_blocks; i++)
+        tables[i] = (int32_t)(((int64_t)i * mult + 3) % n_blocks); /* a permutation */
     int32_t info[AT_SEQS][4];
     for (int s = 0; s < AT_SEQS; s++) {
-        info[s][0] = ring ? 0 : s * 16, info[s][1] = ring ? 0 : 16;
-        info[s][2] = ring ? s * 16 : 0, info[s][3] = ring ? n_ring : 0;
+        info[s][0] = C->ring ? 0 : s * per_seq, info[s][1] = C->ring ? 0 : per_seq;
+        info[s][2] = C->ring ? s * per_seq : 0, info[s][3] = C->ring ? per_seq : 0;
     }
-    const int n_blocks = AT_SEQS * 16;
     struct cf_kv kv = {dev_alloc((size_t)n_blocks * bs * n_kv * hd * 2),
                        dev_alloc((size_t)n_blocks * bs * n_kv * hdv * 2),
                        n_kv,
                        hd,
                        hdv,
                        bs,
-                       ring};
-    int32_t *d_tab = dev_up(tables, sizeof tables), *d_info = dev_up(info, sizeof info);
-    const int MAXR = 16;
-    int32_t *d_pos = dev_alloc(MAXR * 4), *d_seq = dev_alloc(MAXR * 4);
-    float *d_q = dev_alloc((size_t)MAXR * n_head * hd * 4),
-          *d_o = dev_alloc((size_t)MAXR * n_head * hdv * 4);
-    float *d_k = dev_alloc((size_t)MAXR * n_kv * hd * 4),
-          *d_v = dev_alloc((size_t)MAXR * n_kv * hdv * 4);
-    float q[16 * 4 * 64], k[16 * 2 * 64], v[16 * 2 * 64], o[16 * 4 * 64], ro[4 * 64];
-    /* steps: (n tokens of seq 0, n tokens of seq 1) */
-    const int steps[][2] = {{12, 3}, {5, 9}, {1, 1}, {1, 0}, {0, 1}, {10, 12}, {1, 1}};
+                       C->ring};
+    int32_t *d_tab = dev_up(tables, (size_t)n_blocks * sizeof(int32_t));
+    int32_t *d_info = dev_up(info, sizeof info);
+    const int ROWS = AT_SEQS * MAXR;
+    int32_t *d_pos = dev_alloc((size_t)ROWS * 4), *d_seq = dev_alloc((size_t)ROWS * 4);
+    float *d_q = dev_alloc((size_t)ROWS * n_head * hd * 4),
+          *d_o = dev_alloc((size_t)ROWS * n_head * hdv * 4);
+    float *d_k = dev_alloc((size_t)ROWS * n_kv * hd * 4),
+          *d_v = dev_alloc((size_t)ROWS * n_kv * hdv * 4);
+    float *q = xmalloc((size_t)ROWS * n_head * hd * 4), *k = xmalloc((size_t)ROWS * n_kv * hd * 4);
+    float *v = xmalloc((size_t)ROWS * n_kv * hdv * 4), *o = xmalloc((size_t)ROWS * n_head * hdv * 4);
+    float *ro = xmalloc((size_t)n_head * hdv * 4);
+    int32_t *pos = xmalloc((size_t)ROWS * 4), *seq = xmalloc((size_t)ROWS * 4);
+
+    const int n_pre = (C->start + C->chunk - 1) / (C->chunk > 0 ? C->chunk : 1);
     int next[AT_SEQS] = {0, 0};
-    for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
-        int32_t pos[16], seq[16];
+    for (int st = 0; st < n_pre + n_tail; st++) {
+        int want[AT_SEQS];
+        for (int s = 0; s < AT_SEQS; s++) {
+            if (st < n_pre) {
+                const int left = C->start - next[s];
+                want[s] = left < C->chunk ? left : C->chunk;
+            } else {
+                want[s] = tail[st - n_pre][s];
+            }
+        }
         int n = 0;
         for (int s = 0; s < AT_SEQS; s++)
-            for (int i = 0; i < steps[st][s]; i++, n++)
+            for (int i = 0; i < want[s]; i++, n++)
                 seq[n] = s, pos[n] = next[s] + i;
-        T_ASSERT(n <= MAXR);
+        T_ASSERT(n <= ROWS);
+        if (n == 0) continue;
         for (int i = 0; i < n * n_head * hd; i++)
             q[i] = frand();
         for (int i = 0; i < n * n_kv * hd; i++)
@@ -560,11 +619,11 @@ static void run_attention_case(int ring, int window, float cap) {
         for (int i = 0; i < n * n_kv * hdv; i++)
             v[i] = frand();
         for (int r = 0; r < n; r++) {
-            T_ASSERT(pos[r] < AT_MAXPOS);
+            T_ASSERT(pos[r] < maxpos);
             for (int i = 0; i < n_kv * hd; i++)
-                R.k[seq[r]][pos[r]][i] = r16(k[r * n_kv * hd + i]);
+                at_k(&R, seq[r], pos[r])[i] = r16(k[r * n_kv * hd + i]);
             for (int i = 0; i < n_kv * hdv; i++)
-                R.v[seq[r]][pos[r]][i] = r16(v[r * n_kv * hdv + i]);
+                at_v(&R, seq[r], pos[r])[i] = r16(v[r * n_kv * hdv + i]);
         }
         cudaMemcpy(d_pos, pos, (size_t)n * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_seq, seq, (size_t)n * 4, cudaMemcpyHostToDevice);
@@ -572,32 +631,62 @@ static void run_attention_case(int ring, int window, float cap) {
         cudaMemcpy(d_k, k, (size_t)n * n_kv * hd * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(d_v, v, (size_t)n * n_kv * hdv * 4, cudaMemcpyHostToDevice);
         const struct cf_rows rows = {d_pos, d_seq, d_info, d_tab, n};
-        const struct cf_attn A = {n_head, 0.125f, cap, window};
+        const struct cf_attn A = {n_head, scale, C->cap, C->window};
         T_ASSERT(cf_kv_store(0, &rows, &kv, d_k, n_kv * hd, d_v, n_kv * hdv) == 0);
         T_ASSERT(cf_attention(0, &rows, &kv, &A, d_q, n_head * hd, d_o, n_head * hdv) == 0);
         dev_down(o, d_o, (size_t)n * n_head * hdv * 4);
         for (int r = 0; r < n; r++) {
-            ref_attend(&R, seq[r], pos[r], q + r * n_head * hd, n_head, 0.125f, cap, window, ro);
-            double e = norm_err(o + r * n_head * hdv, ro, (size_t)n_head * hdv);
+            const int last = r + 1 == n || seq[r + 1] != seq[r];
+            if (st < n_pre && r % 97 && !last) continue;
+            ref_attend(&R, seq[r], pos[r], q + (size_t)r * n_head * hd, n_head, scale, C->cap,
+                       C->window, ro);
+            double e = norm_err(o + (size_t)r * n_head * hdv, ro, (size_t)n_head * hdv);
             T_ASSERTF(e <= 1e-5,
-                      "attention (ring %d, window %d, cap %g) step %zu row %d "
-                      "(seq %d pos %d): normalised error %g",
-                      ring, window, (double)cap, st, r, seq[r], pos[r], e);
+                      "attention (hd %d/%d, heads %d/%d, block %d, ring %d, window %d, cap %g) "
+                      "step %d row %d (seq %d pos %d): normalised error %g",
+                      hd, hdv, n_head, n_kv, bs, C->ring, C->window, (double)C->cap, st, r,
+                      seq[r], pos[r], e);
         }
         for (int s = 0; s < AT_SEQS; s++)
-            next[s] += steps[st][s];
+            next[s] += want[s];
     }
     cudaFree(kv.k), cudaFree(kv.v), cudaFree(d_tab), cudaFree(d_info), cudaFree(d_pos);
     cudaFree(d_seq), cudaFree(d_q), cudaFree(d_o), cudaFree(d_k), cudaFree(d_v);
+    free(R.k), free(R.v), free(R.s), free(tables), free(q), free(k), free(v), free(o), free(ro);
+    free(pos), free(seq);
 }
 
 static void test_attention_vs_ref(void) {
     need_device();
-    run_attention_case(0, 0, 0.0f); /* FULL, causal */
-    run_attention_case(0, 0, 5.0f); /* FULL, softcap */
-    run_attention_case(0, 7, 0.0f); /* FULL storage, sliding mask */
-    run_attention_case(1, 7, 0.0f); /* SWA ring */
-    run_attention_case(1, 4, 3.0f); /* SWA ring, window = block size, softcap */
+    /* small heads and blocks: every step checked */
+    const struct at_case small[] = {
+        {4, 2, 64, 64, 4, 0, 0, 0.0f, 0, 1}, /* FULL, causal */
+        {4, 2, 64, 64, 4, 0, 0, 5.0f, 0, 1}, /* FULL, softcap */
+        {4, 2, 64, 64, 4, 0, 7, 0.0f, 0, 1}, /* FULL storage, sliding mask */
+        {4, 2, 64, 64, 4, 1, 7, 0.0f, 0, 1}, /* SWA ring */
+        {4, 2, 64, 64, 4, 1, 4, 3.0f, 0, 1}, /* SWA ring, window = block size, softcap */
+    };
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) run_attention_case(&small[i]);
+}
+
+/* The shapes the models have: head dim 256 (Gemma 3) and 512 (Gemma 4 global layers),
+ * blocks of 16, positions past 4k, Gemma 3's 512-token window on an SWA ring and as a mask
+ * over FULL storage, GQA. */
+static void test_attention_real_shapes(void) {
+    need_device();
+    const struct at_case big[] = {
+        {4, 1, 256, 256, 16, 0, 0, 0.0f, 4090, 256},   /* Gemma 3 global layer */
+        {4, 1, 256, 256, 16, 1, 512, 0.0f, 4090, 256}, /* Gemma 3 local layer (ring) */
+        {4, 1, 256, 256, 16, 0, 512, 0.0f, 4090, 256}, /* window over FULL storage */
+        {8, 2, 512, 512, 16, 0, 0, 0.0f, 4090, 256},   /* Gemma 4 global layer */
+        {8, 2, 512, 512, 16, 1, 512, 30.0f, 4090, 256}, /* hd 512 ring, window, softcap */
+    };
+    const int quick = getenv("GEMMAD_TEST_QUICK") != NULL; /* sanitizers: past one window */
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        struct at_case c = big[i];
+        if (quick) c.start = 700, c.chunk = 128;
+        run_attention_case(&c);
+    }
 }
 
 /* ---- end to end ------------------------------------------------------------------------- */
@@ -737,6 +826,21 @@ static void synthetic_one(struct model *m) {
 static void test_e2e_synthetic_vs_cpu(void) {
     need_device();
     cu_each_synthetic(synthetic_one);
+}
+
+/* The bundled model's shape in F32 ($GEMMAD_TEST_GEN_F32, written by `gen-gguf --f32`: the
+ * dequantized twin of a random Q4_K_M model): neither backend quantizes activations, so
+ * they differ only in summation order, and the bound is 1e-3 of the logit range. */
+static void test_e2e_gen_f32_vs_cpu(void) {
+    need_device();
+    const char *path = getenv("GEMMAD_TEST_GEN_F32");
+    if (!path || !*path)
+        T_SKIP("GEMMAD_TEST_GEN_F32 not set (gen-gguf --f32 -o FILE writes one; "
+               "deploy/gpu-check.sh does)");
+    struct model *m = cu_load_model(path);
+    T_ASSERTF(cu_parity_bound(m, 0) < 0.1, "%s: not an all-F32 model", path);
+    e2e_compare(m, 70, 32, 12, 1e-3);
+    model_free(m);
 }
 
 /* Deterministic CUDA: a sequence's logits are bit-identical alone, in a batch with others

@@ -29,6 +29,9 @@ static void test_host_fwd_dispatch(void) {
 static void test_host_matmul_modes(void) {
     T_SKIP("built without CUDA (make CUDA=1)");
 }
+static void test_host_kv_type_refused(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
@@ -67,6 +70,25 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     (void)s;
+    return cudaSuccess;
+}
+/* Events: a step's timing is zero on the host. */
+static char fake_event;
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t)(void *)&fake_event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)e, (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    (void)a, (void)b;
+    *ms = 0.0f;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    (void)e;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
@@ -552,7 +574,10 @@ static void test_host_fwd_dispatch(void) {
     struct fwd_seq q = {ids, 4, 0, &sk, FWD_LOGITS_LAST};
     float *lg = malloc((size_t)m->cfg.n_vocab * 4);
     T_ASSERT(lg);
+    struct fwd_step_times st;
+    T_ASSERT(fwd_last_step_times(f, &st) == -1); /* no step yet */
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.gpu_ms >= 0 && st.h2d_ms >= 0);
     T_ASSERTF(taps == m->cfg.n_layer + 1, "%d tap calls for %d layers", taps, m->cfg.n_layer);
     T_ASSERT(!isnan(lg[0]) && !isnan(lg[cu_argmax(lg, m->cfg.n_vocab)]));
     q.pos = 40; /* beyond the two FULL blocks */
@@ -563,10 +588,42 @@ static void test_host_fwd_dispatch(void) {
     model_free(m);
 }
 
+/* A KV cache type the device cannot hold is a start-up error on AUTO and CUDA alike (the
+ * message names the option and both ways out), never a quiet move to the CPU; the CPU
+ * still takes it. */
+static void test_host_kv_type_refused(void) {
+    struct model *m = cu_load_model(t_model_path());
+    struct kvs_pool *kv = NULL;
+    char err[512];
+    T_ASSERT(kvs_create(m, KVS_Q8_0, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
+                        sizeof err) == 0);
+    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
+                         .device = FWD_DEVICE_AUTO, .deterministic = 1};
+    const enum fwd_device devs[2] = {FWD_DEVICE_AUTO, FWD_DEVICE_CUDA};
+    for (int i = 0; i < 2; i++) {
+        struct fwd_ctx *f = NULL;
+        o.device = devs[i];
+        err[0] = 0;
+        const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
+        T_ASSERTF(rc == FWD_EINVAL && !f, "device %d: rc %d", (int)devs[i], rc);
+        T_ASSERTF(strstr(err, "q8_0") && strstr(err, "--kv-type f16") &&
+                      strstr(err, "--device cpu"),
+                  "device %d: unclear error '%s'", (int)devs[i], err);
+        if (devs[i] == FWD_DEVICE_AUTO) T_ASSERTF(strstr(err, "--device auto"), "%s", err);
+    }
+    struct fwd_ctx *f = NULL;
+    o.device = FWD_DEVICE_CPU;
+    T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    fwd_destroy(f);
+    kvs_destroy(kv);
+    model_free(m);
+}
+
 #endif /* GEMMAD_CUDA */
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {T_CASE(test_host_fwd_dispatch),
+                                          T_CASE(test_host_kv_type_refused),
                                           T_CASE(test_host_matmul_modes),
                                           T_CASE(test_host_bundled_vs_cpu),
                                           T_CASE(test_host_synthetic_vs_cpu),

@@ -2,9 +2,12 @@
  * cuda_bench — throughput of the forward pass through the public fwd API, on the CPU or the
  * CUDA backend, for deploy/gpu-check.sh (driver: tools/cuda-bench/main.c).
  *
- * Measures, on one fwd_ctx: prefill of one prompt in a single step; greedy decode of one
- * sequence; and decode of n_seqs sequences advancing together, one token each per step.
- * fwd_run returns only when the logits are on the host, so wall-clock times are honest.
+ * Measures, on one fwd_ctx, after a warm-up: prefill of one prompt in a single step; greedy
+ * decode of one sequence; and decode of n_seqs sequences advancing together, one token each
+ * per step. Each is repeated and reported as the median over repeats (and the best rate),
+ * with the median per-step split: device kernel time and copies (CUDA events, through
+ * fwd_last_step_times) and the rest (host work, launches, synchronisation). fwd_run
+ * returns only when the logits are on the host, so wall-clock times are honest.
  * Built by `make CUDA=1` as build/.../cuda-bench, outside libgemmad; it allocates freely.
  */
 #ifndef GEMMAD_CUDA_BENCH_H
@@ -23,6 +26,7 @@ struct cuda_bench_opts {
     int seq_prompt_tokens;  /* prompt of each batched sequence (prefilled, not timed) */
     int threads;            /* CPU threads (0 = physical cores) */
     int deterministic;      /* fwd_opts.deterministic */
+    int repeats;            /* timed repeats of each measurement (medians reported) */
 };
 
 /* Runs the three measurements and writes one JSON object into json. 0, or -1 with err. */

@@ -3,7 +3,7 @@
  * `make CUDA=1` into $(BUILD)/cuda-bench (deploy/gpu-check.sh runs it):
  *
  *   cuda-bench -m MODEL [--device cpu|cuda|auto] [--prompt 512] [--gen 64] [--seqs 64]
- *              [--seq-prompt 128] [-t THREADS] [--nondeterministic]
+ *              [--seq-prompt 128] [--repeat 5] [-t THREADS] [--nondeterministic]
  *
  * Prints one JSON object on stdout; errors on stderr with exit status 1 (2 for usage).
  */
@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
                               .n_seqs = 64,
                               .seq_prompt_tokens = 128,
                               .threads = 0,
-                              .deterministic = 1};
+                              .deterministic = 1,
+                              .repeats = 5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m"))
@@ -56,6 +57,8 @@ int main(int argc, char **argv) {
             o.n_seqs = arg_int(a, v), i++;
         else if (!strcmp(a, "--seq-prompt"))
             o.seq_prompt_tokens = arg_int(a, v), i++;
+        else if (!strcmp(a, "--repeat"))
+            o.repeats = arg_int(a, v), i++;
         else if (!strcmp(a, "-t"))
             o.threads = arg_int(a, v), i++;
         else if (!strcmp(a, "--nondeterministic"))
@@ -67,7 +70,8 @@ int main(int argc, char **argv) {
     }
     if (!o.model) {
         fprintf(stderr, "usage: cuda-bench -m MODEL [--device cpu|cuda|auto] [--prompt N] "
-                        "[--gen N] [--seqs N] [--seq-prompt N] [-t N] [--nondeterministic]\n");
+                        "[--gen N] [--seqs N] [--seq-prompt N] [--repeat N] [-t N] "
+                        "[--nondeterministic]\n");
         return 2;
     }
     log_set_level(LOG_WARN);
@@ -75,7 +79,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuda-bench: no usable CPU kernels\n");
         return 1;
     }
-    char json[1024], err[512] = "";
+    char json[4096], err[512] = "";
     if (cuda_bench_run(&o, json, sizeof json, err, sizeof err) != 0) {
         fprintf(stderr, "cuda-bench: %s\n", err);
         return 1;
