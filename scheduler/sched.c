@@ -4,6 +4,8 @@
  */
 #include "scheduler/sched_int.h"
 
+#include "scheduler/grammar.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,6 +226,7 @@ void sched_destroy(struct sched *s) {
     free(s->run);
     free(s->batch);
     free(s->eog);
+    sched_gram_destroy(s);
     free(s->cancel_ids);
     free(s->cancel_work);
     pthread_mutex_destroy(&s->lock);
@@ -285,6 +288,11 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
     q->deadline = r->deadline;
+    if (r->grammar && !r->embed) {
+        q->gram = gram_ref(r->grammar);
+        if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
+            goto fail;
+    }
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);

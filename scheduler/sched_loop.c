@@ -41,6 +41,7 @@ void sched_seq_free(struct seq *q) {
     free(q->emb_out);
     kvcache_seq_free(&q->kv);
     free(q->done_text);
+    sched_gram_seq_free(q);
     free(q);
 }
 
@@ -245,6 +246,7 @@ static void sample_task(void *arg, int task, int n_tasks) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
             l = scratch;
         }
+        if (q->gm) sched_gram_mask(s, q, task, l); /* before every other rule */
         q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
                             q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
         if (q->top_logprobs >= 0)
@@ -255,6 +257,12 @@ static void sample_task(void *arg, int task, int n_tasks) {
 /* Report the token sample_task chose. Returns 1 when the sequence finished. */
 static int handle_token(struct sched *s, struct seq *q) {
     const int32_t tok = q->tok;
+    const char *gmsg = q->gram_err;
+    const int gdone = gmsg ? -1 : sched_gram_accept(s, q, tok, &gmsg);
+    if (gdone < 0) {
+        fail_running(s, q, gmsg);
+        return 1;
+    }
     q->hist[q->n_hist++] = tok;
     q->n_out++;
     if (!q->ignore_eos && tok_is_eog(s->vocab, tok)) {
@@ -278,6 +286,10 @@ static int handle_token(struct sched *s, struct seq *q) {
     ev.text_len = len;
     emit(q, &ev);
     if (matched == 1) {
+        finish_running(s, q, SCHED_FINISH_STOP);
+        return 1;
+    }
+    if (gdone == 2) { /* the grammar allows nothing more */
         finish_running(s, q, SCHED_FINISH_STOP);
         return 1;
     }
@@ -439,6 +451,16 @@ static void step(struct sched *s) {
         } else if (q->logit_row >= 0) {
             s->sampling[n_sample++] = q;
         }
+    }
+    if (n_sample > 0) {
+        int kept = 0; /* grammar state for constrained sequences (scheduler thread) */
+        for (int i = 0; i < n_sample; i++) {
+            struct seq *q = s->sampling[i];
+            const char *gmsg = NULL;
+            if (q->gram && sched_gram_prepare(s, q, &gmsg)) fail_running(s, q, gmsg);
+            else s->sampling[kept++] = q;
+        }
+        n_sample = kept;
     }
     if (n_sample > 0) {
         struct sample_job sj = {s, n_sample};

@@ -22,6 +22,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/api_embeddings.h"
+#include "server/api_tools.h"
 #include "server/openai.h"
 
 #define CMPL_MOD "gen"
@@ -45,6 +46,7 @@ struct hchoice {
     size_t lp_offset;           /* legacy logprobs: text offset of the next token */
     int stop_index;             /* DONE: which stop string matched, or -1 */
     int prompt_pending;         /* stream: the echoed prompt waits for its logprobs */
+    struct tools_out *to;       /* tools request: the output split into text and calls */
 };
 
 /* One completion request (hreq.cmpl). */
@@ -67,6 +69,7 @@ struct cmpl {
     struct api_shape *shape;    /* a non-OpenAI reply shape (owned), or NULL */
     struct emb_req *emb;        /* embeddings: the inputs (owned), or NULL */
     float *emb_vecs;            /* [emb->n][n_embd] results (owned) */
+    struct tools_req *tools;    /* grammar / tools of the request (owned), or NULL */
 };
 
 /* One event from the scheduler thread, copied (the event's pointers die with the call). */
@@ -277,6 +280,9 @@ static void cmpl_append_text(struct hchoice *c, const char *t, size_t n) {
 
 /* ---- events on the loop thread ---------------------------------------------------------- */
 
+static void cmpl_tool_deltas(struct hreq *hr, struct hchoice *c, const char *t, size_t n,
+                             int final);
+
 static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched_event *ev,
                           double t) {
     struct cmpl *g = hr->cmpl;
@@ -294,6 +300,8 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
+    } else if (g->stream && c->to) {
+        cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 0);
     } else if (g->stream) {
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
         if (ev->text_len || p->logprobs)
@@ -311,6 +319,15 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
         }
     }
     c->lp_offset += ev->text_len;
+}
+
+/* Tools stream: the output's text and call deltas, one chunk each. */
+static void cmpl_tool_deltas(struct hreq *hr, struct hchoice *c, const char *t, size_t n,
+                             int final) {
+    json_t *d = tools_out_feed(c->to, t ? t : "", n, final);
+    for (size_t i = 0; i < json_array_size(d); i++)
+        cmpl_sse(hr, tools_chunk(&hr->cmpl->resp, c->index, json_incref(json_array_get(d, i))));
+    json_decref(d);
 }
 
 static void cmpl_stream_end(struct hreq *hr) {
@@ -381,9 +398,14 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
             return;
         }
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
-        if (ev->text_len) cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
-        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL,
-                        oai_finish_name(c->finish));
+        const char *fname = oai_finish_name(c->finish);
+        if (c->to) {
+            cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 1);
+            fname = tools_finish(c->to, fname);
+        } else if (ev->text_len) {
+            cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
+        }
+        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL, fname);
         if (g->n_done == g->n_ch) cmpl_stream_end(hr);
     } else {
         cmpl_append_text(c, ev->text, ev->text_len);
@@ -507,8 +529,10 @@ static void cmpl_free(struct hreq *hr, void *arg) {
         free(g->ch[i].text);
         free(g->ch[i].error);
         json_decref(g->ch[i].lp);
+        tools_out_free(g->ch[i].to);
     }
     free(g->ch);
+    tools_req_free(g->tools);
     oai_params_free(g->params);
     free(g->out);
     if (g->shape) {
@@ -562,6 +586,13 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.ignore_eos = p->ignore_eos;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
+        if (g->tools) {
+            r.grammar = g->tools->grammar;
+            r.grammar_trigger = g->tools->trigger;
+            if (g->tools->mode != TOOLS_OFF && p->is_chat && !g->shape &&
+                !(c->to = tools_out_new(g->id)))
+                return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        }
         /* echo with max_tokens 0 scores the prompt; with logprobs the scores are reported */
         r.prompt_logprobs = p->prompt_logprobs || r.max_tokens == 0;
         if (r.prompt_logprobs && r.top_logprobs < 0) r.top_logprobs = 0;
@@ -633,7 +664,17 @@ enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
     struct oai_params *p;
     struct cmpl *g = cmpl_new(hr, shape);
     if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    if (oai_parse(root, is_chat, &lim, &p, &e))
+    const struct tools_limits tl = {.max_tools = s->cfg->max_tools,
+                                    .max_schema_bytes = (size_t)s->cfg->max_schema_bytes,
+                                    .max_stacks = s->cfg->grammar_max_stacks,
+                                    .max_elems = s->cfg->grammar_max_elems};
+    json_t *req = NULL;
+    int prc = tools_prepare(root, is_chat, &tl, &g->tools, &req, &e);
+    if (!prc) {
+        prc = oai_parse(req, is_chat, &lim, &p, &e);
+        json_decref(req);
+    }
+    if (prc)
         return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
                                 e.param, e.code, "%s", e.msg);
     g->params = p;
@@ -682,6 +723,12 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
             lp = p->is_chat ? oai_chat_lp(c->lp ? json_incref(c->lp) : NULL)
                             : (c->lp ? json_incref(c->lp) : oai_legacy_lp_new());
         int echo = !p->is_chat && p->echo;
+        if (c->to) {
+            json_decref(tools_out_feed(c->to, c->text ? c->text : "", c->text_len, 1));
+            json_decref(lp);
+            json_array_append_new(choices, tools_choice(c->to, i, oai_finish_name(c->finish)));
+            continue;
+        }
         json_array_append_new(
             choices, oai_choice(p->is_chat, i, echo ? p->prompt_text[c->prompt_idx] : NULL,
                                 echo ? p->prompt_text_len[c->prompt_idx] : 0, c->text,
