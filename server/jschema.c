@@ -66,7 +66,7 @@ void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) {
 }
 
 void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len) {
-    jsc_buf_add(b, "\"", 1);
+    jsc_buf_add(b, "\"", sizeof("\"") - 1);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
@@ -78,7 +78,7 @@ void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len) {
             jsc_buf_add(b, (const char *)&s[i], 1);
         }
     }
-    jsc_buf_add(b, "\"", 1);
+    jsc_buf_add(b, "\"", sizeof("\"") - 1);
 }
 
 void jsc_buf_free(struct jsc_buf *b) {
@@ -165,8 +165,8 @@ static int new_id(struct jsc *c) { return c->next_id++; }
 static void emit_rule(struct jsc *c, int id, const struct jsc_buf *body) {
     jsc_buf_printf(c->out, "%s-%d ::= ", c->name, id);
     if (body->n) jsc_buf_add(c->out, body->p, body->n);
-    else jsc_buf_add(c->out, "\"\"", 2);
-    jsc_buf_add(c->out, "\n", 1);
+    else jsc_buf_add(c->out, "\"\"", sizeof("\"\"") - 1);
+    jsc_buf_add(c->out, "\n", sizeof("\n") - 1);
 }
 
 static void ref_name(struct jsc *c, struct jsc_buf *b, int id) {
@@ -332,7 +332,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         jsc_buf_lit(&kv, kd, strlen(kd));
         free(kd);
         if (pr[i].rule >= 0) jsc_buf_printf(&kv, " ws \":\" ws %s-%d ws", c->name, pr[i].rule);
-        else jsc_buf_add(&kv, " ws \":\" ws value ws", 19);
+        else jsc_buf_add(&kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
         t.n = 0;
         if (pr[i].required) jsc_buf_printf(&t, "\",\" ws %s %s-%d", kv.p, c->name, T[i + 1]);
         else jsc_buf_printf(&t, "(\",\" ws %s)? %s-%d", kv.p, c->name, T[i + 1]);
@@ -397,7 +397,7 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
     char it[64];
     if (item >= 0) snprintf(it, sizeof it, "%s-%d ws", c->name, item);
     else snprintf(it, sizeof it, "value ws");
-    jsc_buf_add(b, "\"[\" ws ", 7);
+    jsc_buf_add(b, "\"[\" ws ", sizeof("\"[\" ws ") - 1);
     /* elements j = 0 .. k-1 explicit, then the rest */
     int open = 0;
     for (size_t j = 0;; j++) {
@@ -405,7 +405,7 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
         const char *sep = j > 0 ? "\",\" ws " : "";
         if (j < k) {
             if ((long long)j >= mn) {
-                jsc_buf_add(b, "(", 1);
+                jsc_buf_add(b, "(", sizeof("(") - 1);
                 open++;
             }
             jsc_buf_printf(b, "%s%s-%d ws ", sep, c->name, pr[j]);
@@ -418,7 +418,7 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
                 jsc_buf_printf(b, "(%s", it);
                 if (hi < 0) jsc_buf_printf(b, " (\",\" ws %s)*)?", it);
                 else if (hi > 1) jsc_buf_printf(b, " (\",\" ws %s){0,%lld})?", it, hi - 1);
-                else jsc_buf_add(b, ")?", 2);
+                else jsc_buf_add(b, ")?", sizeof(")?") - 1);
             } else {
                 jsc_buf_printf(b, "%s", it);
                 if (hi < 0) jsc_buf_printf(b, " (\",\" ws %s){%lld,}", it, lo - 1);
@@ -431,8 +431,8 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
         }
         break;
     }
-    for (int i = 0; i < open; i++) jsc_buf_add(b, ")?", 2);
-    jsc_buf_add(b, " \"]\"", 4);
+    for (int i = 0; i < open; i++) jsc_buf_add(b, ")?", sizeof(")?") - 1);
+    jsc_buf_add(b, " \"]\"", sizeof(" \"]\"") - 1);
     free(pr);
     return 0;
 }
@@ -450,10 +450,10 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (pat) {
         if (!json_is_string(pat)) return jfail(c, "'pattern' must be a string at %s/pattern", ptr);
         char e2[200];
-        jsc_buf_add(b, "\"\\\"\" (", 6);
+        jsc_buf_add(b, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
         if (jschema_pattern(json_string_value(pat), b, e2, sizeof e2))
             return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
-        jsc_buf_add(b, ") \"\\\"\"", 6);
+        jsc_buf_add(b, ") \"\\\"\"", sizeof(") \"\\\"\"") - 1);
         return 0;
     }
     if (fmt) {
@@ -465,7 +465,7 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         }
     }
     if (mn == 0 && mx < 0) {
-        jsc_buf_add(b, "string", 6);
+        jsc_buf_add(b, "string", sizeof("string") - 1);
     } else if (mx < 0) {
         jsc_buf_printf(b, "\"\\\"\" char1{%lld,} \"\\\"\"", mn);
     } else {
@@ -501,12 +501,12 @@ static int gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     }
     if (has_lo && has_hi && lo > hi) return jfail(c, "no integer satisfies the bounds at %s", ptr);
     if (!has_lo && !has_hi) {
-        jsc_buf_add(b, "integer", 7);
+        jsc_buf_add(b, "integer", sizeof("integer") - 1);
         return 0;
     }
-    jsc_buf_add(b, "(", 1);
+    jsc_buf_add(b, "(", sizeof("(") - 1);
     jschema_int_range(lo, has_lo, hi, has_hi, b);
-    jsc_buf_add(b, ")", 1);
+    jsc_buf_add(b, ")", sizeof(")") - 1);
     return 0;
 }
 
@@ -519,15 +519,15 @@ static int gen_typed(struct jsc *c, json_t *s, const char *type, const char *ptr
         for (int i = 0; i < 4; i++)
             if (json_object_get(s, kw[i]))
                 return jfail(c, "unsupported keyword '%s' (on a number) at %s/%s", kw[i], ptr, kw[i]);
-        jsc_buf_add(b, "number", 6);
+        jsc_buf_add(b, "number", sizeof("number") - 1);
         return 0;
     }
     if (strcmp(type, "boolean") == 0) {
-        jsc_buf_add(b, "(\"true\" | \"false\")", 19);
+        jsc_buf_add(b, "(\"true\" | \"false\")", sizeof("(\"true\" | \"false\")") - 1);
         return 0;
     }
     if (strcmp(type, "null") == 0) {
-        jsc_buf_add(b, "\"null\"", 6);
+        jsc_buf_add(b, "\"null\"", sizeof("\"null\"") - 1);
         return 0;
     }
     if (strcmp(type, "object") == 0) return gen_object(c, s, ptr, b);
@@ -590,7 +590,7 @@ static int gen_alts(struct jsc *c, json_t *arr, const char *kw, const char *ptr,
         ptr_idx(p2, sizeof p2, ptr, kw, i);
         int r = gen(c, json_array_get(arr, i), p2);
         if (r < 0) return -1;
-        if (i) jsc_buf_add(b, " |", 2);
+        if (i) jsc_buf_add(b, " |", sizeof(" |") - 1);
         ref_name(c, b, r);
     }
     return 0;
@@ -615,7 +615,7 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
     if (json_is_true(s)) {
         int id = new_id(c);
         struct jsc_buf b = {0};
-        jsc_buf_add(&b, "value", 5);
+        jsc_buf_add(&b, "value", sizeof("value") - 1);
         emit_rule(c, id, &b);
         jsc_buf_free(&b);
         return id;
@@ -680,7 +680,7 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
         if (!json_is_array(en) || json_array_size(en) == 0)
             rc = jfail(c, "'enum' must be a non-empty array at %s/enum", ptr);
         for (size_t i = 0; !rc && i < json_array_size(en); i++) {
-            if (i) jsc_buf_add(&b, " | ", 3);
+            if (i) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
             rc = lit_json(c, &b, json_array_get(en, i), ptr);
         }
     } else if (json_is_string(type)) {
@@ -693,19 +693,19 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
                 rc = jfail(c, "'type' must hold strings at %s/type", ptr);
                 break;
             }
-            if (i) jsc_buf_add(&b, " | ", 3);
-            jsc_buf_add(&b, "(", 1);
+            if (i) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
+            jsc_buf_add(&b, "(", sizeof("(") - 1);
             rc = gen_typed(c, s, json_string_value(t), ptr, &b);
-            jsc_buf_add(&b, ")", 1);
+            jsc_buf_add(&b, ")", sizeof(")") - 1);
         }
     } else if (type) {
         rc = jfail(c, "'type' must be a string or an array at %s/type", ptr);
     } else {
         const char *t = infer_type(s);
         if (t) rc = gen_typed(c, s, t, ptr, &b);
-        else jsc_buf_add(&b, "value", 5);
+        else jsc_buf_add(&b, "value", sizeof("value") - 1);
     }
-    if (!rc && add_null) jsc_buf_add(&b, " | \"null\"", 9);
+    if (!rc && add_null) jsc_buf_add(&b, " | \"null\"", sizeof(" | \"null\"") - 1);
     c->depth--;
     if (!rc && !c->failed) emit_rule(c, id, &b);
     jsc_buf_free(&b);
@@ -750,12 +750,12 @@ int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int bas
 
 int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen) {
     if (jschema_rules(schema, "schema", out, 1, err, errlen)) return -1;
-    jsc_buf_add(out, "root ::= schema\n", 16);
+    jsc_buf_add(out, "root ::= schema\n", sizeof("root ::= schema\n") - 1);
     return out->oom ? -1 : 0;
 }
 
 int jschema_any_object(struct jsc_buf *out) {
     jsc_buf_add(out, base_rules, sizeof base_rules - 1);
-    jsc_buf_add(out, "root ::= object\n", 16);
+    jsc_buf_add(out, "root ::= object\n", sizeof("root ::= object\n") - 1);
     return out->oom ? -1 : 0;
 }

@@ -52,11 +52,11 @@ static void emit_cp(struct jsc_buf *o, unsigned c) {
     char u[8];
     size_t n;
     if (c == '"') {
-        jsc_buf_add(o, "\"\\\\\\\"\"", 6);
+        jsc_buf_add(o, "\"\\\\\\\"\"", sizeof("\"\\\\\\\"\"") - 1);
         return;
     }
     if (c == '\\') {
-        jsc_buf_add(o, "\"\\\\\\\\\"", 6);
+        jsc_buf_add(o, "\"\\\\\\\\\"", sizeof("\"\\\\\\\\\"") - 1);
         return;
     }
     if (c < 0x20) {
@@ -138,7 +138,7 @@ static int emit_class(struct rx *r, struct cpr *cr, int n, int neg) {
         }
     }
     int alts = 0;
-    jsc_buf_add(r->o, "(", 1);
+    jsc_buf_add(r->o, "(", sizeof("(") - 1);
     if (any) {
         jsc_buf_printf(r->o, "[%s]", cls.p);
         alts++;
@@ -148,11 +148,11 @@ static int emit_class(struct rx *r, struct cpr *cr, int n, int neg) {
     const int has[4] = {has_q, has_bs, has_nl, has_tab};
     for (int k = 0; k < 4; k++) {
         if (!has[k]) continue;
-        if (alts++) jsc_buf_add(r->o, " | ", 3);
+        if (alts++) jsc_buf_add(r->o, " | ", sizeof(" | ") - 1);
         emit_cp(r->o, extra[k]);
     }
     if (!alts) return rfail(r, "empty character class");
-    jsc_buf_add(r->o, ")", 1);
+    jsc_buf_add(r->o, ")", sizeof(")") - 1);
     return 0;
 }
 
@@ -221,12 +221,12 @@ static int rx_atom(struct rx *r) {
             else return rfail(r, "unsupported regex group (lookaround or named)");
         }
         if (++r->depth > 64) return rfail(r, "regex nested too deeply");
-        jsc_buf_add(r->o, "(", 1);
+        jsc_buf_add(r->o, "(", sizeof("(") - 1);
         if (rx_alt(r)) return -1;
         if (r->p >= r->end || *r->p != ')') return rfail(r, "missing ')'");
         r->p++;
         r->depth--;
-        jsc_buf_add(r->o, ")", 1);
+        jsc_buf_add(r->o, ")", sizeof(")") - 1);
         return 0;
     }
     if (c == '[') {
@@ -301,7 +301,7 @@ static int rx_seq(struct rx *r) {
     int items = 0;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
-        jsc_buf_add(r->o, " ", 1);
+        jsc_buf_add(r->o, " ", sizeof(" ") - 1);
         if (rx_atom(r)) return -1;
         items++;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
@@ -327,7 +327,7 @@ static int rx_seq(struct rx *r) {
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{'))
             return rfail(r, "unsupported stacked quantifier");
     }
-    if (!items) jsc_buf_add(r->o, " \"\"", 3);
+    if (!items) jsc_buf_add(r->o, " \"\"", sizeof(" \"\"") - 1);
     return 0;
 }
 
@@ -335,7 +335,7 @@ static int rx_alt(struct rx *r) {
     if (rx_seq(r)) return -1;
     while (r->p < r->end && *r->p == '|') {
         r->p++;
-        jsc_buf_add(r->o, " |", 2);
+        jsc_buf_add(r->o, " |", sizeof(" |") - 1);
         if (rx_seq(r)) return -1;
     }
     return 0;
@@ -347,14 +347,14 @@ int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errle
     if (start) r.p++;
     size_t n = strlen(re);
     int end = n > 0 && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
-    if (!start) jsc_buf_add(out, "char* ", 6);
-    jsc_buf_add(out, "(", 1);
+    if (!start) jsc_buf_add(out, "char* ", sizeof("char* ") - 1);
+    jsc_buf_add(out, "(", sizeof("(") - 1);
     if (rx_alt(&r)) return -1;
     if (r.p < r.end && *r.p == ')') return rfail(&r, "unbalanced ')'");
     if (r.p < r.end && *r.p == '$') r.p++;
     if (r.p != r.end) return rfail(&r, "unexpected text");
-    jsc_buf_add(out, ")", 1);
-    if (!end) jsc_buf_add(out, " char*", 6);
+    jsc_buf_add(out, ")", sizeof(")") - 1);
+    if (!end) jsc_buf_add(out, " char*", sizeof(" char*") - 1);
     return out->oom ? rfail(&r, "pattern too large") : 0;
 }
 
@@ -363,7 +363,7 @@ int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errle
 /* Same-length digit strings a..b (leading zeros allowed) as a GBNF sequence. */
 static void fixed(const char *a, const char *b, int n, struct jsc_buf *o) {
     if (n == 0) {
-        jsc_buf_add(o, "\"\"", 2);
+        jsc_buf_add(o, "\"\"", sizeof("\"\"") - 1);
         return;
     }
     if (a[0] == b[0]) {
@@ -386,14 +386,14 @@ static void fixed(const char *a, const char *b, int n, struct jsc_buf *o) {
     memset(zeros, '0', sizeof zeros);
     jsc_buf_printf(o, "(\"%c\" (", a[0]);
     fixed(a + 1, nines, n - 1, o);
-    jsc_buf_add(o, ")", 1);
+    jsc_buf_add(o, ")", sizeof(")") - 1);
     if (a[0] + 1 <= b[0] - 1) {
         jsc_buf_printf(o, " | [%c-%c]", a[0] + 1, b[0] - 1);
         if (n > 1) jsc_buf_printf(o, " [0-9]{%d}", n - 1);
     }
     jsc_buf_printf(o, " | \"%c\" (", b[0]);
     fixed(zeros, b + 1, n - 1, o);
-    jsc_buf_add(o, "))", 2);
+    jsc_buf_add(o, "))", sizeof("))") - 1);
 }
 
 static long long pow10ll(int d) {
@@ -414,27 +414,27 @@ static int ndigits(long long v) {
 /* Non-negative a..b without leading zeros. */
 static void nonneg(long long a, long long b, struct jsc_buf *o) {
     int da = ndigits(a), db = ndigits(b);
-    jsc_buf_add(o, "(", 1);
+    jsc_buf_add(o, "(", sizeof("(") - 1);
     for (int d = da; d <= db; d++) {
         long long lo = d == da ? a : pow10ll(d - 1), hi = d == db ? b : pow10ll(d) - 1;
         char sa[24], sb[24];
         snprintf(sa, sizeof sa, "%lld", lo);
         snprintf(sb, sizeof sb, "%lld", hi);
-        if (d > da) jsc_buf_add(o, " | ", 3);
-        jsc_buf_add(o, "(", 1);
+        if (d > da) jsc_buf_add(o, " | ", sizeof(" | ") - 1);
+        jsc_buf_add(o, "(", sizeof("(") - 1);
         fixed(sa, sb, d, o);
-        jsc_buf_add(o, ")", 1);
+        jsc_buf_add(o, ")", sizeof(")") - 1);
     }
-    jsc_buf_add(o, ")", 1);
+    jsc_buf_add(o, ")", sizeof(")") - 1);
 }
 
 /* Non-negative integers >= a (up to 16 digits). */
 static void nonneg_from(long long a, struct jsc_buf *o) {
     int da = ndigits(a);
-    jsc_buf_add(o, "(", 1);
+    jsc_buf_add(o, "(", sizeof("(") - 1);
     nonneg(a, pow10ll(da) - 1, o);
     if (da < 16) jsc_buf_printf(o, " | [1-9] [0-9]{%d,15}", da);
-    jsc_buf_add(o, ")", 1);
+    jsc_buf_add(o, ")", sizeof(")") - 1);
 }
 
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *o) {
@@ -442,14 +442,14 @@ void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struc
     /* negative part: -(|hi'| .. |lo'|) */
     if (!has_lo || lo < 0) {
         long long nlo = has_hi && hi < 0 ? -hi : 1; /* smallest magnitude */
-        jsc_buf_add(o, "\"-\" ", 4);
+        jsc_buf_add(o, "\"-\" ", sizeof("\"-\" ") - 1);
         if (has_lo) nonneg(nlo, -lo, o);
         else nonneg_from(nlo, o);
         alts++;
     }
     if (!has_hi || hi >= 0) {
         long long plo = has_lo && lo > 0 ? lo : 0;
-        if (alts) jsc_buf_add(o, " | ", 3);
+        if (alts) jsc_buf_add(o, " | ", sizeof(" | ") - 1);
         if (has_hi) nonneg(plo, hi, o);
         else nonneg_from(plo, o);
     }
