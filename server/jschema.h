@@ -26,18 +26,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* Appendable grammar text (heap, grows; NUL-terminated). */
-struct jsc_buf {
-    char *p;
-    size_t n, cap;
-    size_t limit;       /* bytes; past it jsc_buf_ok fails */
-    int oom;
-};
-void jsc_buf_add(struct jsc_buf *b, const char *s, size_t len);
-void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A GBNF string literal of bytes s[0..len). */
-void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len);
-void jsc_buf_free(struct jsc_buf *b);
+#include "server/jschema_fmt.h"
 
 /* Rules of the schema's language appended to out, the schema's value rule named
  * `name` (a GBNF rule name; other rules get `name`-prefixed names). The base rules (ws,
@@ -49,13 +38,5 @@ int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int bas
 int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen);
 /* The grammar of any JSON object (response_format json_object). */
 int jschema_any_object(struct jsc_buf *out);
-
-/* jschema_fmt.c: the pattern subset as a GBNF expression over JSON string content (the
- * characters between the quotes); -1 with err naming the unsupported construct. */
-int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen);
-/* Integers in [lo, hi] (has_lo/has_hi 0: unbounded) as a GBNF expression. */
-void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
-/* The GBNF expression of a string format's content, or NULL for an unknown format. */
-const char *jschema_format(const char *fmt);
 
 #endif
