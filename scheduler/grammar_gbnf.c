@@ -268,6 +268,27 @@ static int emit_class(struct bld *b, int rule, struct cp_range *r, int n, int ne
         int si = add_set(b, &ascii);
         if (si < 0 || push(b, h, GE_SET, (uint32_t)si)) return -1;
     }
+    /* Every non-ASCII code point (negated classes such as a JSON string's): three
+     * alternatives by sequence length instead of eight exact ones. The looser form also takes
+     * overlong forms and surrogates; text is decoded with invalid UTF-8 replaced (U+FFFD),
+     * and no valid UTF-8 string is accepted that the exact form would reject. */
+    int all = 0;
+    for (int i = 0; i < n; i++)
+        if (u[i].lo <= 0x80 && u[i].hi >= 0x10ffff) all = 1;
+    for (int i = 0; i + 1 < n && !all; i++)
+        if (u[i].lo <= 0x80 && u[i].hi >= 0xd7ff && u[i + 1].lo <= 0xe000 && u[i + 1].hi >= 0x10ffff)
+            all = 1;
+    if (all) {
+        static const uint8_t lead[3][2] = {{0xc2, 0xdf}, {0xe0, 0xef}, {0xf0, 0xf4}};
+        for (int k = 0; k < 3; k++) {
+            if (b->rules[h].n > 0 && push(b, h, GE_ALT, 0)) return -1;
+            if (push_range(b, h, lead[k][0], lead[k][1])) return -1;
+            for (int c = 0; c <= k; c++)
+                if (push_range(b, h, 0x80, 0xbf)) return -1;
+        }
+        if (push(b, h, GE_END, 0)) return -1;
+        return push(b, rule, GE_REF, (uint32_t)h);
+    }
     for (int i = 0; i < n; i++) {
         uint32_t lo = u[i].lo < 0x80 ? 0x80 : u[i].lo, hi = u[i].hi;
         if (hi < 0x80) continue;
@@ -723,6 +744,23 @@ int gram_compile_gbnf(const char *text, size_t len, const struct gram_limits *li
         g->n_el += b.rules[r].n;
     }
     if (b.n_sets) memcpy(g->sets, b.sets, (size_t)b.n_sets * sizeof(*g->sets));
+    /* each rule's alternatives, so expanding a rule need not scan its elements */
+    int n_alts = b.n_rules;
+    for (int i = 0; i < g->n_el; i++) n_alts += g->el[i].type == GE_ALT;
+    g->alt_first = malloc((size_t)(b.n_rules + 1) * sizeof(int32_t));
+    g->alts = malloc((size_t)(n_alts + 1) * sizeof(int32_t));
+    if (!g->alt_first || !g->alts) goto fail_nomem;
+    int na = 0;
+    for (int r = 0; r < b.n_rules; r++) {
+        g->alt_first[r] = na;
+        int32_t a = g->rule_start[r];
+        g->alts[na++] = a;
+        for (;; a++) {
+            if (g->el[a].type == GE_END) break;
+            if (g->el[a].type == GE_ALT) g->alts[na++] = a + 1;
+        }
+    }
+    g->alt_first[b.n_rules] = na;
     g->n_sets = b.n_sets;
     pthread_mutex_init(&g->lock, NULL);
     bld_free(&b);
@@ -731,6 +769,8 @@ int gram_compile_gbnf(const char *text, size_t len, const struct gram_limits *li
 fail_nomem:
     bfail(&b, GRAM_ENOMEM, "out of memory");
     if (g) {
+        free(g->alt_first);
+        free(g->alts);
         free(g->rule_start);
         free(g->el);
         free(g->sets);
@@ -752,6 +792,8 @@ void gram_unref(struct gram *g) {
     pthread_mutex_destroy(&g->lock);
     free(g->el);
     free(g->rule_start);
+    free(g->alt_first);
+    free(g->alts);
     free(g->sets);
     free(g);
 }

@@ -46,6 +46,8 @@ struct gram {
     struct gram_elem *el;          /* [n_el] all rules */
     int n_el;
     int32_t *rule_start;           /* [n_rules] first element of each rule */
+    int32_t *alt_first;            /* [n_rules + 1] index into alts of each rule's first */
+    int32_t *alts;                 /* [alternatives] start position of each alternative */
     int n_rules;
     struct gram_set *sets;         /* [n_sets] */
     int n_sets;

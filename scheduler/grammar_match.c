@@ -83,16 +83,13 @@ int gram_closure(const struct gram *g, struct gram_scratch *x, const struct gnod
             rc = -1;
             break;
         }
-        int32_t a = g->rule_start[e.v];
-        for (;;) {
+        for (int32_t k = g->alt_first[e.v]; k < g->alt_first[e.v + 1]; k++) {
+            const int32_t a = g->alts[k];
             const struct gnode *child = is_end(g, a) ? up : gram_node(x, a, up);
             if (x->overflow || gram_closure(g, x, child, out, n, cap)) {
                 rc = -1;
                 break;
             }
-            while (!is_end(g, a)) a++;
-            if (g->el[a].type == GE_END) break;
-            a++;
         }
         break;
     }
