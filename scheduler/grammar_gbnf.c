@@ -34,6 +34,8 @@ struct bld {
     long long n_elems;
     int max_elems;
     int *ht;               /* name hash: rule id + 1, 0 = empty */
+    int *set_ht;           /* set hash: set index + 1, 0 = empty */
+    int set_ht_cap;
     int ht_cap;
     const char *p, *end, *start;
     char *err;
@@ -135,16 +137,39 @@ static int rule_id(struct bld *b, const char *s, size_t n) {
     return id;
 }
 
+static uint64_t set_hash(const struct gram_set *s) {
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 4; i++) h = (h ^ s->w[i]) * 0x100000001b3ull + (h >> 29);
+    return h;
+}
+
+/* Index of set s in the table, added when new (hash lookup: large grammars have thousands). */
 static int add_set(struct bld *b, const struct gram_set *s) {
-    int n1 = 0, one = -1;
-    for (int i = 0; i < 256; i++)
-        if (gram_set_has(s, (unsigned)i)) {
-            n1++;
-            one = i;
-        }
+    int n1 = 0;
+    for (int i = 0; i < 4; i++) n1 += __builtin_popcountll(s->w[i]);
+    int one = -1;
+    if (n1 == 1)
+        for (int i = 0; i < 4; i++)
+            if (s->w[i]) one = i * 64 + __builtin_ctzll(s->w[i]);
     if (n1 == 1 && b->single[one] >= 0) return b->single[one];
-    for (int i = 0; i < b->n_sets && n1 != 1; i++)
-        if (memcmp(&b->sets[i], s, sizeof(*s)) == 0) return i;
+    if ((b->n_sets + 1) * 2 > b->set_ht_cap) {
+        int nc = b->set_ht_cap ? b->set_ht_cap * 2 : 256;
+        int *nh = calloc((size_t)nc, sizeof(int));
+        if (!nh) return bfail(b, GRAM_ENOMEM, "out of memory");
+        for (int k = 0; k < b->n_sets; k++) {
+            int i = (int)(set_hash(&b->sets[k]) & (uint64_t)(nc - 1));
+            while (nh[i]) i = (i + 1) & (nc - 1);
+            nh[i] = k + 1;
+        }
+        free(b->set_ht);
+        b->set_ht = nh;
+        b->set_ht_cap = nc;
+    }
+    int i = (int)(set_hash(s) & (uint64_t)(b->set_ht_cap - 1));
+    while (b->set_ht[i]) {
+        if (memcmp(&b->sets[b->set_ht[i] - 1], s, sizeof(*s)) == 0) return b->set_ht[i] - 1;
+        i = (i + 1) & (b->set_ht_cap - 1);
+    }
     if (b->n_sets == b->cap_sets) {
         int nc = b->cap_sets ? b->cap_sets * 2 : 64;
         void *ns = realloc(b->sets, (size_t)nc * sizeof(*b->sets));
@@ -153,6 +178,7 @@ static int add_set(struct bld *b, const struct gram_set *s) {
         b->cap_sets = nc;
     }
     b->sets[b->n_sets] = *s;
+    b->set_ht[i] = b->n_sets + 1;
     if (n1 == 1) b->single[one] = b->n_sets;
     return b->n_sets++;
 }
@@ -692,6 +718,7 @@ static void bld_free(struct bld *b) {
     free(b->defined);
     free(b->sets);
     free(b->ht);
+    free(b->set_ht);
 }
 
 void gram_limits_default(struct gram_limits *l) {
