@@ -244,6 +244,7 @@ bench: deps model all
 	$(Q)bash deploy/setup-bench.sh
 	$(Q)$(PYTHON) tests/bench/bench_engine.py --model $(MODEL)
 	$(Q)$(PYTHON) tests/bench/bench_server.py --model $(MODEL)
+	$(Q)$(PYTHON) tests/bench/bench_grammar.py --model $(MODEL)
 
 fuzz-api: deps model all
 	$(Q)$(PYTHON) -m pytest -q tests/integration/test_schema.py --fuzz-long

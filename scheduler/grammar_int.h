@@ -81,7 +81,30 @@ struct gram_scratch {
     int max_len;
     int overflow;                  /* a budget was exceeded during the current operation */
     int depth_guard;
+    /* Whole-vocabulary walks intern nodes and sets and memoise (set, byte) -> set, so a
+     * state met again anywhere in the trie costs one lookup (grammar_mask.c). */
+    int intern;                    /* 1: gram_node returns the one node per (pos, up) */
+    int no_intern;                 /* tests: walk without interning */
+    const struct gnode **nh;       /* [nh_cap] node hash (empty between walks) */
+    int nh_cap;
+    int *nh_used;                  /* [max_nodes] slots filled by this walk */
+    int n_nh_used;
+    const struct gnode **ss;       /* [GRAM_SS_CAP] contents of the interned sets */
+    int ss_n;
+    int *set_off, *set_len;        /* [GRAM_MAX_SETS] */
+    uint8_t *set_flags;            /* [GRAM_MAX_SETS] GRAM_SF_* */
+    int n_isets;
+    int *sh;                       /* [GRAM_SH_CAP] set hash: id + 1 (empty between walks) */
+    int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
+    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next set id, -1 unknown */
+    int *level_sid;                /* [max_len + 2] */
 };
+
+#define GRAM_MAX_SETS 1024
+#define GRAM_SS_CAP (GRAM_MAX_SETS * 16)
+#define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
+#define GRAM_SF_LIVE 1                /* a stack that can take a byte */
+#define GRAM_SF_SENT 2                /* the sentinel */
 
 struct gram_match {
     struct gram *g;

@@ -163,10 +163,119 @@ struct walk_out {
     int n_unc;
 };
 
+static int cmp_ptr(const void *a, const void *b) {
+    const uintptr_t p = (uintptr_t) * (const void *const *)a, q = (uintptr_t) * (const void *const *)b;
+    return p < q ? -1 : p > q;
+}
+
+/* The id of the set v[0..n) (sorted in place), added when new; -1 when the tables are full. */
+static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
+    qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)v[i]) * 1099511628211ull;
+    int slot = (int)((h >> 7) & (GRAM_SH_CAP - 1));
+    while (x->sh[slot]) {
+        const int id = x->sh[slot] - 1;
+        if (x->set_len[id] == n && memcmp(x->ss + x->set_off[id], v, (size_t)n * sizeof(*v)) == 0)
+            return id;
+        slot = (slot + 1) & (GRAM_SH_CAP - 1);
+    }
+    if (x->n_isets >= GRAM_MAX_SETS || x->ss_n + n > GRAM_SS_CAP) return -1;
+    const int id = x->n_isets++;
+    x->set_off[id] = x->ss_n;
+    x->set_len[id] = n;
+    memcpy(x->ss + x->ss_n, v, (size_t)n * sizeof(*v));
+    x->ss_n += n;
+    uint8_t f = 0;
+    for (int i = 0; i < n; i++)
+        f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
+    x->set_flags[id] = f;
+    memset(x->memo + (size_t)id * 256, 0xff, 256 * sizeof(int32_t));
+    x->sh[slot] = id + 1;
+    x->set_slot[id] = slot;
+    return id;
+}
+
+/* Empties the node and set hashes (only the slots this walk filled). */
+static void intern_clear(struct gram_scratch *x) {
+    for (int i = 0; i < x->n_nh_used; i++) x->nh[x->nh_used[i]] = NULL;
+    for (int i = 0; i < x->n_isets; i++) x->sh[x->set_slot[i]] = 0;
+    x->n_nh_used = 0;
+    x->n_isets = 0;
+    x->intern = 0;
+}
+
+/* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
+ * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
+ * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
+ * caller then walks the plain way. */
+static int walk_interned(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                         struct walk_out *o) {
+    const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
+    const int n_unc0 = o->n_unc, nodes0 = x->n_nodes;
+    x->n_nh_used = 0;
+    x->n_isets = 0;
+    x->ss_n = 0;
+    x->intern = 1;
+    const struct gnode **tmp = x->sets + cap; /* level 0 keeps the root */
+    memcpy(tmp, x->sets, (size_t)x->set_n[0] * sizeof(*tmp));
+    int sid = intern_set(x, tmp, x->set_n[0]);
+    if (sid < 0) goto overflow;
+    x->level_sid[0] = sid;
+    x->unc[0] = 0;
+    int valid = 0;
+    for (int i = 0; i < V->n;) {
+        const uint8_t *b = V->bytes + V->off[i];
+        const int len = (int)(V->off[i + 1] - V->off[i]);
+        int d = i == 0 ? 0 : V->lcp[i];
+        if (d > valid) d = valid;
+        while (d < len) {
+            const int cur = x->level_sid[d];
+            if (!(x->set_flags[cur] & GRAM_SF_LIVE)) break;
+            int nx = x->memo[(size_t)cur * 256 + b[d]];
+            if (nx < 0) {
+                const int r = gram_advance(g, x, x->ss + x->set_off[cur], x->set_len[cur], b[d],
+                                           tmp, cap);
+                if (r < 0 || (nx = intern_set(x, tmp, r)) < 0) goto overflow;
+                x->memo[(size_t)cur * 256 + b[d]] = nx;
+            }
+            x->level_sid[d + 1] = nx;
+            x->unc[d + 1] = (uint8_t)(x->unc[d] | ((x->set_flags[cur] & GRAM_SF_SENT) != 0));
+            d++;
+        }
+        valid = d;
+        const int at = x->level_sid[d];
+        if (d == len && x->set_len[at] > 0) {
+            const int32_t id = V->ord[i];
+            o->acc[id >> 6] |= 1ull << (id & 63);
+            i++;
+        } else if (x->unc[d] || (x->set_flags[at] & GRAM_SF_SENT)) {
+            if (o->unc) o->unc[o->n_unc++] = i;
+            i++;
+        } else if (d < len) {
+            i = subtree_end(V, i, b, d);
+        } else {
+            i++;
+        }
+    }
+    intern_clear(x);
+    return GRAM_OK;
+overflow:
+    intern_clear(x);
+    x->overflow = 0;
+    x->n_nodes = nodes0;
+    o->n_unc = n_unc0;
+    return 1;
+}
+
 /* Level 0 of x->sets holds the start set. list == NULL walks all V->n tokens. */
 static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
                 const int32_t *list, const uint8_t *llcp, int n, struct walk_out *o) {
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
+    if (!list && !x->no_intern) {
+        const int rc = walk_interned(g, x, V, o);
+        if (rc != 1) return rc;
+    }
     int valid = 0;
     x->unc[0] = 0;
     x->mark[1] = x->n_nodes;

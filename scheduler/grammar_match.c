@@ -19,7 +19,24 @@ const struct gnode gram_sent = {-2, NULL};
 #define GRAM_CLOSURE_DEPTH 20000 /* rule expansions without a byte: a bound, not a budget */
 #define GRAM_MATCH_NODES_DIV 8   /* a matcher's pool is max_nodes / this */
 
+static uint64_t node_hash(int32_t pos, const struct gnode *up) {
+    return ((uint64_t)(uint32_t)pos * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uintptr_t)up * 0xff51afd7ed558ccdull);
+}
+
 const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct gnode *up) {
+    int slot = -1;
+    if (x->intern) {
+        const int mask = x->nh_cap - 1;
+        slot = (int)((node_hash(pos, up) >> 17) & (uint64_t)mask);
+        while (x->nh[slot]) {
+            if (x->nh[slot]->pos == pos && x->nh[slot]->up == up) return x->nh[slot];
+            slot = (slot + 1) & mask;
+        }
+        if (x->n_nodes * 2 >= x->nh_cap) {
+            x->overflow = 1;
+            return NULL;
+        }
+    }
     if (x->n_nodes >= x->lim.max_nodes) {
         x->overflow = 1;
         return NULL;
@@ -27,6 +44,10 @@ const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct 
     struct gnode *n = &x->nodes[x->n_nodes++];
     n->pos = pos;
     n->up = up;
+    if (slot >= 0) {
+        x->nh[slot] = n;
+        x->nh_used[x->n_nh_used++] = slot;
+    }
     return n;
 }
 
@@ -127,7 +148,21 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->set_n = calloc(levels, sizeof(int));
     x->unc = calloc(levels, 1);
     x->mark = calloc(levels, sizeof(int));
-    if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark) {
+    x->nh_cap = 1;
+    while (x->nh_cap < 2 * x->lim.max_nodes) x->nh_cap *= 2;
+    x->nh = calloc((size_t)x->nh_cap, sizeof(*x->nh));
+    x->ss = malloc((size_t)GRAM_SS_CAP * sizeof(*x->ss));
+    x->set_off = malloc(GRAM_MAX_SETS * sizeof(int));
+    x->set_len = malloc(GRAM_MAX_SETS * sizeof(int));
+    x->set_flags = malloc(GRAM_MAX_SETS);
+    x->sh = calloc(GRAM_SH_CAP, sizeof(int));
+    x->nh_used = malloc((size_t)x->lim.max_nodes * sizeof(int));
+    x->set_slot = malloc(GRAM_MAX_SETS * sizeof(int));
+    x->memo = malloc((size_t)GRAM_MAX_SETS * 256 * sizeof(int32_t));
+    x->level_sid = calloc(levels, sizeof(int));
+    if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
+        !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
+        !x->nh_used || !x->set_slot) {
         gram_scratch_destroy(x);
         return GRAM_ENOMEM;
     }
@@ -142,6 +177,16 @@ void gram_scratch_destroy(struct gram_scratch *x) {
     free(x->set_n);
     free(x->unc);
     free(x->mark);
+    free(x->nh);
+    free(x->ss);
+    free(x->set_off);
+    free(x->set_len);
+    free(x->set_flags);
+    free(x->sh);
+    free(x->nh_used);
+    free(x->set_slot);
+    free(x->memo);
+    free(x->level_sid);
     free(x);
 }
 

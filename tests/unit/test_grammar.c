@@ -3,6 +3,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "scheduler/grammar.h"
+#include "scheduler/grammar_int.h" /* no_intern: the plain walk too */
 #include "tests/unit/harness.h"
 
 #include <time.h>
@@ -143,7 +144,7 @@ static void check_masks(struct gram *g, struct gram_vocab *gv, struct gram_scrat
                         int steps, uint64_t seed, int max_tok_checks) {
     const int nv = gram_vocab_n(gv);
     const size_t words = ((size_t)nv + 63) / 64;
-    uint64_t *m1 = calloc(words, 8), *m2 = calloc(words, 8);
+    uint64_t *m1 = calloc(words, 8), *m2 = calloc(words, 8), *m3 = calloc(words, 8);
     struct gram_match *m = NULL, *t = NULL;
     T_ASSERT(gram_match_create(g, x, &m) == 0);
     T_ASSERT(gram_match_create(g, x, &t) == 0);
@@ -152,6 +153,11 @@ static void check_masks(struct gram *g, struct gram_vocab *gv, struct gram_scrat
         T_ASSERT(gram_match_mask(m, x, gv, m1, &n1, 0) == 0);
         T_ASSERT(gram_match_mask(m, x, gv, m2, &n2, 1) == 0);
         T_ASSERTF(n1 == n2 && memcmp(m1, m2, words * 8) == 0, "cached %d vs uncached %d", n1, n2);
+        int n3 = 0;
+        x->no_intern = 1; /* the walk without interned sets gives the same mask */
+        T_ASSERT(gram_match_mask(m, x, gv, m3, &n3, 1) == 0);
+        x->no_intern = 0;
+        T_ASSERTF(n3 == n2 && memcmp(m3, m2, words * 8) == 0, "plain %d vs interned %d", n3, n2);
         int checked = 0;
         for (int id = 0; id < nv; id++) {
             int bit = (int)((m1[id >> 6] >> (id & 63)) & 1);
@@ -182,6 +188,7 @@ static void check_masks(struct gram *g, struct gram_vocab *gv, struct gram_scrat
     gram_match_destroy(t);
     free(m1);
     free(m2);
+    free(m3);
 }
 
 static void test_mask_small_vocab(void) {
