@@ -391,10 +391,11 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (fmt) {
         if (!json_is_string(fmt)) return jfail(c, "'format' must be a string at %s/format", ptr);
         const char *g = jschema_format(json_string_value(fmt));
-        if (g) {
-            jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
-            return 0;
-        }
+        if (!g) /* formats are assertions for most validators: never let one through unchecked */
+            return jfail(c, "unsupported keyword 'format' ('%.40s') at %s/format",
+                         json_string_value(fmt), ptr);
+        jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
+        return 0;
     }
     if (mn == 0 && mx < 0) {
         jsc_buf_add(b, "string", sizeof("string") - 1);
@@ -540,6 +541,36 @@ static const char *infer_type(json_t *s) {
     return NULL;
 }
 
+/* 1 when value v has one of the types `type` names (NULL: any). */
+static int type_is(const char *t, json_t *v) {
+    if (!strcmp(t, "string")) return json_is_string(v);
+    if (!strcmp(t, "boolean")) return json_is_boolean(v);
+    if (!strcmp(t, "null")) return json_is_null(v);
+    if (!strcmp(t, "object")) return json_is_object(v);
+    if (!strcmp(t, "array")) return json_is_array(v);
+    if (!strcmp(t, "number")) return json_is_number(v);
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v) ||
+               (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    return 0;
+}
+
+static int type_allows(json_t *type, json_t *v) {
+    if (!type) return 1;
+    if (json_is_string(type)) return type_is(json_string_value(type), v);
+    for (size_t i = 0; i < json_array_size(type); i++)
+        if (json_is_string(json_array_get(type, i)) &&
+            type_is(json_string_value(json_array_get(type, i)), v))
+            return 1;
+    return 0;
+}
+
+static int in_enum(json_t *en, json_t *v) {
+    for (size_t i = 0; i < json_array_size(en); i++)
+        if (json_equal(json_array_get(en, i), v)) return 1;
+    return 0;
+}
+
 /* One rule for schema s; returns its id or -1. */
 static int gen(struct jsc *c, json_t *s, const char *ptr) {
     if (c->failed) return -1;
@@ -606,14 +637,27 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
                 else ref_name(c, &b, r);
             }
         }
-    } else if (cst) {
-        rc = lit_json(c, &b, cst, ptr);
-    } else if (en) {
-        if (!json_is_array(en) || json_array_size(en) == 0)
+    } else if (cst || en) {
+        /* the values that also have an allowed type; other keywords beside them are not
+         * checked against the values, so they are refused */
+        int others = n_valid - 1 - (type != NULL) - (cst && en);
+        if (others > 0) {
+            rc = jfail(c, "unsupported keyword combination (%s with other keywords) at %s",
+                       cst ? "const" : "enum", ptr);
+        } else if (en && (!json_is_array(en) || json_array_size(en) == 0)) {
             rc = jfail(c, "'enum' must be a non-empty array at %s/enum", ptr);
-        for (size_t i = 0; !rc && i < json_array_size(en); i++) {
-            if (i) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
-            rc = lit_json(c, &b, json_array_get(en, i), ptr);
+        } else {
+            json_t *vals = cst ? json_pack("[O]", cst) : json_incref(en);
+            int n_ok = 0;
+            for (size_t i = 0; !rc && i < json_array_size(vals); i++) {
+                json_t *ev = json_array_get(vals, i);
+                if (!type_allows(type, ev) || (cst && en && !in_enum(en, ev))) continue;
+                if (n_ok++) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
+                rc = lit_json(c, &b, ev, ptr);
+            }
+            json_decref(vals);
+            if (!rc && n_ok == 0)
+                rc = jfail(c, "no value of '%s' has the schema's type at %s", cst ? "const" : "enum", ptr);
         }
     } else if (json_is_string(type)) {
         rc = gen_typed(c, s, json_string_value(type), ptr, &b);

@@ -536,6 +536,8 @@ void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struc
     "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "     \
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"
 
+#define OCTET "(\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9])"
+
 const char *jschema_format(const char *fmt) {
     if (!fmt) return NULL;
     if (strcmp(fmt, "date") == 0) return "(" DATE ")";
@@ -546,5 +548,10 @@ const char *jschema_format(const char *fmt) {
     if (strcmp(fmt, "email") == 0)
         return "([a-zA-Z0-9_+-] [a-zA-Z0-9._+-]{0,31} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} "
                "(\".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,15}){1,3})";
+    if (strcmp(fmt, "hostname") == 0)
+        return "([a-zA-Z0-9] ([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] "
+               "([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])?){0,4})";
+    if (strcmp(fmt, "ipv4") == 0)
+        return "(" OCTET " \".\" " OCTET " \".\" " OCTET " \".\" " OCTET ")";
     return NULL;
 }
