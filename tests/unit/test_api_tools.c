@@ -164,6 +164,10 @@ static void test_jschema_instances(void) {
         {"{\"type\":\"boolean\",\"nullable\":true}", "null", 0},
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\":[1]}", 0},
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1]}", 1},
+        {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "\"a\"", 1},
+        {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "2.0", 0},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.255\"", 0},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.256\"", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int r = check(cases[i].schema, cases[i].inst, err, sizeof err);
@@ -183,6 +187,9 @@ static void test_jschema_errors(void) {
     T_ASSERT(check("{\"type\":\"array\",\"uniqueItems\":true}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "uniqueItems"));
     T_ASSERT(check("false", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"type\":\"string\",\"format\":\"uri\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "'format'") && strstr(err, "#/format"));
+    T_ASSERT(check("{\"enum\":[\"a\"],\"maxLength\":3}", "", err, sizeof err) == -1);
 }
 
 int main(int argc, char **argv) {
