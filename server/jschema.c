@@ -443,18 +443,73 @@ static int gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     return 0;
 }
 
+/* A number within integer-valued bounds: an integer in range, or i.f (f ending in a non-zero
+ * digit, so strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly
+ * between -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. Other bounds are
+ * refused. */
+static int gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    long long lo = 0, hi = 0, ilo = 0, ihi = 0;
+    int has_lo = 0, has_hi = 0;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, kw[i]);
+        if (!v) continue;
+        double d = json_is_number(v) ? json_number_value(v) : 0.5;
+        if (!json_is_number(v) || d != floor(d) || fabs(d) > 1e15)
+            return jfail(c, "unsupported keyword '%s' (on a number, only integer bounds) at %s/%s",
+                         kw[i], ptr, kw[i]);
+        long long x = (long long)d;
+        if (i < 2) {
+            if (!has_lo || x >= lo) {
+                lo = x;
+                ilo = i == 1 ? x + 1 : x;
+            }
+            has_lo = 1;
+        } else {
+            if (!has_hi || x <= hi) {
+                hi = x;
+                ihi = i == 3 ? x - 1 : x;
+            }
+            has_hi = 1;
+        }
+    }
+    if (!has_lo && !has_hi) {
+        jsc_buf_add(b, "number", sizeof("number") - 1);
+        return 0;
+    }
+    const char *frac = " \".\" [0-9]{0,14} [1-9]";
+    int alts = 0;
+    jsc_buf_add(b, "(", 1);
+    if (!(has_lo && has_hi && ilo > ihi)) { /* integers */
+        jsc_buf_add(b, "(", 1);
+        jschema_int_range(ilo, has_lo, ihi, has_hi, b);
+        jsc_buf_add(b, ")", 1);
+        alts++;
+    }
+    long long plo = has_lo && lo > 0 ? lo : 0, phi = hi - 1;
+    if (!has_hi || phi >= plo) { /* i.f, i >= 0 */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_add(b, "(", 1);
+        jschema_int_range(plo, 1, phi, has_hi, b);
+        jsc_buf_printf(b, ")%s", frac);
+    }
+    long long klo = has_hi && -hi > 0 ? -hi : 0, khi = -lo - 1;
+    if (!has_lo || khi >= klo) { /* -k.f, k >= 0 */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_add(b, "\"-\" (", 5);
+        jschema_int_range(klo, 1, khi, has_lo, b);
+        jsc_buf_printf(b, ")%s", frac);
+    }
+    jsc_buf_add(b, ")", 1);
+    if (!alts) return jfail(c, "no number satisfies the bounds at %s", ptr);
+    return 0;
+}
+
 static int gen_typed(struct jsc *c, json_t *s, const char *type, const char *ptr,
                      struct jsc_buf *b) {
     if (strcmp(type, "string") == 0) return gen_string(c, s, ptr, b);
     if (strcmp(type, "integer") == 0) return gen_integer(c, s, ptr, b);
-    if (strcmp(type, "number") == 0) {
-        static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-        for (int i = 0; i < 4; i++)
-            if (json_object_get(s, kw[i]))
-                return jfail(c, "unsupported keyword '%s' (on a number) at %s/%s", kw[i], ptr, kw[i]);
-        jsc_buf_add(b, "number", sizeof("number") - 1);
-        return 0;
-    }
+    if (strcmp(type, "number") == 0) return gen_number(c, s, ptr, b);
     if (strcmp(type, "boolean") == 0) {
         jsc_buf_add(b, "(\"true\" | \"false\")", sizeof("(\"true\" | \"false\")") - 1);
         return 0;

@@ -11,7 +11,8 @@
  * subset: literals, ., classes with ranges and negation, \d \w \s \D \W \S, groups,
  * alternation, * + ? {m} {m,} {m,n}, ^ and $ at the ends; no backreferences, lookaround or
  * \b), format (date, time, date-time, uuid, email, hostname, ipv4; others refused), integer
- * minimum / maximum / exclusiveMinimum / exclusiveMaximum, nullable (OpenAPI) and type
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: integer-valued bounds
+ * only), nullable (OpenAPI) and type
  * unions with "null". Annotations (title, description, default, examples, $comment, ...)
  * are ignored. A keyword that would change validity and is not supported fails with a
  * message naming the keyword and its JSON pointer; nothing falls back to unconstrained.

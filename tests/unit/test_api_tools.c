@@ -166,6 +166,11 @@ static void test_jschema_instances(void) {
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1]}", 1},
         {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "\"a\"", 1},
         {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "2.0", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "-2.5", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "-3.5", 1},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "1.75", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "2", 1},
+        {"{\"type\":\"number\",\"minimum\":0}", "-0.5", 1},
         {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.255\"", 0},
         {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.256\"", 1},
     };
