@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define GRAM_MAX_NESTING 256 /* parenthesised groups inside one another */
+
 struct bvec {
     struct gram_elem *e;
     int n, cap;
@@ -38,6 +40,7 @@ struct bld {
     int set_ht_cap;
     int ht_cap;
     const char *p, *end, *start;
+    int depth;             /* nested groups */
     char *err;
     size_t errlen;
     int status;
@@ -526,8 +529,11 @@ static int parse_sequence(struct bld *b, int rule, int nested) {
         } else if (c == '(') {
             last = b->rules[rule].n;
             b->p++;
+            if (++b->depth > GRAM_MAX_NESTING)
+                return bfail(b, GRAM_EBUDGET, "groups nested too deeply at byte %d", at_off(b));
             int h = new_rule(b, NULL, 0);
             if (h < 0 || parse_alternates(b, h, 1)) return -1;
+            b->depth--;
             skip_space(b, 1);
             if (b->p >= b->end || *b->p != ')')
                 return bfail(b, GRAM_ESYNTAX, "expected ')' at byte %d", at_off(b));

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define JSC_MAX_BYTES (4u << 20) /* grammar text per schema */
-#define JSC_MAX_DEPTH 64         /* nested subschemas (not counting $ref) */
+#define JSC_MAX_DEPTH 128        /* nested subschemas, $ref targets included */
 #define JSC_MAX_REFS 512
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -154,10 +154,7 @@ static int gen_ref(struct jsc *c, const char *ref, const char *ptr) {
     c->refs[c->n_refs].ref = strdup(ref);
     if (!c->refs[c->n_refs].ref) return jfail(c, "out of memory");
     c->refs[c->n_refs++].id = id;
-    int saved = c->depth;
-    c->depth = 0;
-    int inner = gen(c, t, ref);
-    c->depth = saved;
+    int inner = gen(c, t, ref); /* nesting through $ref counts: a chain of refs is a stack */
     if (inner < 0) return -1;
     struct jsc_buf b = {0};
     ref_name(c, &b, inner);

@@ -293,7 +293,7 @@ BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "$ref": "#/$defs/missing"}}}}, "response_format.json_schema.schema", ["$ref"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-        "type": "number", "minimum": 1}}}}, "response_format.json_schema.schema",
+        "type": "number", "minimum": 0.5}}}}, "response_format.json_schema.schema",
      ["'minimum'"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "type": "string", "pattern": "(a)\\1"}}}}, "response_format.json_schema.schema",
@@ -309,6 +309,10 @@ BAD = [
     ({"grammar": "root ::= \"a\"{150000} \"b\"{150000}"}, "grammar", []),
     ({"grammar": "root ::= a{0,5000}\na ::= \"x\"?"}, "grammar", ["budget"]),
     ({"grammar": "root ::= \"a\"", "json_schema": {"type": "null"}}, "json_schema", []),
+    ({"grammar": "root ::= " + "(" * 20000 + "\"a\"" + ")" * 20000}, "grammar", ["nested"]),
+    ({"json_schema": dict({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"}
+                                     for i in range(3000)}}, **{"$ref": "#/$defs/d0"})},
+     "json_schema", ["nested"]),
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]},
      "tools[0].function.name", []),
     ({"tools": [{"type": "function", "function": {"name": "f"}},
