@@ -1,12 +1,13 @@
 /*
  * grammar_int — the grammar module's private structures, shared by grammar_gbnf.c (the GBNF
- * parser and the builder), grammar_match.c (stacks, closure, matcher) and grammar_mask.c
+ * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure, matcher) and grammar_mask.c
  * (vocabulary trie, mask walks, the cache). Nothing outside scheduler/grammar*.c includes it.
  */
 #ifndef GEMMAD_GRAMMAR_INT_H
 #define GEMMAD_GRAMMAR_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scheduler/grammar.h"
@@ -125,6 +126,59 @@ struct gram_vocab {
     int32_t *pos_of;               /* [n_vocab] sorted index of each id, -1 if no bytes */
     int max_len;
 };
+
+
+/* ---- the builder (grammar_build.c), used by the GBNF compiler (grammar_gbnf.c) ---- */
+
+#define GRAM_MAX_NESTING 256 /* parenthesised groups inside one another */
+
+struct bvec {
+    struct gram_elem *e;
+    int n, cap;
+};
+
+struct bld {
+    struct bvec *rules;
+    char **names;          /* [n_rules] NULL for helper rules */
+    uint8_t *defined;      /* [n_rules] */
+    int n_rules, cap_rules;
+    struct gram_set *sets;
+    int n_sets, cap_sets;
+    int single[256];       /* set index of each one-byte set, or -1 */
+    long long n_elems;
+    int max_elems;
+    int *ht;               /* name hash: rule id + 1, 0 = empty */
+    int *set_ht;           /* set hash: set index + 1, 0 = empty */
+    int set_ht_cap;
+    int ht_cap;
+    const char *p, *end, *start;
+    int depth;             /* nested groups */
+    char *err;
+    size_t errlen;
+    int status;
+};
+
+struct cp_range {
+    uint32_t lo, hi;
+};
+
+/* Every builder function returns 0 (or an id) or -1 with b->status and b->err set. */
+int gram_bfail(struct bld *b, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int gram_at_off(const struct bld *b);
+int gram_push(struct bld *b, int rule, int type, uint32_t v);
+int gram_new_rule(struct bld *b, const char *name, size_t len);
+int gram_rule_id(struct bld *b, const char *s, size_t n);
+int gram_push_byte(struct bld *b, int rule, unsigned c);
+int gram_push_range(struct bld *b, int rule, unsigned lo, unsigned hi);
+int gram_utf8_enc(uint32_t c, uint8_t *o);
+/* Element(s) for a class of code points: one SET for ASCII, else a REF to a helper rule. */
+int gram_emit_class(struct bld *b, int rule, struct cp_range *r, int n, int negate);
+/* Move elements [from, n) of rule into a helper rule (REF left in place). */
+int gram_wrap_item(struct bld *b, int rule, int from);
+/* x{lo,hi} (hi < 0: unbounded) on the single element at the end of rule. */
+int gram_repeat(struct bld *b, int rule, long lo, long hi);
+int gram_check(struct bld *b);
+void gram_bld_free(struct bld *b);
 
 /* grammar_match.c: closure of one stack into set `out` (n in/out, cap entries). Returns 0,
  * or -1 on a budget overflow (x->overflow set). */
