@@ -1,7 +1,8 @@
 /*
  * grammar_int — the grammar module's private structures, shared by grammar_gbnf.c (the GBNF
- * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure, matcher) and grammar_mask.c
- * (vocabulary trie, mask walks, the cache). Nothing outside scheduler/grammar*.c includes it.
+ * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure,
+ * matcher) and grammar_mask.c (vocabulary trie, mask walks, the cache). Nothing outside
+ * scheduler/grammar*.c includes it (tests aside).
  */
 #ifndef GEMMAD_GRAMMAR_INT_H
 #define GEMMAD_GRAMMAR_INT_H
