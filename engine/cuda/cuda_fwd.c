@@ -405,7 +405,7 @@ static size_t cf_blas_scratch(const struct cf_fwd *c) {
 /*
  * Block-table entries one sequence can bring to a step: its FULL blocks up to max_ctx (the
  * pool's capacity when 0), and an SWA ring as long as a step of max_tokens rows needs (what
- * kvs_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
+ * kvstore_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
  * max_seqs x the whole pool, which with a large pool would be hundreds of MB.
  */
 static size_t cf_tab_per_seq(const struct be_model *m, const struct be_kv *kv,

@@ -593,9 +593,9 @@ static void test_host_fwd_dispatch(void) {
  * still takes it. */
 static void test_host_kv_type_refused(void) {
     struct model *m = cu_load_model(t_model_path());
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512];
-    T_ASSERT(kvs_create(m, KVS_Q8_0, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
+    T_ASSERT(kvstore_create(m, KVSTORE_Q8_0, 16, 2, kvstore_swa_ring_blocks(m, 16, 4), &kv, err,
                         sizeof err) == 0);
     struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
                          .device = FWD_DEVICE_AUTO, .deterministic = 1};
@@ -615,7 +615,7 @@ static void test_host_kv_type_refused(void) {
     o.device = FWD_DEVICE_CPU;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
     model_free(m);
 }
 
