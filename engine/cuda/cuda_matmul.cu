@@ -40,16 +40,25 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
 
     for (int kt = 0; kt < n_in; kt += CF_MM_KT) {
         const int kn = min(CF_MM_KT, n_in - kt); /* a multiple of 32 */
-        __syncthreads();                         /* the previous tile is consumed */
-        for (int i = threadIdx.x; i < tm * CF_MM_KT; i += blockDim.x) {
-            const int m = i / CF_MM_KT, k = i % CF_MM_KT;
-            const float v = k < kn ? X[(size_t)(m0 + m) * n_in + kt + k] : 0.0f;
-            xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = v;
+        const bool act = o < n_out && lane * 32 < kn;
+        /* The weight chunk is loaded before the activation tile is staged, so the two
+         * memory round trips overlap instead of following each other. */
+        float w[32];
+        if (act) cf_dq_chunk<T>(row, (kt >> 5) + lane, w);
+        __syncthreads(); /* the previous tile is consumed */
+        if (kn == CF_MM_KT) {
+            for (int i = threadIdx.x; i < tm * CF_MM_KT; i += blockDim.x) {
+                const int m = i / CF_MM_KT, k = i % CF_MM_KT;
+                xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = X[(size_t)(m0 + m) * n_in + kt + k];
+            }
+        } else { /* a short last tile: only its kn columns are staged and read */
+            for (int i = threadIdx.x; i < tm * kn; i += blockDim.x) {
+                const int m = i / kn, k = i % kn;
+                xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = X[(size_t)(m0 + m) * n_in + kt + k];
+            }
         }
         __syncthreads();
-        if (o < n_out && lane * 32 < kn) {
-            float w[32];
-            cf_dq_chunk<T>(row, (kt >> 5) + lane, w);
+        if (act) {
 #pragma unroll
             for (int m = 0; m < TM; m++) {
                 if (m < tm) {
