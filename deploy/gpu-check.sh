@@ -12,8 +12,8 @@
 #   summary.txt      one line per step (read this first)
 #   env.txt          nvidia-smi, nvcc, gcc
 #   build.txt        the build log
-#   tests.txt        test_cuda (per-test timeout), then test_cuda_host
-#   memcheck.txt     compute-sanitizer --tool memcheck on a short subset of test_cuda
+#   tests.txt        test_cuda and test_cuda_fwd (per-test timeout), then test_cuda_host
+#   memcheck.txt     compute-sanitizer --tool memcheck on a short subset of them
 #   bench.jsonl      cuda-bench results, one JSON object per line
 #
 #   bash deploy/gpu-check.sh              the check (exits 3 at once, with the reason, when
@@ -129,20 +129,23 @@ tally() { tail -1 "$1" 2>/dev/null; }
 # ---- CUDA unit tests ------------------------------------------------------------------------
 : >"$OUT/tests.txt"
 if [ "$DRY" = 0 ]; then
-    T_TIMEOUT=45 run 200 "$OUT/tests.txt" "$E/tests/test_cuda"
-    rc=$?
-    say "test_cuda: exit $rc — $(tally "$OUT/tests.txt")"
+    for t in test_cuda test_cuda_fwd; do
+        T_TIMEOUT=45 run 150 "$OUT/tests.txt" "$E/tests/$t"
+        rc=$?
+        say "$t: exit $rc — $(tally "$OUT/tests.txt")"
+    done
     grep -E "^(FAIL|SKIP)|^    " "$OUT/tests.txt" | head -30 | tee -a "$OUT/summary.txt"
 
     # ---- memcheck on the kernel tests that are quick (no model) -----------------------------
     : >"$OUT/memcheck.txt"
     if command -v compute-sanitizer >/dev/null 2>&1; then
-        for t in test_dequant_vs_ref test_norm_rope_act test_attention_vs_ref \
-                 test_e2e_step_validation; do
+        for bt in test_cuda:test_dequant_vs_ref test_cuda:test_norm_rope_act \
+                  test_cuda:test_attention_vs_ref test_cuda_fwd:test_e2e_step_validation \
+                  test_cuda_fwd:test_e2e_graph_decode; do
             # 30 s each at most: the benchmark after it is worth more than a slow memcheck
             T_NOFORK=1 T_TIMEOUT=30 run 30 "$OUT/memcheck.txt" compute-sanitizer \
-                --tool memcheck --error-exitcode 99 "$E/tests/test_cuda" "$t"
-            say "memcheck $t: exit $?"
+                --tool memcheck --error-exitcode 99 "$E/tests/${bt%%:*}" "${bt#*:}"
+            say "memcheck ${bt#*:}: exit $?"
         done
     else
         say "compute-sanitizer not in $CUDA_HOME/bin: memcheck skipped"

@@ -1,15 +1,17 @@
 /* cuda_norm — see cuda_norm.h. */
 #include "engine/cuda/cuda_norm.h"
 
+#include <math.h>
+
+#include "engine/cuda/cuda_rope.cuh"
+
 #define CF_NORM_THREADS 256
 
-__global__ void __launch_bounds__(CF_NORM_THREADS)
-    cf_rms_norm_kernel(const float *x, int ld_x, const float *__restrict__ w, const float *res,
-                       int ld_res, float *y, int ld_y, int n, float eps) {
+/* 1 / sqrt(mean(x^2) + eps) of one row for the whole block: squares in f32, their sum in
+ * double (as ggml's CPU rms_norm and engine/kernels/vec.h), a fixed reduction order. Every
+ * thread of the block must call it. */
+__device__ __forceinline__ float cf_rms_scale(const float *xr, int n, float eps) {
     __shared__ double part[CF_NORM_THREADS / 32];
-    const int r = blockIdx.x;
-    const float *xr = x + (size_t)r * ld_x;
-    /* Squares in f32, their sum in double (as ggml's CPU rms_norm and engine/kernels/vec.h). */
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
         s += (double)(xr[i] * xr[i]);
@@ -23,7 +25,15 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     for (int k = 0; k < CF_NORM_THREADS / 32; k++)
         tot += part[k];
     const float mean = (float)(tot / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
+    return 1.0f / sqrtf(mean + eps);
+}
+
+__global__ void __launch_bounds__(CF_NORM_THREADS)
+    cf_rms_norm_kernel(const float *x, int ld_x, const float *__restrict__ w, const float *res,
+                       int ld_res, float *y, int ld_y, int n, float eps) {
+    const int r = blockIdx.x;
+    const float *xr = x + (size_t)r * ld_x;
+    const float scale = cf_rms_scale(xr, n, eps);
     float *yr = y + (size_t)r * ld_y;
     const float *rr = res ? res + (size_t)r * ld_res : nullptr;
     for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS) {
@@ -34,6 +44,27 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     }
 }
 
+/* One block per (row, head): the head's RMS norm in place (as cf_rms_norm_kernel), then its
+ * NEOX RoPE (as cf_rope_neox_kernel). */
+__global__ void __launch_bounds__(CF_NORM_THREADS)
+    cf_norm_rope_kernel(float *x, int ld, int hd, const float *__restrict__ w, float eps,
+                        int n_rot, const int32_t *__restrict__ pos, float theta_scale,
+                        float freq_scale, const float *__restrict__ freq_div) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    float *xr = x + (size_t)r * ld + (size_t)h * hd;
+    const float scale = cf_rms_scale(xr, hd, eps);
+    for (int i = threadIdx.x; i < hd; i += CF_NORM_THREADS) {
+        float v = xr[i] * scale;
+        if (w) v = v * w[i];
+        xr[i] = v;
+    }
+    __syncthreads(); /* the normalised head is in memory for the rotation's pairs */
+    const int half = n_rot / 2;
+    const float p = (float)pos[r];
+    for (int i = threadIdx.x; i < half; i += CF_NORM_THREADS)
+        cf_rope_pair(xr, i, half, p, theta_scale, freq_scale, freq_div);
+}
+
 extern "C" int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const float *w,
                            const float *res, int ld_res, float *y, int ld_y, int n, int rows,
                            float eps) {
@@ -42,5 +73,18 @@ extern "C" int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const 
         return cf_fail("cf_rms_norm: bad shape n=%d ld_x=%d ld_y=%d", n, ld_x, ld_y);
     cf_rms_norm_kernel<<<(unsigned)rows, CF_NORM_THREADS, 0, stream>>>(x, ld_x, w, res, ld_res, y,
                                                                        ld_y, n, eps);
+    return CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int cf_norm_rope(cudaStream_t stream, float *x, int ld, int n_heads, int hd,
+                            const float *w, float eps, int n_rot, const int32_t *pos, int rows,
+                            float base, float freq_scale, const float *freq_div) {
+    if (rows <= 0 || n_heads <= 0) return 0;
+    if (n_rot <= 0 || n_rot % 2 || n_rot > hd || ld < n_heads * hd || n_heads > 65535)
+        return cf_fail("cf_norm_rope: bad shape n_rot=%d hd=%d heads=%d ld=%d", n_rot, hd, n_heads,
+                       ld);
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    cf_norm_rope_kernel<<<dim3((unsigned)rows, (unsigned)n_heads), CF_NORM_THREADS, 0, stream>>>(
+        x, ld, hd, w, eps, n_rot, pos, theta_scale, freq_scale, freq_div);
     return CUDA_CHECK_LAUNCH();
 }

@@ -192,33 +192,58 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
     const int nh = lc->n_head, nkv = lc->n_head_kv;
     const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
 
+    /* The kernel path for sure (deterministic, or too few rows for cuBLAS): projections that
+     * share their input and weight type go in one launch (cf_matmul_set, the same bits). */
+    const int fuse = !c->blas || T < CF_MM_CUBLAS_MIN_ROWS;
+    const int qkv = fuse && lc->has_kv && !lc->k_eq_v && L->wk.type == L->wq.type &&
+                    L->wv.type == L->wq.type && L->wk.n_in == L->wq.n_in &&
+                    L->wv.n_in == L->wq.n_in;
+
     /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
      * rounding q to fp16 */
-    if (cf_norm(c, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T) ||
-        cf_mm(c, &L->wq, c->h, T, c->q, nq))
+    if (cf_norm(c, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T)) return -1;
+    if (qkv) {
+        const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+        float *y3[3] = {c->q, c->k, c->v};
+        const int ld3[3] = {nq, nk, nv};
+        if (cf_matmul_set(s, w3, 3, c->h, T, y3, ld3, 0) || cf_mark(c, BE_PROF_MATMUL)) return -1;
+    } else if (cf_mm(c, &L->wq, c->h, T, c->q, nq)) {
         return -1;
-    if (L->q_norm && cf_norm(c, c->q, hd, L->q_norm, NULL, 0, c->q, hd, hd, T * nh)) return -1;
-    if (cf_rope_neox(s, c->q, nq, nh, hd, lc->n_rot, R->pos, T, lc->rope_base, lc->rope_scale,
-                     L->rope_freqs) ||
-        cf_mark(c, BE_PROF_OTHER))
+    }
+    if (L->q_norm) { /* q norm + RoPE in one launch */
+        if (cf_norm_rope(s, c->q, nq, nh, hd, L->q_norm, cfg->eps, lc->n_rot, R->pos, T,
+                         lc->rope_base, lc->rope_scale, L->rope_freqs) ||
+            cf_mark(c, BE_PROF_NORM))
+            return -1;
+    } else if (cf_rope_neox(s, c->q, nq, nh, hd, lc->n_rot, R->pos, T, lc->rope_base,
+                            lc->rope_scale, L->rope_freqs) ||
+               cf_mark(c, BE_PROF_OTHER)) {
         return -1;
+    }
     if (lc->has_kv) {
-        if (cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
-        if (lc->k_eq_v) { /* V is the raw K projection, before k_norm and RoPE */
+        if (!qkv && cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
+        if (qkv) {
+            /* V came with Q and K */
+        } else if (lc->k_eq_v) { /* V is the raw K projection, before k_norm and RoPE */
             if (CUDA_CHECK(cudaMemcpyAsync(c->v, c->k, (size_t)T * nv * sizeof(float),
                                            cudaMemcpyDeviceToDevice, s)))
                 return -1;
         } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
             return -1;
         }
-        if (L->k_norm && cf_norm(c, c->k, hd, L->k_norm, NULL, 0, c->k, hd, hd, T * nkv))
-            return -1;
         if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
             return -1;
-        if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base,
-                         lc->rope_scale, L->rope_freqs) ||
-            cf_mark(c, BE_PROF_OTHER) || cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv))
+        if (L->k_norm) { /* k norm + RoPE in one launch */
+            if (cf_norm_rope(s, c->k, nk, nkv, hd, L->k_norm, cfg->eps, lc->n_rot, R->pos, T,
+                             lc->rope_base, lc->rope_scale, L->rope_freqs) ||
+                cf_mark(c, BE_PROF_NORM))
+                return -1;
+        } else if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base,
+                                lc->rope_scale, L->rope_freqs) ||
+                   cf_mark(c, BE_PROF_OTHER)) {
             return -1;
+        }
+        if (cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
     }
     const int window = lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0;
     const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap, window};
@@ -232,11 +257,18 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
 
     /* feed-forward */
     const int nff = lc->n_ff;
-    if (cf_norm(c, c->x, E, L->ffn_norm, NULL, 0, c->h, E, E, T) ||
-        cf_mm(c, &L->gate, c->h, T, c->g, nff) || cf_mm(c, &L->up, c->h, T, c->u, nff) ||
-        cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mark(c, BE_PROF_OTHER) ||
-        cf_mm(c, &L->down, c->g, T, c->t, E) || cf_residual(c, L->post_ffw_norm, T))
+    if (cf_norm(c, c->x, E, L->ffn_norm, NULL, 0, c->h, E, E, T)) return -1;
+    if (fuse && L->gate.type == L->up.type && L->gate.n_in == L->up.n_in &&
+        L->gate.n_out == L->up.n_out) { /* gate, up and GeGLU in one launch */
+        const struct cf_weight *w2[2] = {&L->gate, &L->up};
+        float *y2[2] = {c->g, c->u};
+        const int ld2[2] = {nff, nff};
+        if (cf_matmul_set(s, w2, 2, c->h, T, y2, ld2, 1) || cf_mark(c, BE_PROF_MATMUL)) return -1;
+    } else if (cf_mm(c, &L->gate, c->h, T, c->g, nff) || cf_mm(c, &L->up, c->h, T, c->u, nff) ||
+               cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mark(c, BE_PROF_OTHER)) {
         return -1;
+    }
+    if (cf_mm(c, &L->down, c->g, T, c->t, E) || cf_residual(c, L->post_ffw_norm, T)) return -1;
 
     /* Gemma 4 per-layer embedding and layer scale */
     if (cfg->n_embd_pl > 0 && L->inp_gate.data) {

@@ -403,6 +403,50 @@ int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *
     return h_matmul(stream, blas, w, X, M, Y, ldy, mode, scratch, sb);
 }
 
+/* cf_matmul_set: each weight as the kernel path computes it; with geglu the up product goes
+ * to a scratch row block (Y[1] is not the launcher's to write), then gelu(gate) * up. */
+static int h_matmul_set(const struct cf_weight *w, int n, const float *X, int M, float *const *Y,
+                        const int *ldy, int geglu) {
+    T_ASSERT(n >= 1 && n <= CF_MM_SET_MAX && (!geglu || n == 2));
+    for (int i = 1; i < n; i++)
+        T_ASSERT(w[i].type == w[0].type && w[i].n_in == w[0].n_in);
+    if (!geglu) {
+        for (int i = 0; i < n; i++)
+            if (h_matmul(NULL, NULL, &w[i], X, M, Y[i], ldy[i], CF_MM_KERNEL, NULL, 0)) return -1;
+        return 0;
+    }
+    T_ASSERT(w[1].n_out == w[0].n_out);
+    const int nf = w[0].n_out;
+    float *up = malloc((size_t)M * nf * sizeof(float));
+    T_ASSERT(up);
+    int rc = h_matmul(NULL, NULL, &w[0], X, M, Y[0], ldy[0], CF_MM_KERNEL, NULL, 0) ||
+             h_matmul(NULL, NULL, &w[1], X, M, up, nf, CF_MM_KERNEL, NULL, 0);
+    if (!rc) rc = h_geglu(NULL, Y[0], ldy[0], up, nf, nf, M);
+    free(up);
+    return rc;
+}
+
+struct a_mset {
+    struct cf_weight w[CF_MM_SET_MAX];
+    float *Y[CF_MM_SET_MAX];
+    int ldy[CF_MM_SET_MAX];
+    const float *X;
+    int n, M, geglu;
+};
+EMU_OP(a_mset, h_matmul_set(a->w, a->n, a->X, a->M, a->Y, a->ldy, a->geglu))
+int cf_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n, const float *X,
+                  int M, float *const *Y, const int *ldy, int geglu) {
+    (void)stream;
+    struct a_mset a;
+    memset(&a, 0, sizeof a);
+    T_ASSERT(n >= 1 && n <= CF_MM_SET_MAX);
+    for (int i = 0; i < n; i++)
+        a.w[i] = *w[i], a.Y[i] = Y[i], a.ldy[i] = ldy[i];
+    a.X = X, a.n = n, a.M = M, a.geglu = geglu;
+    if (emu_capturing) return emu_record(emu_run_a_mset, &a, sizeof a);
+    return h_matmul_set(a.w, a.n, a.X, a.M, a.Y, a.ldy, a.geglu);
+}
+
 struct a_rows {
     struct cf_weight w;
     const int32_t *ids;
@@ -449,6 +493,35 @@ int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, int hd, int
     const struct a_rope a = {x, ld, n_heads, hd, n_rot, rows, pos, base, freq_scale, freq_div};
     if (emu_capturing) return emu_record(emu_run_a_rope, &a, sizeof a);
     return h_rope_neox(stream, x, ld, n_heads, hd, n_rot, pos, rows, base, freq_scale, freq_div);
+}
+
+static int h_norm_rope(float *x, int ld, int n_heads, int hd, const float *w, float eps, int n_rot,
+                       const int32_t *pos, int rows, float base, float freq_scale,
+                       const float *freq_div) {
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < n_heads; h++) {
+            float *xr = x + (size_t)r * ld + (size_t)h * hd;
+            if (h_rms_norm(NULL, xr, hd, w, NULL, 0, xr, hd, hd, 1, eps)) return -1;
+        }
+    return h_rope_neox(NULL, x, ld, n_heads, hd, n_rot, pos, rows, base, freq_scale, freq_div);
+}
+struct a_nrope {
+    float *x;
+    const float *w, *freq_div;
+    const int32_t *pos;
+    int ld, n_heads, hd, n_rot, rows;
+    float eps, base, freq_scale;
+};
+EMU_OP(a_nrope, h_norm_rope(a->x, a->ld, a->n_heads, a->hd, a->w, a->eps, a->n_rot, a->pos,
+                            a->rows, a->base, a->freq_scale, a->freq_div))
+int cf_norm_rope(cudaStream_t stream, float *x, int ld, int n_heads, int hd, const float *w,
+                 float eps, int n_rot, const int32_t *pos, int rows, float base, float freq_scale,
+                 const float *freq_div) {
+    (void)stream;
+    const struct a_nrope a = {x, w, freq_div, pos, ld, n_heads, hd, n_rot, rows, eps, base,
+                              freq_scale};
+    if (emu_capturing) return emu_record(emu_run_a_nrope, &a, sizeof a);
+    return h_norm_rope(x, ld, n_heads, hd, w, eps, n_rot, pos, rows, base, freq_scale, freq_div);
 }
 
 struct a_geglu {

@@ -21,7 +21,9 @@
     X(test_dequant_vs_ref)                                                                         \
     X(test_matmul_vs_ref)                                                                          \
     X(test_matmul_batch_invariant)                                                                 \
+    X(test_matmul_set_same_bits)                                                                   \
     X(test_norm_rope_act)                                                                          \
+    X(test_norm_rope_same_bits)                                                                    \
     X(test_attention_vs_ref)                                                                       \
     X(test_attention_real_shapes)
 
@@ -438,6 +440,103 @@ static void test_norm_rope_act(void) {
     cudaFree(dx), cudaFree(dw), cudaFree(dres), cudaFree(dy), cudaFree(dpos), cudaFree(dfd);
     cudaFree(didx);
     free(x), free(w), free(res), free(y), free(r);
+}
+
+/* cf_matmul_set (QKV in one launch; gate, up and GeGLU in one launch) gives exactly the bits
+ * of the separate kernel-path matmuls (and cf_geglu), for 1 to 13 rows and a short last
+ * k-tile. */
+static void test_matmul_set_same_bits(void) {
+    cu_need_device();
+    const int n_in = 1280, n_out[3] = {96, 40, 40}, M = 13;
+    float *X = cu_xmalloc(sizeof(float) * (size_t)M * n_in);
+    for (size_t i = 0; i < (size_t)M * n_in; i++)
+        X[i] = 2.0f * frand();
+    float *d_X = dev_up(X, sizeof(float) * (size_t)M * n_in);
+    float *d_Y[3], *d_Z = dev_alloc(sizeof(float) * (size_t)M * 96);
+    float *ys = cu_xmalloc(sizeof(float) * (size_t)M * 96), *yf = cu_xmalloc(sizeof(float) * M * 96);
+    for (int i = 0; i < 3; i++)
+        d_Y[i] = dev_alloc(sizeof(float) * (size_t)M * n_out[i]);
+    const uint32_t types[] = {QT_Q5_0, QT_Q8_0, QT_Q4_K, QT_Q6_K, QT_F32};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        void *host[3];
+        struct cf_weight w[3];
+        for (int i = 0; i < 3; i++)
+            w[i] = dev_weight(types[t], n_in, n_out[i], &host[i]);
+        const struct cf_weight *wp[3] = {&w[0], &w[1], &w[2]};
+        const char *tn = quant_info(types[t])->name;
+        for (int m = 1; m <= M; m += 4) {
+            /* QKV: the set against each weight alone */
+            T_ASSERT(cf_matmul_set(0, wp, 3, d_X, m, d_Y, n_out, 0) == 0);
+            for (int i = 0; i < 3; i++) {
+                dev_down(yf, d_Y[i], sizeof(float) * (size_t)m * n_out[i]);
+                T_ASSERT(cf_matmul(0, NULL, &w[i], d_X, m, d_Z, n_out[i], CF_MM_KERNEL, NULL,
+                                   0) == 0);
+                dev_down(ys, d_Z, sizeof(float) * (size_t)m * n_out[i]);
+                T_ASSERTF(memcmp(ys, yf, sizeof(float) * (size_t)m * n_out[i]) == 0,
+                          "%s: weight %d of the set differs from its own matmul (M=%d)", tn, i, m);
+            }
+            /* gate/up/GeGLU (weights 1 and 2: same n_out) against matmuls + cf_geglu */
+            const struct cf_weight *gu[2] = {&w[1], &w[2]};
+            float *yg[2] = {d_Y[0], NULL};
+            const int ldg[2] = {40, 0};
+            T_ASSERT(cf_matmul_set(0, gu, 2, d_X, m, yg, ldg, 1) == 0);
+            dev_down(yf, d_Y[0], sizeof(float) * (size_t)m * 40);
+            T_ASSERT(cf_matmul(0, NULL, &w[1], d_X, m, d_Z, 40, CF_MM_KERNEL, NULL, 0) == 0);
+            T_ASSERT(cf_matmul(0, NULL, &w[2], d_X, m, d_Y[1], 40, CF_MM_KERNEL, NULL, 0) == 0);
+            T_ASSERT(cf_geglu(0, d_Z, 40, d_Y[1], 40, 40, m) == 0);
+            dev_down(ys, d_Z, sizeof(float) * (size_t)m * 40);
+            T_ASSERTF(memcmp(ys, yf, sizeof(float) * (size_t)m * 40) == 0,
+                      "%s: fused gate/up/GeGLU differs from matmuls + cf_geglu (M=%d)", tn, m);
+        }
+        for (int i = 0; i < 3; i++) {
+            cudaFree((void *)w[i].data);
+            free(host[i]);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        cudaFree(d_Y[i]);
+    cudaFree(d_X), cudaFree(d_Z);
+    free(X), free(ys), free(yf);
+}
+
+/* cf_norm_rope (q/k norm and RoPE in one launch) gives exactly the bits of cf_rms_norm over
+ * the heads followed by cf_rope_neox, with and without rope_freqs divisors, n_rot < hd. */
+static void test_norm_rope_same_bits(void) {
+    cu_need_device();
+    const int rows = 5, nh = 4, hd = 256, ld = nh * hd;
+    float *x = cu_xmalloc(sizeof(float) * (size_t)rows * ld), *w = cu_xmalloc(sizeof(float) * hd);
+    float *fd = cu_xmalloc(sizeof(float) * hd / 2);
+    float *a = cu_xmalloc(sizeof(float) * (size_t)rows * ld), *b = cu_xmalloc(sizeof(float) * rows * ld);
+    for (int i = 0; i < rows * ld; i++)
+        x[i] = 3.0f * frand();
+    for (int i = 0; i < hd; i++)
+        w[i] = 1.0f + 0.5f * frand();
+    for (int i = 0; i < hd / 2; i++)
+        fd[i] = 1.0f + (float)(i % 7);
+    const int32_t pos[5] = {0, 1, 77, 4095, 30000};
+    float *dx = dev_up(x, sizeof(float) * (size_t)rows * ld), *dw = dev_up(w, sizeof(float) * hd);
+    float *dfd = dev_up(fd, sizeof(float) * hd / 2);
+    int32_t *dpos = dev_up(pos, sizeof pos);
+    float *d1 = dev_alloc(sizeof(float) * (size_t)rows * ld);
+    const int rots[2] = {hd, hd / 2};
+    for (int v = 0; v < 4; v++) {
+        const int n_rot = rots[v & 1];
+        const float *div = v & 2 ? dfd : NULL;
+        T_ASSERT(cudaMemcpy(d1, dx, sizeof(float) * (size_t)rows * ld, cudaMemcpyDeviceToDevice) ==
+                 cudaSuccess);
+        T_ASSERT(cf_rms_norm(0, d1, hd, dw, NULL, 0, d1, hd, hd, rows * nh, 1e-6f) == 0);
+        T_ASSERT(cf_rope_neox(0, d1, ld, nh, hd, n_rot, dpos, rows, 10000.0f, 0.5f, div) == 0);
+        dev_down(a, d1, sizeof(float) * (size_t)rows * ld);
+        T_ASSERT(cudaMemcpy(d1, dx, sizeof(float) * (size_t)rows * ld, cudaMemcpyDeviceToDevice) ==
+                 cudaSuccess);
+        T_ASSERT(cf_norm_rope(0, d1, ld, nh, hd, dw, 1e-6f, n_rot, dpos, rows, 10000.0f, 0.5f,
+                              div) == 0);
+        dev_down(b, d1, sizeof(float) * (size_t)rows * ld);
+        T_ASSERTF(memcmp(a, b, sizeof(float) * (size_t)rows * ld) == 0,
+                  "norm + RoPE in one launch differs (n_rot %d, divisors %d)", n_rot, v >> 1);
+    }
+    cudaFree(dx), cudaFree(dw), cudaFree(dfd), cudaFree(dpos), cudaFree(d1);
+    free(x), free(w), free(fd), free(a), free(b);
 }
 
 /* ---- attention -------------------------------------------------------------------------- */
