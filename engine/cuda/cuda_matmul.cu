@@ -1,80 +1,10 @@
 /* cuda_matmul — see cuda_matmul.h. */
 #include "engine/cuda/cuda_matmul.h"
 
-#include <string.h>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "engine/cuda/cuda_dequant.cuh"
-#include "engine/cuda/cuda_gelu.cuh"
-
-#define CF_MM_WARPS 8   /* output rows per block (one warp each) */
-#define CF_MM_CHUNKS 32 /* 32-element chunks per k-tile: one per lane */
-#define CF_MM_KT (CF_MM_CHUNKS * 32)
-#define CF_MM_PITCH 33 /* padded chunk stride in shared memory (no bank conflicts) */
-
-/*
- * Block (CF_MM_WARPS warps) = CF_MM_WARPS output rows × a tile of TM activation rows.
- * For each k-tile of 1024 elements the block stages X[m0..m0+TM)[kt..kt+1024) in shared
- * memory; lane l of each warp decodes chunk kt/32 + l of its weight row once and dots it with
- * every staged activation row. Per activation row the sum order is fixed (see the header), so
- * TM and M never change a result.
- *
- * cf_mm_warp: one warp's sums for its weight row `row` (`valid` 0: a row past n_out, which
- * only helps stage) and activation rows m0 .. m0 + tm; afterwards every lane holds the sums.
- * Every thread of the block must call it (it synchronises the block).
- */
-template <int T, int TM>
-__device__ __forceinline__ void cf_mm_warp(const uint8_t *__restrict__ row, bool valid, int n_in,
-                                           const float *__restrict__ X, int m0, int tm,
-                                           float (*xs)[CF_MM_CHUNKS * CF_MM_PITCH],
-                                           float acc[TM]) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int m = 0; m < TM; m++)
-        acc[m] = 0.0f;
-    for (int kt = 0; kt < n_in; kt += CF_MM_KT) {
-        const int kn = min(CF_MM_KT, n_in - kt); /* a multiple of 32 */
-        const bool act = valid && lane * 32 < kn;
-        /* The weight chunk is loaded before the activation tile is staged, so the two
-         * memory round trips overlap instead of following each other. */
-        float w[32];
-        if (act) cf_dq_chunk<T>(row, (kt >> 5) + lane, w);
-        __syncthreads(); /* the previous tile is consumed */
-        if (kn == CF_MM_KT) {
-            for (int i = threadIdx.x; i < tm * CF_MM_KT; i += blockDim.x) {
-                const int m = i / CF_MM_KT, k = i % CF_MM_KT;
-                xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = X[(size_t)(m0 + m) * n_in + kt + k];
-            }
-        } else { /* a short last tile: only its kn columns are staged and read */
-            for (int i = threadIdx.x; i < tm * kn; i += blockDim.x) {
-                const int m = i / kn, k = i % kn;
-                xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = X[(size_t)(m0 + m) * n_in + kt + k];
-            }
-        }
-        __syncthreads();
-        if (act) {
-#pragma unroll
-            for (int m = 0; m < TM; m++) {
-                if (m < tm) {
-                    const float *xp = &xs[m][lane * CF_MM_PITCH];
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < 32; k++)
-                        s += w[k] * xp[k];
-                    acc[m] += s;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < TM; m++) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
-    }
-}
+#include "engine/cuda/cuda_mm.cuh"
 
 template <int T, int TM>
 __global__ void __launch_bounds__(CF_MM_WARPS * 32)
@@ -96,52 +26,6 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
 #pragma unroll
         for (int m = 0; m < TM; m++)
             if (m < tm) Y[(size_t)(m0 + m) * ldy + o] = acc[m];
-    }
-}
-
-/* Up to CF_MM_SET_MAX weights of one type over the same X in one launch: the blocks of
- * weight i follow those of weight i - 1, each block within one weight, so every row is
- * computed exactly as cf_mm_kernel computes it. GEGLU: two weights (gate, up); the warp of
- * row o computes both and writes gelu(gate) * up, as cf_geglu would, into Y[0]. */
-struct cf_mm_set {
-    const uint8_t *W[CF_MM_SET_MAX];
-    float *Y[CF_MM_SET_MAX];
-    size_t row_bytes[CF_MM_SET_MAX];
-    int n_out[CF_MM_SET_MAX], ldy[CF_MM_SET_MAX], groups[CF_MM_SET_MAX];
-    int n;
-};
-
-template <int T, int TM, bool GEGLU>
-__global__ void __launch_bounds__(CF_MM_WARPS * 32)
-    cf_mm_set_kernel(struct cf_mm_set S, int n_in, const float *__restrict__ X, int M) {
-    __shared__ float xs[TM][CF_MM_CHUNKS * CF_MM_PITCH];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int n_tiles = (M + TM - 1) / TM;
-    int g = (int)(blockIdx.x / n_tiles), i = 0;
-    while (i + 1 < S.n && g >= S.groups[i]) { /* uniform over the block */
-        g -= S.groups[i];
-        i++;
-    }
-    const int o = g * CF_MM_WARPS + warp;
-    const int m0 = (int)(blockIdx.x % n_tiles) * TM;
-    const int tm = min(TM, M - m0);
-    const bool valid = o < S.n_out[i];
-    float acc[TM];
-    cf_mm_warp<T, TM>(S.W[i] + (size_t)(valid ? o : 0) * S.row_bytes[i], valid, n_in, X, m0, tm,
-                      xs, acc);
-    if (GEGLU) {
-        float up[TM];
-        cf_mm_warp<T, TM>(S.W[1] + (size_t)(valid ? o : 0) * S.row_bytes[1], valid, n_in, X, m0,
-                          tm, xs, up);
-#pragma unroll
-        for (int m = 0; m < TM; m++)
-            acc[m] = cf_gelu(acc[m]) * up[m];
-    }
-    if (valid && lane == 0) {
-#pragma unroll
-        for (int m = 0; m < TM; m++)
-            if (m < tm) S.Y[i][(size_t)(m0 + m) * S.ldy[i] + o] = acc[m];
     }
 }
 
@@ -167,41 +51,6 @@ static int cf_mm_launch(cudaStream_t s, const struct cf_weight *w, const float *
         break;
     default:
         cf_mm_kernel<T, 8><<<grid, block, 0, s>>>(W, w->row_bytes, w->n_in, w->n_out, X, M, Y, ldy);
-        break;
-    }
-    return 0;
-}
-
-template <int T, int TM>
-static void cf_mm_set_go(cudaStream_t s, unsigned blocks, const struct cf_mm_set &S, int n_in,
-                         const float *X, int M, int geglu) {
-    if (geglu)
-        cf_mm_set_kernel<T, TM, true><<<blocks, CF_MM_WARPS * 32, 0, s>>>(S, n_in, X, M);
-    else
-        cf_mm_set_kernel<T, TM, false><<<blocks, CF_MM_WARPS * 32, 0, s>>>(S, n_in, X, M);
-}
-
-template <int T>
-static int cf_mm_set_launch(cudaStream_t s, const struct cf_mm_set &S, int n_in, const float *X,
-                            int M, int geglu) {
-    const int tm = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
-    long long groups = 0;
-    for (int i = 0; i < (geglu ? 1 : S.n); i++)
-        groups += S.groups[i];
-    const long long blocks = groups * ((M + tm - 1) / tm);
-    if (blocks > 0x7fffffffLL) return cf_fail("cf_matmul_set: %lld blocks", blocks);
-    switch (tm) {
-    case 1:
-        cf_mm_set_go<T, 1>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    case 2:
-        cf_mm_set_go<T, 2>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    case 4:
-        cf_mm_set_go<T, 4>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    default:
-        cf_mm_set_go<T, 8>(s, (unsigned)blocks, S, n_in, X, M, geglu);
         break;
     }
     return 0;
@@ -333,40 +182,6 @@ extern "C" int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct 
 #undef CF_CASE
     default:
         return cf_fail("cf_matmul: unsupported weight type %u", (unsigned)w->type);
-    }
-    return CUDA_CHECK_LAUNCH();
-}
-
-extern "C" int cf_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n,
-                             const float *X, int M, float *const *Y, const int *ldy, int geglu) {
-    if (M <= 0) return 0;
-    if (n < 1 || n > CF_MM_SET_MAX || (geglu && n != 2))
-        return cf_fail("cf_matmul_set: %d weights (geglu %d)", n, geglu);
-    struct cf_mm_set S;
-    memset(&S, 0, sizeof S);
-    S.n = n;
-    for (int i = 0; i < n; i++) {
-        if (w[i]->type != w[0]->type || w[i]->n_in != w[0]->n_in || w[i]->n_in <= 0 ||
-            w[i]->n_in % 32 || w[i]->n_out <= 0 || (geglu && w[i]->n_out != w[0]->n_out) ||
-            (!(geglu && i == 1) && ldy[i] < w[i]->n_out))
-            return cf_fail("cf_matmul_set: weight %d does not match (type %u/%u, n_in %d/%d)", i,
-                           (unsigned)w[i]->type, (unsigned)w[0]->type, w[i]->n_in, w[0]->n_in);
-        S.W[i] = static_cast<const uint8_t *>(w[i]->data);
-        S.Y[i] = Y[i];
-        S.row_bytes[i] = w[i]->row_bytes;
-        S.n_out[i] = w[i]->n_out;
-        S.ldy[i] = ldy[i];
-        S.groups[i] = (w[i]->n_out + CF_MM_WARPS - 1) / CF_MM_WARPS;
-    }
-    switch (w[0]->type) {
-#define CF_CASE(TT)                                                                                \
-    case TT:                                                                                       \
-        if (cf_mm_set_launch<TT>(stream, S, w[0]->n_in, X, M, geglu)) return -1;                   \
-        break;
-        CF_FOR_EACH_TYPE(CF_CASE)
-#undef CF_CASE
-    default:
-        return cf_fail("cf_matmul_set: unsupported weight type %u", (unsigned)w[0]->type);
     }
     return CUDA_CHECK_LAUNCH();
 }
