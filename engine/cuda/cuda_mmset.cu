@@ -65,26 +65,18 @@ static void cf_mm_set_go(cudaStream_t s, unsigned blocks, const struct cf_mm_set
 template <int T>
 static int cf_mm_set_launch(cudaStream_t s, const struct cf_mm_set &S, int n_in, const float *X,
                             int M, int geglu) {
-    const int tm = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : 8;
+    /* tiles of 1 or 8 rows only (a row's arithmetic does not depend on the tile): half the
+     * instantiations of cf_matmul's four tile sizes, for compile time */
+    const int tm = M == 1 ? 1 : 8;
     long long groups = 0;
     for (int i = 0; i < (geglu ? 1 : S.n); i++)
         groups += S.groups[i];
     const long long blocks = groups * ((M + tm - 1) / tm);
     if (blocks > 0x7fffffffLL) return cf_fail("cf_matmul_set: %lld blocks", blocks);
-    switch (tm) {
-    case 1:
+    if (tm == 1)
         cf_mm_set_go<T, 1>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    case 2:
-        cf_mm_set_go<T, 2>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    case 4:
-        cf_mm_set_go<T, 4>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    default:
+    else
         cf_mm_set_go<T, 8>(s, (unsigned)blocks, S, n_in, X, M, geglu);
-        break;
-    }
     return 0;
 }
 

@@ -36,12 +36,33 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     const float scale = cf_rms_scale(xr, n, eps);
     float *yr = y + (size_t)r * ld_y;
     const float *rr = res ? res + (size_t)r * ld_res : nullptr;
+    /* explicit roundings: never contracted into an fma, so cf_post_norm_next_kernel computes
+     * the same bits */
     for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS) {
-        float v = xr[i] * scale;
-        if (w) v = v * w[i];
-        if (rr) v = rr[i] + v;
+        float v = __fmul_rn(xr[i], scale);
+        if (w) v = __fmul_rn(v, w[i]);
+        if (rr) v = __fadd_rn(rr[i], v);
         yr[i] = v;
     }
+}
+
+/* One block per row: x = x + RMS(t) * w_post (as cf_rms_norm_kernel with res = y = x), then
+ * h = RMS(x) * w_next (as cf_rms_norm_kernel without res). */
+__global__ void __launch_bounds__(CF_NORM_THREADS)
+    cf_post_norm_next_kernel(const float *t, int ld_t, const float *__restrict__ w_post, float *x,
+                             int ld_x, const float *__restrict__ w_next, float *h, int ld_h, int n,
+                             float eps) {
+    const int r = blockIdx.x;
+    const float *tr = t + (size_t)r * ld_t;
+    float *xr = x + (size_t)r * ld_x;
+    const float s1 = cf_rms_scale(tr, n, eps);
+    for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
+        xr[i] = __fadd_rn(xr[i], __fmul_rn(__fmul_rn(tr[i], s1), w_post[i]));
+    __syncthreads(); /* cf_rms_scale's shared partials are reused */
+    const float s2 = cf_rms_scale(xr, n, eps);
+    float *hr = h + (size_t)r * ld_h;
+    for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
+        hr[i] = __fmul_rn(__fmul_rn(xr[i], s2), w_next[i]);
 }
 
 /* One block per (row, head): the head's RMS norm in place (as cf_rms_norm_kernel), then its
@@ -54,8 +75,8 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
     float *xr = x + (size_t)r * ld + (size_t)h * hd;
     const float scale = cf_rms_scale(xr, hd, eps);
     for (int i = threadIdx.x; i < hd; i += CF_NORM_THREADS) {
-        float v = xr[i] * scale;
-        if (w) v = v * w[i];
+        float v = __fmul_rn(xr[i], scale);
+        if (w) v = __fmul_rn(v, w[i]);
         xr[i] = v;
     }
     __syncthreads(); /* the normalised head is in memory for the rotation's pairs */
@@ -86,5 +107,16 @@ extern "C" int cf_norm_rope(cudaStream_t stream, float *x, int ld, int n_heads, 
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     cf_norm_rope_kernel<<<dim3((unsigned)rows, (unsigned)n_heads), CF_NORM_THREADS, 0, stream>>>(
         x, ld, hd, w, eps, n_rot, pos, theta_scale, freq_scale, freq_div);
+    return CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int cf_post_norm_next(cudaStream_t stream, const float *t, int ld_t, const float *w_post,
+                                 float *x, int ld_x, const float *w_next, float *h, int ld_h,
+                                 int n, int rows, float eps) {
+    if (rows <= 0) return 0;
+    if (n <= 0 || ld_t < n || ld_x < n || ld_h < n || !w_post || !w_next)
+        return cf_fail("cf_post_norm_next: bad shape n=%d or missing weight", n);
+    cf_post_norm_next_kernel<<<(unsigned)rows, CF_NORM_THREADS, 0, stream>>>(
+        t, ld_t, w_post, x, ld_x, w_next, h, ld_h, n, eps);
     return CUDA_CHECK_LAUNCH();
 }

@@ -181,7 +181,23 @@ static int cf_residual(struct cf_fwd *c, const float *w, int T) {
     return cf_mark(c, BE_PROF_NORM);
 }
 
-static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
+/* A post-norm residual, x = x + RMS(t, w_post), followed by h = RMS(x, w_next): one launch
+ * when both weights exist, else the two operations. */
+static int cf_residual_norm(struct cf_fwd *c, const float *w_post, const float *w_next, int T) {
+    const int E = c->m->n_embd;
+    if (w_post && w_next) {
+        if (cf_post_norm_next(c->stream, c->t, E, w_post, c->x, E, w_next, c->h, E, E, T,
+                              c->m->eps))
+            return -1;
+        return cf_mark(c, BE_PROF_NORM);
+    }
+    if (cf_residual(c, w_post, T)) return -1;
+    return cf_norm(c, c->x, E, w_next, NULL, 0, c->h, E, E, T);
+}
+
+/* One layer. *h_ready: on entry, 1 when the previous layer already left RMS(x, attn_norm) in
+ * h; on return, 1 when this layer did that for layer l + 1. */
+static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_ready) {
     const struct be_model *cfg = c->m;
     const struct be_layer *lc = &cfg->layer[l];
     const struct cf_layer *L = &c->L[l];
@@ -201,7 +217,8 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
 
     /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
      * rounding q to fp16 */
-    if (cf_norm(c, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T)) return -1;
+    if (!*h_ready && cf_norm(c, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T)) return -1;
+    *h_ready = 0;
     if (qkv) {
         const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
         float *y3[3] = {c->q, c->k, c->v};
@@ -252,12 +269,11 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
     const int n_split = K->n_split < win_split ? K->n_split : win_split;
     if (cf_attention(s, R, &L->kv, &A, c->q, nq, c->att, nh * hdv, &c->att_sc, n_split) ||
         cf_mark(c, BE_PROF_ATTN) || cf_mm(c, &L->wo, c->att, T, c->t, E) ||
-        cf_residual(c, L->post_attn_norm, T))
+        cf_residual_norm(c, L->post_attn_norm, L->ffn_norm, T))
         return -1;
 
     /* feed-forward */
     const int nff = lc->n_ff;
-    if (cf_norm(c, c->x, E, L->ffn_norm, NULL, 0, c->h, E, E, T)) return -1;
     if (fuse && L->gate.type == L->up.type && L->gate.n_in == L->up.n_in &&
         L->gate.n_out == L->up.n_out) { /* gate, up and GeGLU in one launch */
         const struct cf_weight *w2[2] = {&L->gate, &L->up};
@@ -268,10 +284,21 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
                cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mark(c, BE_PROF_OTHER)) {
         return -1;
     }
-    if (cf_mm(c, &L->down, c->g, T, c->t, E) || cf_residual(c, L->post_ffw_norm, T)) return -1;
+    const int ple = cfg->n_embd_pl > 0 && L->inp_gate.data;
+    const float os = c->m->layer[l].out_scale;
+    /* the next layer's input norm with this residual when nothing comes between them */
+    const float *next_norm =
+        !ple && os == 1.0f && l + 1 < cfg->n_layer ? c->L[l + 1].attn_norm : NULL;
+    if (cf_mm(c, &L->down, c->g, T, c->t, E)) return -1;
+    if (L->post_ffw_norm && next_norm) {
+        if (cf_residual_norm(c, L->post_ffw_norm, next_norm, T)) return -1;
+        *h_ready = 1;
+    } else if (cf_residual(c, L->post_ffw_norm, T)) {
+        return -1;
+    }
 
     /* Gemma 4 per-layer embedding and layer scale */
-    if (cfg->n_embd_pl > 0 && L->inp_gate.data) {
+    if (ple) {
         const int npl = cfg->n_embd_pl;
         if (cf_mm(c, &L->inp_gate, c->x, T, c->g, npl) ||
             cf_geglu(s, c->g, npl, c->ple + (size_t)l * npl, npl * cfg->n_layer, npl, T) ||
@@ -279,7 +306,6 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K) {
             cf_norm(c, c->t, E, L->post_norm, c->x, E, c->x, E, E, T))
             return -1;
     }
-    const float os = c->m->layer[l].out_scale;
     if (os != 1.0f && (cf_scale(s, c->x, (size_t)T * E, os) || cf_mark(c, BE_PROF_OTHER)))
         return -1;
     return 0;
@@ -295,8 +321,9 @@ static int cf_kernels(struct cf_fwd *c, const struct cf_stepk *K) {
         cf_mark(c, BE_PROF_OTHER))
         return -1;
     if (cfg->n_embd_pl > 0 && cf_ple_prepare(c, K)) return -1;
+    int h_ready = 0;
     for (int l = 0; l < cfg->n_layer; l++) {
-        if (cf_layer(c, l, K)) return -1;
+        if (cf_layer(c, l, K, &h_ready)) return -1;
         if (c->tap && cf_tap(c, l, c->x, K->T)) return -1;
     }
     if (K->n_sel <= 0) return 0;

@@ -495,6 +495,29 @@ int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, int hd, int
     return h_rope_neox(stream, x, ld, n_heads, hd, n_rot, pos, rows, base, freq_scale, freq_div);
 }
 
+struct a_pnn {
+    const float *t, *w_post, *w_next;
+    float *x, *h;
+    int ld_t, ld_x, ld_h, n, rows;
+    float eps;
+};
+static int h_post_norm_next(const struct a_pnn *a) {
+    return h_rms_norm(NULL, a->t, a->ld_t, a->w_post, a->x, a->ld_x, a->x, a->ld_x, a->n, a->rows,
+                      a->eps) ||
+           h_rms_norm(NULL, a->x, a->ld_x, a->w_next, NULL, 0, a->h, a->ld_h, a->n, a->rows,
+                      a->eps);
+}
+EMU_OP(a_pnn, h_post_norm_next(a))
+int cf_post_norm_next(cudaStream_t stream, const float *t, int ld_t, const float *w_post, float *x,
+                      int ld_x, const float *w_next, float *h, int ld_h, int n, int rows,
+                      float eps) {
+    (void)stream;
+    T_ASSERT(w_post && w_next);
+    const struct a_pnn a = {t, w_post, w_next, x, h, ld_t, ld_x, ld_h, n, rows, eps};
+    if (emu_capturing) return emu_record(emu_run_a_pnn, &a, sizeof a);
+    return h_post_norm_next(&a);
+}
+
 static int h_norm_rope(float *x, int ld, int n_heads, int hd, const float *w, float eps, int n_rot,
                        const int32_t *pos, int rows, float base, float freq_scale,
                        const float *freq_div) {

@@ -500,7 +500,8 @@ static void test_matmul_set_same_bits(void) {
 }
 
 /* cf_norm_rope (q/k norm and RoPE in one launch) gives exactly the bits of cf_rms_norm over
- * the heads followed by cf_rope_neox, with and without rope_freqs divisors, n_rot < hd. */
+ * the heads followed by cf_rope_neox, with and without rope_freqs divisors, n_rot < hd; and
+ * cf_post_norm_next those of its two cf_rms_norm calls. */
 static void test_norm_rope_same_bits(void) {
     cu_need_device();
     const int rows = 5, nh = 4, hd = 256, ld = nh * hd;
@@ -535,6 +536,23 @@ static void test_norm_rope_same_bits(void) {
         T_ASSERTF(memcmp(a, b, sizeof(float) * (size_t)rows * ld) == 0,
                   "norm + RoPE in one launch differs (n_rot %d, divisors %d)", n_rot, v >> 1);
     }
+    /* cf_post_norm_next: x += RMS(t) * w, h = RMS(x) * w against two cf_rms_norm calls */
+    float *dt = dev_up(x + hd, sizeof(float) * (size_t)rows * hd);
+    float *dh = dev_alloc(sizeof(float) * (size_t)rows * hd);
+    T_ASSERT(cudaMemcpy(d1, dx, sizeof(float) * (size_t)rows * hd, cudaMemcpyDeviceToDevice) ==
+             cudaSuccess);
+    T_ASSERT(cf_rms_norm(0, dt, hd, dw, d1, hd, d1, hd, hd, rows, 1e-6f) == 0);
+    T_ASSERT(cf_rms_norm(0, d1, hd, dw, NULL, 0, dh, hd, hd, rows, 1e-6f) == 0);
+    dev_down(a, d1, sizeof(float) * (size_t)rows * hd);
+    dev_down(a + rows * hd, dh, sizeof(float) * (size_t)rows * hd);
+    T_ASSERT(cudaMemcpy(d1, dx, sizeof(float) * (size_t)rows * hd, cudaMemcpyDeviceToDevice) ==
+             cudaSuccess);
+    T_ASSERT(cf_post_norm_next(0, dt, hd, dw, d1, hd, dw, dh, hd, hd, rows, 1e-6f) == 0);
+    dev_down(b, d1, sizeof(float) * (size_t)rows * hd);
+    dev_down(b + rows * hd, dh, sizeof(float) * (size_t)rows * hd);
+    T_ASSERTF(memcmp(a, b, sizeof(float) * (size_t)2 * rows * hd) == 0,
+              "post-norm residual + next norm in one launch differs from two norms");
+    cudaFree(dt), cudaFree(dh);
     cudaFree(dx), cudaFree(dw), cudaFree(dfd), cudaFree(dpos), cudaFree(d1);
     free(x), free(w), free(fd), free(a), free(b);
 }
