@@ -15,6 +15,7 @@
 #   tests.txt        test_cuda and test_cuda_fwd (per-test timeout), then test_cuda_host
 #   memcheck.txt     compute-sanitizer --tool memcheck on a short subset of them
 #   bench.jsonl      cuda-bench results, one JSON object per line
+#   kernels_*.csv    per-kernel GPU time of a short benchmark under nsys (when installed)
 #
 #   bash deploy/gpu-check.sh              the check (exits 3 at once, with the reason, when
 #                                         there is no usable GPU)
@@ -178,6 +179,20 @@ else
 fi
 
 # ---- host emulation of the CUDA backend (runs anywhere; last: lowest value here) -----------
-GEMMAD_TEST_QUICK=1 T_TIMEOUT=60 run 90 "$OUT/tests.txt" "$E/tests/test_cuda_host"
+GEMMAD_TEST_QUICK=1 T_TIMEOUT=90 run 180 "$OUT/tests.txt" "$E/tests/test_cuda_host"
 say "test_cuda_host: exit $? — $(tally "$OUT/tests.txt")"
+# ---- per-kernel times from Nsight Systems, when it is installed and time is left ----------
+NSYS=$(command -v nsys || ls "$CUDA_HOME"/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ "$DRY" = 0 ] && [ -n "$NSYS" ] && [ "$(left)" -gt 70 ]; then
+    rep=$B/nsys-decode
+    if run 45 "$OUT/nsys.txt" "$NSYS" profile -t cuda --force-overwrite true -o "$rep" \
+            "$E/cuda-bench" -m "$G/bench.gguf" --prompt 512 --gen 64 --seqs 8 --seq-prompt 64 \
+            --repeat 1 &&
+        run 20 "$OUT/nsys.txt" "$NSYS" stats --report cuda_gpu_kern_sum --format csv \
+            --output "$OUT/kernels" "$rep.nsys-rep"; then
+        say "nsys: per-kernel GPU time in $(ls "$OUT"/kernels*.csv 2>/dev/null | head -1)"
+    else
+        say "nsys: failed or timed out (nsys.txt)"
+    fi
+fi
 say "done in $(( $(date +%s) - T0 ))s"

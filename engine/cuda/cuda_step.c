@@ -195,6 +195,22 @@ static int cf_residual_norm(struct cf_fwd *c, const float *w_post, const float *
     return cf_norm(c, c->x, E, w_next, NULL, 0, c->h, E, E, T);
 }
 
+/* RoPE over n_heads heads of layer l in x ([T][n_heads * hd]), after the per-head RMS norm
+ * (Gemma 3/4's q/k norm) when norm is not NULL, then in the same launch. */
+static int cf_heads_rope(struct cf_fwd *c, int l, float *x, int n_heads, const float *norm,
+                         const struct cf_stepk *K) {
+    const struct be_layer *lc = &c->m->layer[l];
+    const struct cf_layer *L = &c->L[l];
+    const int hd = lc->head_dim, ld = n_heads * hd;
+    if (norm)
+        return cf_norm_rope(c->stream, x, ld, n_heads, hd, norm, c->m->eps, lc->n_rot, K->R.pos,
+                            K->T, lc->rope_base, lc->rope_scale, L->rope_freqs) ||
+               cf_mark(c, BE_PROF_NORM);
+    return cf_rope_neox(c->stream, x, ld, n_heads, hd, lc->n_rot, K->R.pos, K->T, lc->rope_base,
+                        lc->rope_scale, L->rope_freqs) ||
+           cf_mark(c, BE_PROF_OTHER);
+}
+
 /* One layer. *h_ready: on entry, 1 when the previous layer already left RMS(x, attn_norm) in
  * h; on return, 1 when this layer did that for layer l + 1. */
 static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_ready) {
@@ -227,16 +243,7 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     } else if (cf_mm(c, &L->wq, c->h, T, c->q, nq)) {
         return -1;
     }
-    if (L->q_norm) { /* q norm + RoPE in one launch */
-        if (cf_norm_rope(s, c->q, nq, nh, hd, L->q_norm, cfg->eps, lc->n_rot, R->pos, T,
-                         lc->rope_base, lc->rope_scale, L->rope_freqs) ||
-            cf_mark(c, BE_PROF_NORM))
-            return -1;
-    } else if (cf_rope_neox(s, c->q, nq, nh, hd, lc->n_rot, R->pos, T, lc->rope_base,
-                            lc->rope_scale, L->rope_freqs) ||
-               cf_mark(c, BE_PROF_OTHER)) {
-        return -1;
-    }
+    if (cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
     if (lc->has_kv) {
         if (!qkv && cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
         if (qkv) {
@@ -250,17 +257,8 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
         }
         if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
             return -1;
-        if (L->k_norm) { /* k norm + RoPE in one launch */
-            if (cf_norm_rope(s, c->k, nk, nkv, hd, L->k_norm, cfg->eps, lc->n_rot, R->pos, T,
-                             lc->rope_base, lc->rope_scale, L->rope_freqs) ||
-                cf_mark(c, BE_PROF_NORM))
-                return -1;
-        } else if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base,
-                                lc->rope_scale, L->rope_freqs) ||
-                   cf_mark(c, BE_PROF_OTHER)) {
-            return -1;
-        }
-        if (cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
+        if (cf_heads_rope(c, l, c->k, nkv, L->k_norm, K) ||
+            cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
     }
     const int window = lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0;
     const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap, window};
