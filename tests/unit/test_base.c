@@ -1,5 +1,5 @@
-/* test_base — the bounded string appender (truncation is sticky, always NUL-terminated) and
- * the Prometheus text writer (exact lines, cumulative buckets). */
+/* test_base — the bounded string appender (truncation is sticky, always NUL-terminated), the
+ * error-message setter, and the Prometheus text writer (exact lines, cumulative buckets). */
 #include "base/prom.h"
 #include "base/strbuf.h"
 #include "tests/unit/harness.h"
@@ -24,6 +24,17 @@ static void test_strbuf(void) {
     strbuf_init(&b, buf, 0); /* no room at all: nothing written */
     strbuf_printf(&b, "x");
     T_ASSERT(b.n == 0 && b.truncated);
+}
+
+static void test_strbuf_setf(void) {
+    char buf[6] = "old";
+    strbuf_setf(buf, sizeof buf, "%s %d", "ab", 1);
+    T_ASSERT(!strcmp(buf, "ab 1"));
+    strbuf_setf(buf, sizeof buf, "%s", "0123456789"); /* replaced and cut to fit */
+    T_ASSERT(!strcmp(buf, "01234"));
+    strbuf_setf(NULL, 0, "%s", "x"); /* no buffer: nothing happens */
+    strbuf_setf(buf, 0, "%s", "x");  /* no room: buf untouched */
+    T_ASSERT(!strcmp(buf, "01234"));
 }
 
 static void test_prom(void) {
@@ -52,6 +63,7 @@ static void test_prom(void) {
 }
 
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {T_CASE(test_strbuf), T_CASE(test_prom), {NULL, NULL}};
+    static const struct t_case cases[] = {
+        T_CASE(test_strbuf), T_CASE(test_strbuf_setf), T_CASE(test_prom), {NULL, NULL}};
     return t_main(argc, argv, cases);
 }

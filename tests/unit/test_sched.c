@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "scheduler/sched.h"
@@ -624,9 +625,7 @@ static void test_cancel_frees_blocks(void) {
     struct result d;
     struct sched_req q = req(p, n, greedy(), 50, &d);
     q.ignore_eos = 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    q.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - 1;
+    q.deadline = clock_mono_s() - 1;
     uint64_t did;
     T_ASSERT(sched_submit(s, &q, &did) == SCHED_OK);
     res_wait(&d);
