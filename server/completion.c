@@ -637,6 +637,19 @@ enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
         return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
                                 e.param, e.code, "%s", e.msg);
     g->params = p;
+    /* A balancer routes on headers, not bodies: X-Session-Id names the KV session when the
+     * body does not (the body's session_id wins). */
+    const char *hsid = hr->conn ? MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                              "X-Session-Id")
+                                : NULL;
+    if (hsid && !p->session_id) {
+        size_t hl = strlen(hsid);
+        if (hl == 0 || hl > 128)
+            return conn_reply_error(hr, 400, NULL, "X-Session-Id", NULL,
+                                    "the X-Session-Id header must be 1 to 128 bytes");
+        if (!(p->session_id = strdup(hsid)))
+            return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    }
     snprintf(g->model, sizeof g->model, "%s", p->model);
     g->stream = p->stream;
     snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,
