@@ -361,6 +361,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->prefix_queries = (uint64_t)k->queries;
     out->prefix_hits = (uint64_t)k->hits;
     out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->prefix_query_tokens = (uint64_t)k->query_tokens;
     out->kv_evictions = (uint64_t)k->evictions;
     out->kv_sessions = k->sessions;
     out->preemptions = (uint64_t)s->preemptions;

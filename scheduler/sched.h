@@ -141,6 +141,7 @@ struct sched_stats {
     uint64_t prefix_queries;          /* admissions that looked up the prefix cache */
     uint64_t prefix_hits;             /* admissions that reused cached blocks */
     uint64_t prefix_hit_tokens;       /* prompt positions reused */
+    uint64_t prefix_query_tokens;     /* prompt positions looked up */
     uint64_t kv_evictions;            /* cached blocks evicted (LRU) */
     int kv_sessions;                  /* warm sessions holding blocks */
     uint64_t preemptions, rejections, steps;

@@ -291,6 +291,7 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     }
     c->t_last = t;
     c->n_tokens++;
+    m->generation_tokens++; /* per token, so a rate moves while streams run */
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
@@ -350,7 +351,9 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
                                                     : METRICS_FIN_ERROR;
     m->finish[fin]++;
     m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
-    m->generation_tokens += (uint64_t)(ev->completion_tokens > 0 ? ev->completion_tokens : 0);
+    /* tokens without a TOKEN event (an end-of-generation token) count at the end */
+    if (ev->completion_tokens > c->n_tokens)
+        m->generation_tokens += (uint64_t)(ev->completion_tokens - c->n_tokens);
     metrics_observe(m, METRICS_E2E, t - hr->t_start);
     metrics_observe(m, METRICS_QUEUE, ev->queue_s);
     if (ev->kind == SCHED_EV_ERROR) {

@@ -138,12 +138,15 @@ static enum MHD_Result route_metrics(struct hreq *hr) {
     for (int i = 0; i < METRICS_ROUTES; i++) names[i] = route_name((enum route_id)i);
     struct sched_stats st;
     if (s->sched) sched_stats(s->sched, &st);
-    size_t cap = 64 * 1024;
+    size_t cap = 256 * 1024;
     char *buf = malloc(cap);
     if (!buf) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     struct strbuf b;
     strbuf_init(&b, buf, cap);
     metrics_render(&s->metrics, names, s->sched ? &st : NULL, &b);
+    struct metrics_info inf = {.model_name = s->model_id, .state = srv_state_name(s->state),
+                               .cfg = s->cfg, .start_time = (double)s->created};
+    metrics_render_gw(&s->metrics, &inf, s->sched ? &st : NULL, &b);
     return conn_reply_text(hr, 200, "text/plain; version=0.0.4", buf, b.n);
 }
 
