@@ -30,16 +30,21 @@ static double metrics_kv_usage(const struct sched_stats *st) {
     return u;
 }
 
+/* One family of one sample. */
+static void metrics_gw_one(struct strbuf *b, const char *name, const char *type,
+                           const char *help, const struct prom_label *l, uint64_t v) {
+    prom_family(b, name, type, help);
+    prom_u64(b, name, l, v);
+}
+
 static void metrics_gw_vllm(const struct metrics *m, const struct metrics_info *inf,
                             const struct sched_stats *st, struct strbuf *b) {
     const struct prom_label ml[] = {{"model_name", inf->model_name}, {0}};
     if (st) {
-        prom_family(b, "vllm:num_requests_running", "gauge",
-                    "Requests being decoded (in the running batch).");
-        prom_i64(b, "vllm:num_requests_running", ml, st->running);
-        prom_family(b, "vllm:num_requests_waiting", "gauge",
-                    "Requests waiting for admission (the queue).");
-        prom_i64(b, "vllm:num_requests_waiting", ml, st->waiting);
+        metrics_gw_one(b, "vllm:num_requests_running", "gauge",
+                       "Requests being decoded (in the running batch).", ml, st->running);
+        metrics_gw_one(b, "vllm:num_requests_waiting", "gauge",
+                       "Requests waiting for admission (the queue).", ml, st->waiting);
         double u = metrics_kv_usage(st);
         prom_family(b, "vllm:kv_cache_usage_perc", "gauge",
                     "Fraction of KV-cache blocks in use by sequences and sessions (1 = full).");
@@ -47,15 +52,14 @@ static void metrics_gw_vllm(const struct metrics *m, const struct metrics_info *
         prom_family(b, "vllm:gpu_cache_usage_perc", "gauge",
                     "The same fraction under vLLM's older name (whatever the device).");
         prom_f64(b, "vllm:gpu_cache_usage_perc", ml, u);
-        prom_family(b, "vllm:prefix_cache_queries_total", "counter",
-                    "Prompt tokens looked up in the prefix cache.");
-        prom_u64(b, "vllm:prefix_cache_queries_total", ml, st->prefix_query_tokens);
-        prom_family(b, "vllm:prefix_cache_hits_total", "counter",
-                    "Prompt tokens found in the prefix cache (or a warm session).");
-        prom_u64(b, "vllm:prefix_cache_hits_total", ml, st->prefix_hit_tokens);
-        prom_family(b, "vllm:num_preemptions_total", "counter",
-                    "Sequences preempted when KV blocks ran out.");
-        prom_u64(b, "vllm:num_preemptions_total", ml, st->preemptions);
+        metrics_gw_one(b, "vllm:prefix_cache_queries_total", "counter",
+                       "Prompt tokens looked up in the prefix cache.", ml,
+                       st->prefix_query_tokens);
+        metrics_gw_one(b, "vllm:prefix_cache_hits_total", "counter",
+                       "Prompt tokens found in the prefix cache (or a warm session).", ml,
+                       st->prefix_hit_tokens);
+        metrics_gw_one(b, "vllm:num_preemptions_total", "counter",
+                       "Sequences preempted when KV blocks ran out.", ml, st->preemptions);
         char bs[16], nb[16];
         snprintf(bs, sizeof bs, "%d", inf->cfg->kv_block_size);
         snprintf(nb, sizeof nb, "%d", st->kv_total[0]);
@@ -69,11 +73,10 @@ static void metrics_gw_vllm(const struct metrics *m, const struct metrics_info *
                                              {0}},
                  1);
     }
-    prom_family(b, "vllm:prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
-    prom_u64(b, "vllm:prompt_tokens_total", ml, m->prompt_tokens);
-    prom_family(b, "vllm:generation_tokens_total", "counter",
-                "Generated tokens, counted as each is produced.");
-    prom_u64(b, "vllm:generation_tokens_total", ml, m->generation_tokens);
+    metrics_gw_one(b, "vllm:prompt_tokens_total", "counter",
+                   "Prompt tokens of finished requests.", ml, m->prompt_tokens);
+    metrics_gw_one(b, "vllm:generation_tokens_total", "counter",
+                   "Generated tokens, counted as each is produced.", ml, m->generation_tokens);
     /* vLLM's finish reasons: stop, length, abort (cancelled, past the deadline, failed). */
     uint64_t abort = m->finish[METRICS_FIN_CANCELLED] + m->finish[METRICS_FIN_DEADLINE] +
                      m->finish[METRICS_FIN_ERROR];

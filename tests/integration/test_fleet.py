@@ -180,36 +180,33 @@ def addr(replica):
     return f"127.0.0.1:{replica.port}"
 
 
-def test_session_affinity(fleet):
-    replicas, ngx = fleet
-    msgs = [{"role": "system", "content": "You answer questions about geography in short "
+def conversation(url, tid, topic, first, follows, session=None):
+    """Three turns, each carrying the replies so far; the cached_tokens of each turn."""
+    msgs = [{"role": "system", "content": f"You answer questions about {topic} in short "
                                           "sentences, one fact at a time, politely."},
-            {"role": "user", "content": "What is the capital of France?"}]
+            {"role": "user", "content": first}]
     cached = []
-    for turn, follow in enumerate(["And of Spain?", "And of Italy?", None]):
-        r = chat(ngx.url, f"aff-{turn}", 6, session="conv-42", messages=msgs)
+    for turn, follow in enumerate(follows + [None]):
+        r = chat(url, f"{tid}-{turn}", 6, session=session, messages=msgs)
         assert r.status_code == 200, r.text
         j = r.json()
         cached.append(j["usage"]["prompt_tokens_details"]["cached_tokens"])
         if follow:
             msgs += [{"role": "assistant", "content": j["choices"][0]["message"]["content"]},
                      {"role": "user", "content": follow}]
+    return cached
+
+
+def test_session_affinity(fleet):
+    replicas, ngx = fleet
+    cached = conversation(ngx.url, "aff", "geography", "What is the capital of France?",
+                          ["And of Spain?", "And of Italy?"], session="conv-42")
     assert cached[0] == 0 and cached[1] > 0 and cached[2] > 0, cached
     # The same conversation without the header (another system prompt, so nothing is cached
     # from the first): least_conn spreads its turns, and a turn that lands on another
     # replica than the one before finds nothing cached.
-    msgs = [{"role": "system", "content": "You answer questions about history in short "
-                                          "sentences, one fact at a time, politely."},
-            {"role": "user", "content": "Who built the pyramids?"}]
-    plain = []
-    for turn, follow in enumerate(["And the Colosseum?", "And the Great Wall?", None]):
-        r = chat(ngx.url, f"rr-{turn}", 6, messages=msgs)
-        assert r.status_code == 200, r.text
-        j = r.json()
-        plain.append(j["usage"]["prompt_tokens_details"]["cached_tokens"])
-        if follow:
-            msgs += [{"role": "assistant", "content": j["choices"][0]["message"]["content"]},
-                     {"role": "user", "content": follow}]
+    plain = conversation(ngx.url, "rr", "history", "Who built the pyramids?",
+                         ["And the Colosseum?", "And the Great Wall?"])
     ngx.stop()
     log = ngx.access()
     ups = {log[f"aff-{t}"][0][1] for t in range(3)}
