@@ -490,6 +490,9 @@ static struct seq *intake(struct sched *s, double now) {
     kvcache_session_expire(s->kv, now);
     while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
     }
+    /* Admitted sequences count as running before the step starts, so sched_stats' pending
+     * covers a step that never ends (the liveness check) from its first turn. */
+    s->counts.running = s->n_run;
     return gone;
 }
 

@@ -20,7 +20,7 @@ CHAT = "/v1/chat/completions"
 
 
 def test_live_stays_up_while_draining(start_server):
-    s = start_server("--drain-timeout-s", "20")
+    s = start_server("--drain-timeout-s", "60")
     live = s.get("/live")
     assert live.status_code == 200, live.text
     body = live.json()
@@ -31,8 +31,8 @@ def test_live_stays_up_while_draining(start_server):
     def stream():
         with requests.post(s.url + CHAT, json={
                 "messages": [{"role": "user", "content": "Count from one to one hundred."}],
-                "max_tokens": 80, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}}, stream=True, timeout=60) as r:
+                "max_tokens": 120, "ignore_eos": True, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}, stream=True, timeout=90) as r:
             for d in sse_events(r):
                 if d is None:
                     continue
@@ -54,7 +54,7 @@ def test_live_stays_up_while_draining(start_server):
     m = s.metrics()
     assert m['gemmad_server_state{state="draining"}'] == 1
     assert m['gemmad_server_state{state="ready"}'] == 0
-    t.join(60)
+    t.join(90)
     assert got["done"], "the stream did not finish during the drain"
     assert s.proc.wait(30) == 0
 

@@ -741,6 +741,8 @@ static void test_liveness_progress(void) {
     pthread_mutex_lock(&gate.mu);
     while (!gate.held) pthread_cond_wait(&gate.cv, &gate.mu);
     pthread_mutex_unlock(&gate.mu);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 1, "the held request alone: pending %d", st.pending);
     submit(s, p, n, greedy(), 2, &r2, NULL); /* queued behind the stuck step */
     nanosleep(&ts, NULL);
     sched_stats(s, &st);
@@ -748,7 +750,7 @@ static void test_liveness_progress(void) {
     nanosleep(&ts, NULL);
     nanosleep(&ts, NULL);
     sched_stats(s, &st);
-    T_ASSERTF(st.pending >= 1, "pending %d while held", st.pending);
+    T_ASSERTF(st.pending == 2, "pending %d while held", st.pending);
     T_ASSERTF(st.progress_age_s >= 0.2 && st.progress_age_s > age1,
               "held: age %.3f after %.3f", st.progress_age_s, age1);
     uint64_t turns_held = st.loop_turns;
