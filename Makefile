@@ -132,6 +132,11 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# gemmad_build_info's version label: the commit when server/metrics_gw.o was last compiled
+# (a container build without .git passes GEMMAD_VERSION=...).
+GEMMAD_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/obj/server/metrics_gw.o: CFLAGS += -DGEMMAD_VERSION='"$(GEMMAD_VERSION)"'
+
 # The chat page is embedded by server/ui.c (.incbin), which -MMD cannot see.
 $(BUILD)/obj/server/ui.o: server/ui/index.html
 

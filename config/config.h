@@ -21,7 +21,8 @@ struct config {
     char model_alias[1024];             /* ids served by /v1/models, comma-separated (the first
                                          * is the main one); "" = file name stem */
     int accept_any_model;               /* 1: any "model" value names the served model */
-    char host[256];                     /* listen address */
+    char host[256];                     /* listen addresses, comma-separated (IPv4, IPv6,
+                                         * names; "[::1]" or "::1") */
     int port;                           /* listen port */
     int threads;                        /* compute threads; 0 = physical cores */
     int ctx_size;                       /* positions per sequence (prompt + output) */
@@ -34,6 +35,8 @@ struct config {
     double request_timeout_s;           /* total deadline per request, upload to last byte */
     double sse_keepalive_s;             /* ": keep-alive" comment period on idle streams */
     double drain_timeout_s;             /* SIGTERM: how long running streams may finish */
+    double live_stall_s;                /* /live fails when the scheduler made no progress
+                                         * this long with work pending */
     int max_queue;                      /* waiting requests before 429 */
     int max_queued_tokens;              /* waiting prompt tokens before 429 */
     int max_seqs;                       /* sequences running at once */

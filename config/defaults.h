@@ -25,6 +25,7 @@
     X(double, request_timeout_s, 600)                                                        \
     X(double, sse_keepalive_s, 15)                                                           \
     X(double, drain_timeout_s, 30)                                                           \
+    X(double, live_stall_s, 120)                                                             \
     X(int, max_queue, 256)                                                                   \
     X(int, max_queued_tokens, 262144)                                                        \
     X(int, max_seqs, 16)                                                                     \

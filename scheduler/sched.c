@@ -175,6 +175,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     prom_hist_init(&s->h_tokens, le_tokens, 13);
     prom_hist_init(&s->h_step, le_step, 12);
     sched_publish_counts(s);
+    s->progress_at = clock_mono_s();
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         if (err) snprintf(err, errlen, "cannot start the scheduler thread");
         rc = SCHED_ENOMEM;
@@ -360,6 +361,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->prefix_queries = (uint64_t)k->queries;
     out->prefix_hits = (uint64_t)k->hits;
     out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->prefix_query_tokens = (uint64_t)k->query_tokens;
     out->kv_evictions = (uint64_t)k->evictions;
     out->kv_sessions = k->sessions;
     out->preemptions = (uint64_t)s->preemptions;
@@ -368,5 +370,9 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->batch_seqs = s->h_batch;
     out->batch_tokens = s->h_tokens;
     out->step_s = s->h_step;
+    out->pending = s->n_waiting + s->counts.running;
+    out->loop_turns = s->loop_turns;
+    out->progress_age_s = s->idle_wait ? 0 : clock_mono_s() - s->progress_at;
+    if (out->progress_age_s < 0) out->progress_age_s = 0;
     pthread_mutex_unlock(&s->lock);
 }

@@ -141,12 +141,20 @@ struct sched_stats {
     uint64_t prefix_queries;          /* admissions that looked up the prefix cache */
     uint64_t prefix_hits;             /* admissions that reused cached blocks */
     uint64_t prefix_hit_tokens;       /* prompt positions reused */
+    uint64_t prefix_query_tokens;     /* prompt positions looked up */
     uint64_t kv_evictions;            /* cached blocks evicted (LRU) */
     int kv_sessions;                  /* warm sessions holding blocks */
     uint64_t preemptions, rejections, steps;
     struct prom_hist batch_seqs;      /* sequences per step */
     struct prom_hist batch_tokens;    /* tokens per step */
     struct prom_hist step_s;          /* wall seconds per step */
+    /* Liveness: the thread's progress. pending counts the requests it owes work to (waiting,
+     * including those submitted since it last published, plus running); progress_age_s is
+     * how long ago it last finished a loop turn (0 while it sleeps for want of work). A
+     * thread stuck inside a step shows pending > 0 with a growing progress_age_s. */
+    int pending;
+    uint64_t loop_turns;              /* loop turns finished (steps and idle turns) */
+    double progress_age_s;            /* seconds */
 };
 /* Copies the numbers under the scheduler's lock (any thread). */
 void sched_stats(struct sched *s, struct sched_stats *out);

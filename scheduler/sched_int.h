@@ -116,6 +116,9 @@ struct sched {
     struct kvcache_stats kst;
     long long preemptions, rejections, steps;
     struct prom_hist h_batch, h_tokens, h_step;
+    uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
+    double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */
+    int idle_wait;               /* 1 while the thread sleeps for want of work */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -490,6 +490,9 @@ static struct seq *intake(struct sched *s, double now) {
     kvcache_session_expire(s->kv, now);
     while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
     }
+    /* Admitted sequences count as running before the step starts, so sched_stats' pending
+     * covers a step that never ends (the liveness check) from its first turn. */
+    s->counts.running = s->n_run;
     return gone;
 }
 
@@ -502,6 +505,8 @@ void sched_publish_counts(struct sched *s) {
     s->counts.waiting = s->n_waiting;
     s->counts.kv_blocks_used = st.used[KVSTORE_FULL];
     s->counts.kv_blocks_total = st.total[KVSTORE_FULL];
+    s->loop_turns++;
+    s->progress_at = clock_mono_s();
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -510,6 +515,7 @@ void *sched_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0) {
+            s->idle_wait = 1;
             if (kvcache_session_count(s->kv) > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -519,6 +525,10 @@ void *sched_main(void *arg) {
             } else {
                 pthread_cond_wait(&s->cond, &s->lock);
             }
+        }
+        if (s->idle_wait) { /* progress is counted from the wake-up, not from the sleep */
+            s->idle_wait = 0;
+            s->progress_at = clock_mono_s();
         }
         if (s->stopping) {
             pthread_mutex_unlock(&s->lock);

@@ -291,6 +291,7 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     }
     c->t_last = t;
     c->n_tokens++;
+    m->generation_tokens++; /* per token, so a rate moves while streams run */
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
@@ -350,7 +351,9 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
                                                     : METRICS_FIN_ERROR;
     m->finish[fin]++;
     m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
-    m->generation_tokens += (uint64_t)(ev->completion_tokens > 0 ? ev->completion_tokens : 0);
+    /* tokens without a TOKEN event (an end-of-generation token) count at the end */
+    if (ev->completion_tokens > c->n_tokens)
+        m->generation_tokens += (uint64_t)(ev->completion_tokens - c->n_tokens);
     metrics_observe(m, METRICS_E2E, t - hr->t_start);
     metrics_observe(m, METRICS_QUEUE, ev->queue_s);
     if (ev->kind == SCHED_EV_ERROR) {
@@ -637,6 +640,19 @@ enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
         return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
                                 e.param, e.code, "%s", e.msg);
     g->params = p;
+    /* A balancer routes on headers, not bodies: X-Session-Id names the KV session when the
+     * body does not (the body's session_id wins). */
+    const char *hsid = hr->conn ? MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                              "X-Session-Id")
+                                : NULL;
+    if (hsid && !p->session_id) {
+        size_t hl = strlen(hsid);
+        if (hl == 0 || hl > 128)
+            return conn_reply_error(hr, 400, NULL, "X-Session-Id", NULL,
+                                    "the X-Session-Id header must be 1 to 128 bytes");
+        if (!(p->session_id = strdup(hsid)))
+            return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    }
     snprintf(g->model, sizeof g->model, "%s", p->model);
     g->stream = p->stream;
     snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,

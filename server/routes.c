@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/strbuf.h"
 #include "engine/tokenizer.h"
 #include "server/completion.h"
@@ -38,6 +39,7 @@ static const struct route route_table[] = {
     {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, 1, 1, "POST", "count_tokens"},
     {"/v1/embeddings", ROUTE_EMBEDDINGS, 1, 1, "POST", "embeddings"},
     {"/", ROUTE_UI, 0, 0, "GET, HEAD", "ui"},
+    {"/live", ROUTE_LIVE, 0, 0, "GET, HEAD", "live"},
 };
 #define ROUTE_N (sizeof route_table / sizeof route_table[0])
 
@@ -98,6 +100,29 @@ static enum MHD_Result route_health(struct hreq *hr) {
                            json_pack("{s:s}", "status", st));
 }
 
+/* Liveness, unlike /health (readiness): 200 while loading and draining, so an orchestrator
+ * never kills a pod that is finishing its streams; 503 only when the scheduler thread has
+ * finished no loop turn for live_stall_s while requests wait or run (a stuck step). */
+static enum MHD_Result route_live(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    double age = 0;
+    int pending = 0;
+    if (s->sched) {
+        struct sched_stats st;
+        sched_stats(s->sched, &st);
+        age = st.progress_age_s;
+        pending = st.pending;
+    }
+    int stuck = pending > 0 && age > s->cfg->live_stall_s;
+    if (stuck)
+        LOG_W("http", hr->id, "/live: scheduler stuck for %.1f s with %d requests pending", age,
+              pending);
+    return conn_reply_json(hr, stuck ? 503 : 200,
+                           json_pack("{s:s,s:s,s:f,s:i}", "status", stuck ? "stuck" : "ok",
+                                     "state", srv_state_name(s->state), "progress_age_s", age,
+                                     "pending", pending));
+}
+
 /* Every served id: the aliases (the first is the main id), or the file name's stem. */
 static enum MHD_Result route_models(struct hreq *hr) {
     struct srv *s = hr->srv;
@@ -113,12 +138,15 @@ static enum MHD_Result route_metrics(struct hreq *hr) {
     for (int i = 0; i < METRICS_ROUTES; i++) names[i] = route_name((enum route_id)i);
     struct sched_stats st;
     if (s->sched) sched_stats(s->sched, &st);
-    size_t cap = 64 * 1024;
+    size_t cap = 256 * 1024;
     char *buf = malloc(cap);
     if (!buf) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     struct strbuf b;
     strbuf_init(&b, buf, cap);
     metrics_render(&s->metrics, names, s->sched ? &st : NULL, &b);
+    struct metrics_info inf = {.model_name = s->model_id, .state = srv_state_name(s->state),
+                               .cfg = s->cfg, .start_time = (double)s->created};
+    metrics_render_gw(&s->metrics, &inf, s->sched ? &st : NULL, &b);
     return conn_reply_text(hr, 200, "text/plain; version=0.0.4", buf, b.n);
 }
 
@@ -230,6 +258,7 @@ done:
 static enum MHD_Result route_dispatch(struct hreq *hr) {
     struct srv *s = hr->srv;
     if (hr->route == ROUTE_HEALTH) return route_health(hr);
+    if (hr->route == ROUTE_LIVE) return route_live(hr);
     if (hr->route == ROUTE_METRICS) return route_metrics(hr);
     if (hr->route == ROUTE_MODELS) return route_models(hr);
     if (hr->route == ROUTE_UI) return route_ui(hr);

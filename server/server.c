@@ -49,12 +49,23 @@ static void srv_on_mhd_poll(uv_poll_t *p, int status, int events) {
     srv_mhd_run(p->data);
 }
 
+/* Runs every daemon (a resumed connection may belong to any), then arms the timer for the
+ * earliest timeout among them. */
 static void srv_mhd_run(struct srv *s) {
-    if (!s->mhd) return;
-    MHD_run(s->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (MHD_get_timeout(s->mhd, &to) == MHD_YES)
-        uv_timer_start(&s->mhd_timer, srv_on_mhd_timer, to > 60000 ? 60000 : to, 0);
+    MHD_UNSIGNED_LONG_LONG best = 60000;
+    int any = 0;
+    for (int i = 0; i < s->n_listen; i++) {
+        struct MHD_Daemon *d = s->listen[i].mhd;
+        if (!d) continue;
+        MHD_run(d);
+        MHD_UNSIGNED_LONG_LONG to;
+        if (MHD_get_timeout(d, &to) == MHD_YES) {
+            any = 1;
+            if (to < best) best = to;
+        }
+    }
+    if (any)
+        uv_timer_start(&s->mhd_timer, srv_on_mhd_timer, best, 0);
     else
         uv_timer_stop(&s->mhd_timer);
 }
@@ -203,7 +214,7 @@ static void srv_on_loaded(uv_async_t *a) {
     LOG_I(SRV_MOD, 0,
           "try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' "
           "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
-          s->cfg->host, s->port);
+          s->listen[0].addr, s->port);
 }
 
 /* ---- start-up ---------------------------------------------------------------------------- */
@@ -244,23 +255,34 @@ static void srv_mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_D("mhd", 0, "%s", buf);
 }
 
-static int srv_start_mhd(struct srv *s) {
+/* One daemon listening on `host` (a name or a numeric address, IPv6 with or without
+ * brackets) at `port` (0: any free port). Returns 0, or -1 after logging why. */
+static int srv_listen_one(struct srv *s, const char *host, int port) {
     const struct config *c = s->cfg;
+    struct srv_listener *l = &s->listen[s->n_listen];
+    char name[256], serv[16];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') host++, n -= 2;
+    snprintf(name, sizeof name, "%.*s", (int)n, host);
+    snprintf(serv, sizeof serv, "%d", port);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    char port[16];
-    snprintf(port, sizeof port, "%d", c->port);
-    int g = getaddrinfo(c->host, port, &hints, &ai);
+    int g = getaddrinfo(name, serv, &hints, &ai);
     if (g || !ai) {
-        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", c->host, gai_strerror(g));
+        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", name, gai_strerror(g));
         return -1;
     }
+    char num[INET6_ADDRSTRLEN] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+    int v6 = ai->ai_family == AF_INET6;
+    snprintf(l->addr, sizeof l->addr, v6 ? "[%s]" : "%s", num);
+    /* Without MHD_USE_DUAL_STACK an IPv6 socket is IPv6-only, so "0.0.0.0,::" binds both. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+    if (v6) flags |= MHD_USE_IPv6;
+    l->mhd = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         srv_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(c->connection_timeout_s + 0.999), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
@@ -270,19 +292,49 @@ static int srv_start_mhd(struct srv *s) {
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
         MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!s->mhd) {
-        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", c->host, c->port, strerror(errno));
+    if (!l->mhd) {
+        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", l->addr, port, strerror(errno));
         return -1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : c->port;
-    di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!di || uv_poll_init(s->loop, &s->mhd_poll, di->epoll_fd)) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(l->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    if (s->n_listen == 0) s->port = di ? di->port : port;
+    di = MHD_get_daemon_info(l->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!di || uv_poll_init(s->loop, &l->poll, di->epoll_fd)) {
         LOG_E(SRV_MOD, 0, "cannot watch the libmicrohttpd epoll descriptor");
+        MHD_stop_daemon(l->mhd);
+        l->mhd = NULL;
         return -1;
     }
-    s->mhd_poll.data = s;
-    uv_poll_start(&s->mhd_poll, UV_READABLE, srv_on_mhd_poll);
+    l->poll.data = s;
+    uv_poll_start(&l->poll, UV_READABLE, srv_on_mhd_poll);
+    s->n_listen++;
+    return 0;
+}
+
+/* Every address of the host list. With port 0 the first daemon picks a free port and the
+ * others take the same one, so all addresses serve one port. */
+static int srv_start_mhd(struct srv *s) {
+    const char *p = s->cfg->host;
+    while (*p) {
+        size_t n = strcspn(p, ","), m = n;
+        const char *q = p;
+        while (m && *q == ' ') q++, m--;
+        while (m && q[m - 1] == ' ') m--;
+        if (m) {
+            char host[256];
+            if (s->n_listen == SRV_MAX_LISTEN) {
+                LOG_E(SRV_MOD, 0, "host: more than %d listen addresses", SRV_MAX_LISTEN);
+                return -1;
+            }
+            snprintf(host, sizeof host, "%.*s", (int)m, q);
+            if (srv_listen_one(s, host, s->n_listen ? s->port : s->cfg->port)) return -1;
+        }
+        p += n + (p[n] == ',');
+    }
+    if (!s->n_listen) {
+        LOG_E(SRV_MOD, 0, "host: no listen address");
+        return -1;
+    }
     return 0;
 }
 
@@ -382,8 +434,9 @@ int server_run(const struct config *cfg) {
     if (tick > 0.25) tick = 0.25;
     if (tick < 0.01) tick = 0.01;
     uv_timer_start(&s->tick, srv_on_tick, (uint64_t)(tick * 1000), (uint64_t)(tick * 1000));
-    LOG_I(SRV_MOD, 0, "listening on http://%s:%d (model %s loading)", cfg->host, s->port,
-          s->model_id);
+    for (int i = 0; i < s->n_listen; i++)
+        LOG_I(SRV_MOD, 0, "listening on http://%s:%d (model %s loading)", s->listen[i].addr,
+              s->port, s->model_id);
     if (pthread_create(&s->load_thread, NULL, srv_loader, s)) {
         LOG_E(SRV_MOD, 0, "cannot start the loader thread");
         goto fail_handles;
@@ -399,10 +452,11 @@ int server_run(const struct config *cfg) {
 fail_handles:
     /* Resume every suspended connection, then stop MHD: completed callbacks cancel the rest. */
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) conn_wake(hr);
-    if (s->mhd) {
-        uv_poll_stop(&s->mhd_poll);
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
+    for (int i = 0; i < s->n_listen; i++) {
+        if (!s->listen[i].mhd) continue;
+        uv_poll_stop(&s->listen[i].poll);
+        MHD_stop_daemon(s->listen[i].mhd);
+        s->listen[i].mhd = NULL;
     }
     if (s->sched) {
         sched_destroy(s->sched); /* delivers DONE(CANCELLED) for everything still running */

@@ -62,8 +62,29 @@ static void test_prom(void) {
     T_ASSERTF(!strcmp(buf, want), "got:\n%s", buf);
 }
 
+/* Label values are escaped; a labelled histogram puts le last on every bucket. */
+static void test_prom_labels(void) {
+    char buf[1024];
+    struct strbuf b;
+    strbuf_init(&b, buf, sizeof buf);
+    prom_i64(&b, "i", (const struct prom_label[]){{"m", "a\"b\\c\nd"}, {0}}, 1);
+    static const double le[] = {1};
+    struct prom_hist h;
+    prom_hist_init(&h, le, 1);
+    prom_hist_observe(&h, 3);
+    prom_hist_write_l(&b, "vllm:x_seconds", "X.", (const struct prom_label[]){{"m", "g"}, {0}},
+                      &h);
+    const char *want = "i{m=\"a\\\"b\\\\c\\nd\"} 1\n"
+                       "# HELP vllm:x_seconds X.\n# TYPE vllm:x_seconds histogram\n"
+                       "vllm:x_seconds_bucket{m=\"g\",le=\"1\"} 0\n"
+                       "vllm:x_seconds_bucket{m=\"g\",le=\"+Inf\"} 1\n"
+                       "vllm:x_seconds_sum{m=\"g\"} 3.000000\nvllm:x_seconds_count{m=\"g\"} 1\n";
+    T_ASSERTF(!strcmp(buf, want), "got:\n%s", buf);
+}
+
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {
-        T_CASE(test_strbuf), T_CASE(test_strbuf_setf), T_CASE(test_prom), {NULL, NULL}};
+    static const struct t_case cases[] = {T_CASE(test_strbuf), T_CASE(test_strbuf_setf),
+                                          T_CASE(test_prom), T_CASE(test_prom_labels),
+                                          {NULL, NULL}};
     return t_main(argc, argv, cases);
 }

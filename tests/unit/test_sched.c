@@ -698,6 +698,80 @@ static void test_destroy_cancels(void) {
     model_free(m);
 }
 
+/* Liveness export: while the scheduler thread is held inside a step (an on_event that
+ * blocks, as a stuck forward pass would), sched_stats shows pending work and a growing
+ * progress age; once released it moves on, and an idle scheduler has age 0. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held, release;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void on_gated_event(void *user, const struct sched_event *ev) {
+    if (ev->kind == SCHED_EV_TOKEN) {
+        pthread_mutex_lock(&gate.mu);
+        if (!gate.held) {
+            gate.held = 1;
+            pthread_cond_broadcast(&gate.cv);
+            while (!gate.release) pthread_cond_wait(&gate.cv, &gate.mu);
+        }
+        pthread_mutex_unlock(&gate.mu);
+    }
+    on_event(user, ev);
+}
+
+static void test_liveness_progress(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    struct sched_stats st;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 0 && st.progress_age_s == 0, "idle: pending %d age %.3f",
+              st.pending, st.progress_age_s);
+    uint64_t turns0 = st.loop_turns;
+    int32_t p[64];
+    int n = encode(m, prompts[0], p, 64);
+    static struct result r, r2;
+    struct sched_req q = req(p, n, greedy(), 4, &r);
+    q.on_event = on_gated_event;
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    pthread_mutex_lock(&gate.mu);
+    while (!gate.held) pthread_cond_wait(&gate.cv, &gate.mu);
+    pthread_mutex_unlock(&gate.mu);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 1, "the held request alone: pending %d", st.pending);
+    submit(s, p, n, greedy(), 2, &r2, NULL); /* queued behind the stuck step */
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    double age1 = st.progress_age_s;
+    nanosleep(&ts, NULL);
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 2, "pending %d while held", st.pending);
+    T_ASSERTF(st.progress_age_s >= 0.2 && st.progress_age_s > age1,
+              "held: age %.3f after %.3f", st.progress_age_s, age1);
+    uint64_t turns_held = st.loop_turns;
+    pthread_mutex_lock(&gate.mu);
+    gate.release = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    res_wait(&r);
+    res_wait(&r2);
+    wait_kv_baseline(s);
+    for (int i = 0; i < 100; i++) {
+        sched_stats(s, &st);
+        if (st.progress_age_s == 0) break;
+        nanosleep(&ts, NULL);
+    }
+    T_ASSERTF(st.pending == 0 && st.progress_age_s == 0, "after: pending %d age %.3f",
+              st.pending, st.progress_age_s);
+    T_ASSERT(st.loop_turns > turns_held && turns_held >= turns0);
+    sched_destroy(s);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
@@ -706,6 +780,6 @@ int main(int argc, char **argv) {
         T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
-        T_CASE(test_prompt_logprobs), T_CASE(test_embed), {0}};
+        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress), {0}};
     return t_main(argc, argv, cases);
 }
