@@ -52,8 +52,16 @@ static void srv_on_mhd_poll(uv_poll_t *p, int status, int events) {
 static void srv_mhd_run(struct srv *s) {
     if (!s->mhd) return;
     MHD_run(s->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (MHD_get_timeout(s->mhd, &to) == MHD_YES)
+    MHD_UNSIGNED_LONG_LONG to, ato;
+    int has = MHD_get_timeout(s->mhd, &to) == MHD_YES;
+    if (s->admin) {
+        MHD_run(s->admin);
+        if (MHD_get_timeout(s->admin, &ato) == MHD_YES && (!has || ato < to)) {
+            to = ato;
+            has = 1;
+        }
+    }
+    if (has)
         uv_timer_start(&s->mhd_timer, srv_on_mhd_timer, to > 60000 ? 60000 : to, 0);
     else
         uv_timer_stop(&s->mhd_timer);
@@ -131,10 +139,16 @@ static void srv_on_tick(uv_timer_t *t) {
         else if (now > hr->deadline + 1 && cmpl_active(hr))
             cmpl_abort(hr, 504, "request deadline exceeded");
     }
-    /* Connections that dribble headers never reach the handler: close them at the deadline. */
-    for (struct hconn *hc = s->conns; hc; hc = hc->next)
-        if (!hc->cur && hc->fd >= 0 && now - hc->t_phase > s->cfg->request_timeout_s)
+    /* Connections that dribble headers never reach the handler: a new connection, or one
+     * whose next request line arrived, gets header_timeout_s for the whole header; an idle
+     * kept-alive one is left to MHD's idle timeout (connection_timeout_s). */
+    for (struct hconn *hc = s->conns; hc; hc = hc->next) {
+        if (hc->cur || hc->fd < 0) continue;
+        int waiting_header = hc->n_done == 0 || hc->line_seen;
+        if ((waiting_header && now - hc->t_phase > s->cfg->header_timeout_s) ||
+            now - hc->t_phase > s->cfg->request_timeout_s)
             shutdown(hc->fd, SHUT_RDWR);
+    }
     if (s->state == SRV_DRAINING) {
         int live = srv_live_generation(s);
         if (live == 0) {
@@ -244,45 +258,68 @@ static void srv_mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_D("mhd", 0, "%s", buf);
 }
 
-static int srv_start_mhd(struct srv *s) {
+/* One libmicrohttpd daemon on host:port driven from the loop through a uv_poll on its epoll
+ * descriptor; *bound gets the bound port. The admin listener is a second one with its own
+ * connection limit, so it answers while the main one is full. */
+static struct MHD_Daemon *srv_listen(struct srv *s, const char *host, int port, unsigned limit,
+                                     unsigned per_ip, uv_poll_t *poll, int *bound) {
     const struct config *c = s->cfg;
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    char port[16];
-    snprintf(port, sizeof port, "%d", c->port);
-    int g = getaddrinfo(c->host, port, &hints, &ai);
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    int g = getaddrinfo(host, ports, &hints, &ai);
     if (g || !ai) {
-        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", c->host, gai_strerror(g));
-        return -1;
+        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", host, gai_strerror(g));
+        return NULL;
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         srv_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(c->connection_timeout_s + 0.999), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)c->conn_memory_limit, MHD_OPTION_NOTIFY_COMPLETED, conn_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
-        conn_uri_log, s,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(c->connection_timeout_s + 0.999),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->conn_memory_limit,
+        MHD_OPTION_NOTIFY_COMPLETED, conn_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK, conn_uri_log, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
         MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!s->mhd) {
-        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", c->host, c->port, strerror(errno));
-        return -1;
+    if (!d) {
+        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : c->port;
-    di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!di || uv_poll_init(s->loop, &s->mhd_poll, di->epoll_fd)) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound = di ? di->port : port;
+    di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!di || uv_poll_init(s->loop, poll, di->epoll_fd)) {
         LOG_E(SRV_MOD, 0, "cannot watch the libmicrohttpd epoll descriptor");
-        return -1;
+        MHD_stop_daemon(d);
+        return NULL;
     }
-    s->mhd_poll.data = s;
-    uv_poll_start(&s->mhd_poll, UV_READABLE, srv_on_mhd_poll);
+    poll->data = s;
+    uv_poll_start(poll, UV_READABLE, srv_on_mhd_poll);
+    return d;
+}
+
+/* The admin listener keeps a few connections of its own for probes and scrapers. */
+#define SRV_ADMIN_CONNECTIONS 64
+
+static int srv_start_mhd(struct srv *s) {
+    const struct config *c = s->cfg;
+    s->mhd = srv_listen(s, c->host, c->port, (unsigned)c->max_connections,
+                        (unsigned)c->max_conns_per_client, &s->mhd_poll, &s->port);
+    if (!s->mhd) return -1;
+    if (c->admin_port < 0) return 0;
+    const char *ah = c->admin_host[0] ? c->admin_host : c->host;
+    s->admin = srv_listen(s, ah, c->admin_port, SRV_ADMIN_CONNECTIONS, 0, &s->admin_poll,
+                          &s->admin_port);
+    if (!s->admin) return -1;
+    LOG_I(SRV_MOD, 0, "admin listener on http://%s:%d (/health, /live, /metrics)", ah,
+          s->admin_port);
     return 0;
 }
 
@@ -399,6 +436,11 @@ int server_run(const struct config *cfg) {
 fail_handles:
     /* Resume every suspended connection, then stop MHD: completed callbacks cancel the rest. */
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) conn_wake(hr);
+    if (s->admin) {
+        uv_poll_stop(&s->admin_poll);
+        MHD_stop_daemon(s->admin);
+        s->admin = NULL;
+    }
     if (s->mhd) {
         uv_poll_stop(&s->mhd_poll);
         MHD_stop_daemon(s->mhd);

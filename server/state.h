@@ -28,7 +28,7 @@ enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_STOPPING, SRV_FAI
 enum route_id {
     ROUTE_CHAT = 0, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
     ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_RESPONSES, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-    ROUTE_EMBEDDINGS, ROUTE_UI, ROUTE_NOT_FOUND, ROUTE_COUNT
+    ROUTE_EMBEDDINGS, ROUTE_UI, ROUTE_LIVE, ROUTE_MODEL, ROUTE_NOT_FOUND, ROUTE_COUNT
 };
 
 struct hreq;
@@ -47,6 +47,9 @@ struct srv {
     uv_async_t load_async;      /* the model loader finished */
     uv_signal_t sigint, sigterm;
     int port;                   /* bound port */
+    struct MHD_Daemon *admin;   /* admin listener (/health, /live, /metrics), or NULL */
+    uv_poll_t admin_poll;       /* readable when the admin daemon's epoll set has events */
+    int admin_port;             /* its bound port, 0 when off */
 
     pthread_mutex_t qlock;      /* guards qhead/qtail */
     struct cmpl_event *qhead, *qtail;
