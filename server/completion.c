@@ -604,7 +604,8 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .model_name = s->model ? s->model->name : NULL,
                                .aliases = (const char *const *)s->aliases,
                                .n_aliases = s->n_aliases,
-                               .accept_any_model = s->cfg->accept_any_model};
+                               .accept_any_model = s->cfg->accept_any_model,
+                               .allow_control_tokens = s->cfg->allow_control_tokens};
 }
 
 /* The request's completion state, its release registered with the connection layer. */

@@ -247,14 +247,26 @@ static int oai_content(json_t *c, int i, char **out, size_t *len, struct oai_err
     return 0;
 }
 
-/* Tokenizes text into a fresh array. */
-static int oai_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
-                      int32_t **ids, int *n, const char *param, struct oai_error *e) {
+/* Tokenizes text into a fresh array. Control-token text is split out only where the chat
+ * format wrote it: with spans (chat), outside them; without (a prompt string), nowhere;
+ * unless the server allows control tokens in content. A text whose byte length alone
+ * proves it needs more ids than the context holds is refused before any work: no id covers
+ * more input bytes than the vocabulary's longest piece (tok_min_tokens). */
+static int oai_encode(const struct oai_limits *lim, const char *text, size_t len, int add_bos,
+                      const struct tok_span *spans, int n_spans, int32_t **ids, int *n,
+                      const char *param, struct oai_error *e) {
+    const struct tok_vocab *v = lim->vocab;
+    if (tok_min_tokens(v, len) > (size_t)lim->n_ctx)
+        return oai_fail(e, 400, param, "context_length_exceeded",
+                        "'%s' is %zu bytes: at least %zu tokens, over the context of %d", param,
+                        len, tok_min_tokens(v, len), lim->n_ctx);
+    int special = lim->allow_control_tokens || spans;
+    if (lim->allow_control_tokens) n_spans = 0;
     int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         *ids = malloc((size_t)cap * sizeof **ids);
         if (!*ids) return oai_fail(e, 500, NULL, NULL, "out of memory");
-        int r = tok_encode(v, text, len, add_bos, 1, *ids, cap);
+        int r = tok_encode_spans(v, text, len, add_bos, special, spans, n_spans, *ids, cap);
         if (r < 0) {
             free(*ids);
             *ids = NULL;
@@ -283,6 +295,45 @@ static int oai_alloc_prompts(struct oai_params *p, int n, struct oai_error *e) {
     return 0;
 }
 
+/* OpenAI accepts what the Gemma format cannot write, so messages are first brought into it:
+ * with no user message, system messages are user turns (a lone system prompt is a question);
+ * a system message after the first one is a user turn; then adjacent messages of one role
+ * are merged into one, their contents joined by a blank line (assistant messages only for
+ * Gemma 1-3: Gemma 4's format continues one model turn across them itself). *n shrinks. */
+static int oai_merge_turns(struct chat_msg *cm, char **texts, size_t *n, int chat_style,
+                           struct oai_error *e) {
+    int users = 0;
+    for (size_t i = 0; i < *n; i++) users += cm[i].role == CHAT_ROLE_USER;
+    for (size_t i = 0; i < *n; i++)
+        if (cm[i].role == CHAT_ROLE_SYSTEM && (!users || i > 0)) cm[i].role = CHAT_ROLE_USER;
+    size_t j = 0;
+    for (size_t i = 0; i < *n; i++) {
+        enum chat_role r = cm[i].role;
+        int merge = j > 0 && cm[j - 1].role == r && r != CHAT_ROLE_TOOL &&
+                    !(r == CHAT_ROLE_ASSISTANT && chat_style == CHAT_STYLE_GEMMA4);
+        if (!merge) {
+            cm[j] = cm[i];
+            texts[j] = texts[i];
+            if (j != i) texts[i] = NULL;
+            j++;
+            continue;
+        }
+        size_t a = cm[j - 1].content_len, b = cm[i].content_len;
+        char *t = realloc(texts[j - 1], a + b + 3);
+        if (!t) return oai_fail(e, 500, NULL, NULL, "out of memory");
+        memcpy(t + a, "\n\n", 2);
+        memcpy(t + a + 2, texts[i], b);
+        t[a + b + 2] = 0;
+        texts[j - 1] = t;
+        cm[j - 1].content = t;
+        cm[j - 1].content_len = a + b + 2;
+        free(texts[i]);
+        texts[i] = NULL;
+    }
+    *n = j;
+    return 0;
+}
+
 static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_params *p,
                         struct oai_error *e) {
     json_t *msgs = oai_get(root, "messages");
@@ -294,6 +345,7 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
     struct chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts);
     char *rendered = NULL;
+    struct tok_span *spans = NULL;
     int rc = -1;
     if (!cm || !texts) {
         oai_fail(e, 500, NULL, NULL, "out of memory");
@@ -338,16 +390,24 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
         cm[i].content = texts[i];
         total += cm[i].content_len + 64;
     }
+    if (oai_merge_turns(cm, texts, &n, lim->chat_style, e)) goto fail_msgs;
     size_t out_len = 0;
     char cerr[256] = "";
+    int n_spans = 0;
+    spans = malloc((n + 1) * sizeof *spans);
+    if (!spans) {
+        oai_fail(e, 500, NULL, NULL, "out of memory");
+        goto fail_msgs;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         rendered = malloc(total);
         if (!rendered) {
             oai_fail(e, 500, NULL, NULL, "out of memory");
             goto fail_msgs;
         }
-        int r = chat_render((enum chat_style)lim->chat_style, cm, (int)n, 1, rendered, total,
-                            &out_len, cerr, sizeof cerr);
+        int r = chat_render_spans((enum chat_style)lim->chat_style, cm, (int)n, 1, rendered,
+                                  total, &out_len, spans, (int)n + 1, &n_spans, cerr,
+                                  sizeof cerr);
         if (r == CHAT_OK) break;
         free(rendered);
         rendered = NULL;
@@ -359,12 +419,14 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
                  cerr[0] ? cerr : "roles must alternate user/assistant");
         goto fail_msgs;
     }
+    if (n_spans > (int)n + 1) n_spans = (int)n + 1; /* cannot happen: chat.h's bound */
     if (oai_alloc_prompts(p, 1, e)) goto fail_msgs;
-    if (oai_encode(lim->vocab, rendered, out_len, 0, &p->prompt[0], &p->prompt_len[0],
+    if (oai_encode(lim, rendered, out_len, 0, spans, n_spans, &p->prompt[0], &p->prompt_len[0],
                    "messages", e))
         goto fail_msgs;
     rc = 0;
 fail_msgs:
+    free(spans);
     free(rendered);
     if (texts)
         for (size_t i = 0; i < n; i++) free(texts[i]);
@@ -397,7 +459,7 @@ static int oai_prompts(json_t *root, const struct oai_limits *lim, struct oai_pa
     if (!pr) return oai_fail(e, 400, "prompt", NULL, "'prompt' is required");
     if (json_is_string(pr)) {
         if (oai_alloc_prompts(p, 1, e)) return -1;
-        return oai_encode(lim->vocab, json_string_value(pr), json_string_length(pr), 1,
+        return oai_encode(lim, json_string_value(pr), json_string_length(pr), 1, NULL, 0,
                           &p->prompt[0], &p->prompt_len[0], "prompt", e);
     }
     if (!json_is_array(pr) || json_array_size(pr) == 0)
@@ -415,7 +477,7 @@ static int oai_prompts(json_t *root, const struct oai_limits *lim, struct oai_pa
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(pr, i);
         if (json_is_string(x)) {
-            if (oai_encode(lim->vocab, json_string_value(x), json_string_length(x), 1,
+            if (oai_encode(lim, json_string_value(x), json_string_length(x), 1, NULL, 0,
                            &p->prompt[i], &p->prompt_len[i], "prompt", e))
                 return -1;
         } else if (json_is_array(x)) {
