@@ -22,6 +22,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/api_embeddings.h"
+#include "server/intake.h"
 #include "server/openai.h"
 
 #define CMPL_MOD "gen"
@@ -67,6 +68,11 @@ struct cmpl {
     struct api_shape *shape;    /* a non-OpenAI reply shape (owned), or NULL */
     struct emb_req *emb;        /* embeddings: the inputs (owned), or NULL */
     float *emb_vecs;            /* [emb->n][n_embd] results (owned) */
+    int parsing;                /* intake is parsing the request on the worker pool */
+    int parsed;                 /* its outcome waits for the access handler */
+    int parse_rc;
+    struct oai_params *parsed_params; /* rc 0: the parsed request (owned until begun) */
+    struct oai_error parse_err; /* rc != 0: the refusal */
 };
 
 /* One event from the scheduler thread, copied (the event's pointers die with the call). */
@@ -424,7 +430,10 @@ void cmpl_process_queue(struct srv *s) {
 
 /* ---- start, resume, cancel ---------------------------------------------------------------- */
 
-int cmpl_active(const struct hreq *hr) { return hr->cmpl && hr->cmpl->n_ch; }
+int cmpl_active(const struct hreq *hr) {
+    const struct cmpl *g = hr->cmpl;
+    return g && (g->n_ch || g->parsing || g->parsed);
+}
 
 void cmpl_cancel(struct hreq *hr) {
     struct srv *s = hr->srv;
@@ -510,6 +519,7 @@ static void cmpl_free(struct hreq *hr, void *arg) {
     }
     free(g->ch);
     oai_params_free(g->params);
+    oai_params_free(g->parsed_params);
     free(g->out);
     if (g->shape) {
         g->shape->destroy(g->shape->st);
@@ -625,18 +635,16 @@ static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     return g;
 }
 
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape) {
+/* The parsed request (or its refusal) on the loop thread: reply or submit. Runs from the
+ * access handler, so replies may be queued. */
+static enum MHD_Result cmpl_begin(struct hreq *hr, int rc, struct oai_params *p,
+                                  const struct oai_error *e) {
     struct srv *s = hr->srv;
-    struct oai_limits lim;
-    cmpl_limits(s, &lim);
-    struct oai_error e;
-    struct oai_params *p;
-    struct cmpl *g = cmpl_new(hr, shape);
-    if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    if (oai_parse(root, is_chat, &lim, &p, &e))
-        return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
-                                e.param, e.code, "%s", e.msg);
+    struct cmpl *g = hr->cmpl;
+    if (rc)
+        return conn_reply_error(hr, e->status, e->status == 404 ? "not_found_error" : e->type,
+                                e->param, e->code, "%s", e->msg);
+    int is_chat = p->is_chat;
     g->params = p;
     snprintf(g->model, sizeof g->model, "%s", p->model);
     g->stream = p->stream;
@@ -648,12 +656,64 @@ enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
     return cmpl_submit(hr);
 }
 
+/* intake's callback (loop thread): keep the outcome and wake the connection; its access
+ * handler (cmpl_resume) goes on with cmpl_begin. */
+static void cmpl_parsed(void *arg, int rc, struct oai_params *p, const struct oai_error *e) {
+    struct hreq *hr = arg;
+    struct cmpl *g = hr->cmpl;
+    g->parsing = 0;
+    if (hr->mhd_done || hr->client_gone) {
+        oai_params_free(p);
+    } else {
+        g->parsed = 1;
+        g->parse_rc = rc;
+        g->parsed_params = p;
+        if (rc) g->parse_err = *e;
+        conn_wake(hr);
+    }
+    conn_unref(hr); /* the job's reference */
+}
+
+enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
+                                 struct api_shape *shape) {
+    struct srv *s = hr->srv;
+    struct oai_limits lim;
+    cmpl_limits(s, &lim);
+    struct cmpl *g = cmpl_new(hr, shape);
+    if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    /* Rendering and tokenizing a long prompt takes long: off the loop thread. */
+    conn_ref(hr);
+    g->parsing = 1;
+    if (intake_parse(s, root, is_chat, &lim, cmpl_parsed, hr) == 0) {
+        hr->phase = PH_WAIT;
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    g->parsing = 0;
+    conn_unref(hr);
+    struct oai_error e;
+    struct oai_params *p;
+    int rc = oai_parse(root, is_chat, &lim, &p, &e);
+    return cmpl_begin(hr, rc, p, &e);
+}
+
 enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
     return cmpl_start_shape(hr, root, is_chat, NULL);
 }
 
 enum MHD_Result cmpl_resume(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
+    if (g && g->parsing) { /* woken before the parse finished */
+        if (hr->client_gone) return MHD_NO;
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    if (g && g->parsed) {
+        g->parsed = 0;
+        struct oai_params *p = g->parsed_params;
+        g->parsed_params = NULL;
+        return cmpl_begin(hr, g->parse_rc, p, &g->parse_err);
+    }
     if (!g || (!g->params && !g->emb) || hr->client_gone) return MHD_NO; /* closes it */
     struct oai_params *p = g->params;
     if (g->fail_status)

@@ -32,6 +32,7 @@
 #include "server/api_responses.h"
 #include "server/completion.h"
 #include "server/conn.h"
+#include "server/intake.h"
 #include "server/routes.h"
 #include "server/state.h"
 
@@ -451,6 +452,7 @@ fail_handles:
         s->sched = NULL;
     }
     cmpl_process_queue(s);
+    intake_wait(s); /* parses in flight hold their requests */
     while (s->reqs) { /* requests whose scheduler events never came (none expected) */
         struct hreq *hr = s->reqs;
         hr->refs = 1;

@@ -78,6 +78,7 @@ struct srv {
     char **keys;                /* API keys (NULL: open) */
     int n_keys;
 
+    int n_intake;               /* requests being parsed on the worker pool (intake.c) */
     struct hreq *reqs;          /* live requests (doubly linked) */
     struct hconn *conns;        /* open connections */
     uint64_t next_id;           /* request ids */

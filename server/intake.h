@@ -1,0 +1,30 @@
+/*
+ * intake — request preparation off the loop thread. oai_parse (validation, chat rendering,
+ * tokenization: milliseconds to seconds for a long prompt) runs on libuv's worker pool, so
+ * the loop keeps serving streams, probes and metrics meanwhile; the result comes back on the
+ * loop thread through the callback.
+ *
+ * The job holds a reference on root and a copy of the limits (whose pointers must stay valid
+ * until the callback: the server's vocabulary and ids, alive until shutdown).
+ *
+ * Threads: intake_parse and intake_wait on the loop thread; the callback runs there too.
+ */
+#ifndef GEMMAD_SERVER_INTAKE_H
+#define GEMMAD_SERVER_INTAKE_H
+
+#include <jansson.h>
+
+#include "server/openai.h"
+#include "server/state.h"
+
+/* rc 0: p is the parsed request (taken over by the callback); else e says why. */
+typedef void (*intake_done_fn)(void *arg, int rc, struct oai_params *p, const struct oai_error *e);
+
+/* Queues the parse; 0, or -1 when it cannot be queued (then nothing was taken). */
+int intake_parse(struct srv *s, json_t *root, int is_chat, const struct oai_limits *lim,
+                 intake_done_fn done, void *arg);
+
+/* Runs the loop until no parse is in flight (shutdown, before requests are freed). */
+void intake_wait(struct srv *s);
+
+#endif
