@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -59,6 +60,8 @@ struct cmpl {
     size_t out_len, out_off, out_cap;
     int out_end;                /* stream: nothing follows what is in out */
     double last_write;          /* stream: when bytes were last queued */
+    double last_read;           /* stream: when MHD last took bytes (the client reads) */
+    int paused;                 /* stream: its choices are paused (sched_pause) */
     struct oai_resp resp;       /* id, object kind, created, model of every body */
     char id[48];                /* "chatcmpl-…" / "cmpl-…" (resp.id) */
     int aborted;                /* cmpl_abort ran */
@@ -138,6 +141,21 @@ static int cmpl_reserve(char **buf, size_t *cap, size_t need, size_t first) {
     return 0;
 }
 
+/* Backpressure: once stream_pause_bytes wait unsent (the client stopped reading: MHD and
+ * the kernel buffers are full), the stream's choices leave the batch; they resume when the
+ * client has taken half of it. */
+static void cmpl_backpressure(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    struct cmpl *g = hr->cmpl;
+    size_t unsent = g->out_len - g->out_off, bound = (size_t)s->cfg->stream_pause_bytes;
+    int want = g->paused ? unsent > bound / 2 : unsent > bound;
+    if (want == g->paused || !s->sched) return;
+    g->paused = want;
+    for (int i = 0; i < g->n_ch; i++)
+        if (g->ch[i].submitted && !g->ch[i].done) sched_pause(s->sched, g->ch[i].sched_id, want);
+    LOG_D(CMPL_MOD, hr->id, "%s: %zu bytes unsent", want ? "paused" : "resumed", unsent);
+}
+
 static void cmpl_out(struct hreq *hr, const char *data, size_t len) {
     struct cmpl *g = hr->cmpl;
     if (g->out_end || hr->mhd_done) return;
@@ -146,6 +164,7 @@ static void cmpl_out(struct hreq *hr, const char *data, size_t len) {
     memcpy(g->out + g->out_len, data, len);
     g->out_len += len;
     g->last_write = clock_mono_s();
+    cmpl_backpressure(hr);
     conn_wake(hr);
 }
 
@@ -297,6 +316,7 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     }
     c->t_last = t;
     c->n_tokens++;
+    if (!hr->mhd_done) hr->completion_tokens++; /* the access log counts what went out */
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
@@ -344,7 +364,8 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
     c->cached_tokens = ev->cached_tokens;
     c->queue_s = ev->queue_s;
     c->stop_index = ev->stop_index;
-    hr->completion_tokens += ev->completion_tokens;
+    if (!hr->mhd_done && ev->completion_tokens > c->n_tokens) /* e.g. the end-of-turn token */
+        hr->completion_tokens += ev->completion_tokens - c->n_tokens;
     if (g->emb && ev->embedding) {
         int e = ev->n_embd;
         emb_pool(ev->embedding, 1, e, EMB_POOL_MEAN, g->emb_vecs + (size_t)c->index * (size_t)e);
@@ -462,7 +483,18 @@ void cmpl_abort(struct hreq *hr, int status, const char *msg) {
 
 void cmpl_keepalive(struct hreq *hr, double now) {
     struct cmpl *g = hr->cmpl;
-    if (!g || !g->stream || g->out_end) return;
+    if (!g || !g->stream) return;
+    if (g->out_len > g->out_off && now - g->last_read > hr->srv->cfg->write_timeout_s &&
+        hr->hc && hr->hc->fd >= 0) {
+        /* Bytes wait and the client took none for write_timeout_s: end it. */
+        LOG_W(CMPL_MOD, hr->id, "client read nothing for %.0f s: closing the stream",
+              now - g->last_read);
+        cmpl_cancel(hr);
+        shutdown(hr->hc->fd, SHUT_RDWR);
+        g->last_read = now; /* once */
+        return;
+    }
+    if (g->out_end) return;
     if (now - g->last_write >= hr->srv->cfg->sse_keepalive_s) cmpl_out(hr, ": keep-alive\n\n", 14);
 }
 
@@ -476,6 +508,8 @@ static ssize_t cmpl_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
         memcpy(buf, g->out + g->out_off, n);
         g->out_off += n;
         if (g->out_off == g->out_len) g->out_off = g->out_len = 0;
+        g->last_read = clock_mono_s();
+        if (g->paused) cmpl_backpressure(hr);
         return (ssize_t)n;
     }
     if (hr->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -535,6 +569,8 @@ static void cmpl_free(struct hreq *hr, void *arg) {
 /* Submits choice c's request; on a refusal the choices already running are cancelled. */
 static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
     r->deadline = hr->deadline;
+    /* Fairness groups: an API key's requests together, else each request on its own. */
+    r->group = hr->key >= 0 ? (uint64_t)hr->key + 1 : hr->id | (1ull << 62);
     r->on_event = cmpl_on_event;
     r->user = c;
     int rc = sched_submit(hr->srv->sched, r, &c->sched_id);
@@ -600,7 +636,14 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
                             NULL, NULL);
         }
     }
-    g->last_write = clock_mono_s();
+    g->last_write = g->last_read = clock_mono_s();
+    if (hr->hc && hr->hc->fd >= 0) {
+        /* Cap the kernel's send buffer too (its autotuning grows it to megabytes on a fast
+         * path): a client that stops reading is then noticed after about
+         * 3 x stream_pause_bytes + what its own receive window holds. */
+        int sb = hr->srv->cfg->stream_pause_bytes;
+        setsockopt(hr->hc->fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
+    }
     enum MHD_Result ret =
         conn_reply_stream(hr, "text/event-stream; charset=utf-8", cmpl_stream_read, hr);
     if (ret != MHD_YES) cmpl_cancel(hr);
@@ -674,31 +717,38 @@ static void cmpl_parsed(void *arg, int rc, struct oai_params *p, const struct oa
     conn_unref(hr); /* the job's reference */
 }
 
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape) {
+/* Starts a generation request from root, or (root NULL) from the raw request body. */
+static enum MHD_Result cmpl_start(struct hreq *hr, json_t *root, int is_chat,
+                                  struct api_shape *shape) {
     struct srv *s = hr->srv;
     struct oai_limits lim;
     cmpl_limits(s, &lim);
     struct cmpl *g = cmpl_new(hr, shape);
     if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    /* Rendering and tokenizing a long prompt takes long: off the loop thread. */
+    /* Parsing, rendering and tokenizing a long prompt take long: off the loop thread. */
     conn_ref(hr);
     g->parsing = 1;
-    if (intake_parse(s, root, is_chat, &lim, cmpl_parsed, hr) == 0) {
+    if (intake_parse(s, root, hr->body, hr->body_len, is_chat, &lim, cmpl_parsed, hr) == 0) {
         hr->phase = PH_WAIT;
         conn_suspend(hr);
         return MHD_YES;
     }
     g->parsing = 0;
     conn_unref(hr);
+    if (!root) return conn_reply_error(hr, 503, NULL, NULL, NULL, "cannot queue the request");
     struct oai_error e;
     struct oai_params *p;
     int rc = oai_parse(root, is_chat, &lim, &p, &e);
     return cmpl_begin(hr, rc, p, &e);
 }
 
-enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
-    return cmpl_start_shape(hr, root, is_chat, NULL);
+enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
+                                 struct api_shape *shape) {
+    return cmpl_start(hr, root, is_chat, shape);
+}
+
+enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat) {
+    return cmpl_start(hr, NULL, is_chat, NULL);
 }
 
 enum MHD_Result cmpl_resume(struct hreq *hr) {

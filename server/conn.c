@@ -223,6 +223,7 @@ void *conn_uri_log(void *cls, const char *uri, struct MHD_Connection *conn) {
     hr->t_start = clock_mono_s();
     hr->deadline = hr->t_start + s->cfg->request_timeout_s;
     hr->ttft = -1;
+    hr->key = -1;
     size_t l = strcspn(uri ? uri : "", "?");
     if (l >= sizeof hr->path) l = sizeof hr->path - 1;
     memcpy(hr->path, uri ? uri : "", l);

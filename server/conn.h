@@ -67,6 +67,7 @@ struct hreq {
     int mhd_done;
     int suspended;
     int client_gone;            /* the peer closed while the request was suspended */
+    int key;                    /* index of the API key it used, -1 for none */
 
     char *body;                 /* request body (owned) */
     size_t body_len, body_cap;

@@ -274,15 +274,7 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
     case ROUTE_TOKENIZE: return route_tokenize(hr);
     case ROUTE_DETOKENIZE: return route_detokenize(hr);
     case ROUTE_CHAT:
-    case ROUTE_COMPLETIONS: {
-        enum MHD_Result ret = MHD_YES;
-        json_t *root = route_body(hr, &ret);
-        if (!root) return ret;
-        hr->body_len = 0;
-        ret = cmpl_start_json(hr, root, hr->route == ROUTE_CHAT);
-        json_decref(root);
-        return ret;
-    }
+    case ROUTE_COMPLETIONS: return cmpl_start_body(hr, hr->route == ROUTE_CHAT);
     case ROUTE_RESPONSES:
     case ROUTE_MESSAGES:
     case ROUTE_COUNT_TOKENS:
@@ -307,7 +299,8 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
 
 /* Constant-time comparison of the key (Authorization: Bearer KEY, or x-api-key: KEY as
  * Anthropic's clients send it) with every configured key. */
-static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
+static int route_auth_ok(struct srv *s, struct MHD_Connection *conn, int *key) {
+    *key = -1;
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (h && strncasecmp(h, "Bearer ", 7) == 0) {
@@ -324,6 +317,7 @@ static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
         unsigned diff = (unsigned)(kl ^ hl);
         for (size_t j = 0; j < kl; j++) diff |= (unsigned char)s->keys[i][j] ^ (unsigned char)(j < hl ? h[j] : 0);
         ok |= diff == 0;
+        if (diff == 0) *key = i; /* the fairness group of its requests */
     }
     return ok;
 }
@@ -359,7 +353,7 @@ static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
     if (!method_ok)
         return conn_reply_error(hr, 405, NULL, NULL, NULL, "method %.16s not allowed on %s; use %s",
                                 method, hr->path, allow);
-    if (route_needs_auth(hr->route) && !route_auth_ok(s, conn))
+    if (route_needs_auth(hr->route) && !route_auth_ok(s, conn, &hr->key))
         return conn_reply_error(hr, 401, NULL, NULL, "invalid_api_key",
                                 "missing or invalid API key (Authorization: Bearer KEY, or "
                                 "x-api-key: KEY)");

@@ -190,6 +190,7 @@ static void *srv_loader(void *arg) {
     o.session_ttl_s = c->session_ttl_s;
     o.deterministic = c->deterministic;
     o.device = sched_device_parse(c->device);
+    o.group_max_seqs = c->group_max_seqs;
     s->load_rc = sched_create(s->load_model, &o, &s->load_sched, s->load_err, sizeof s->load_err);
 done:
     uv_async_send(&s->load_async);
