@@ -23,60 +23,10 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/api_embeddings.h"
-#include "server/intake.h"
+#include "server/completion_int.h"
 #include "server/openai.h"
 
 #define CMPL_MOD "gen"
-
-/* One choice of a generation request: one scheduler request. */
-struct hchoice {
-    struct hreq *hr;
-    int index;                  /* choice index in the response */
-    int prompt_idx;             /* which prompt (completions with a list) */
-    uint64_t sched_id;
-    int submitted, done;        /* submitted to the scheduler; DONE/ERROR seen */
-    enum sched_finish finish;
-    char *error;                /* ERROR message (owned) */
-    char *text;                 /* non-stream: the output so far (owned) */
-    size_t text_len, text_cap;
-    json_t *lp;                 /* non-stream logprobs entries (owned), or NULL */
-    int n_tokens;               /* TOKEN events seen */
-    int prompt_tokens, completion_tokens, cached_tokens;
-    double t_first, t_last;     /* first / latest token (monotonic s) */
-    double queue_s;
-    size_t lp_offset;           /* legacy logprobs: text offset of the next token */
-    int stop_index;             /* DONE: which stop string matched, or -1 */
-    int prompt_pending;         /* stream: the echoed prompt waits for its logprobs */
-};
-
-/* One completion request (hreq.cmpl). */
-struct cmpl {
-    struct oai_params *params;  /* parsed request (owned) */
-    struct hchoice *ch;         /* [n_ch] */
-    int n_ch;
-    int n_done;
-    int stream;
-    char *out;                  /* stream: SSE bytes not yet handed to MHD (owned) */
-    size_t out_len, out_off, out_cap;
-    int out_end;                /* stream: nothing follows what is in out */
-    double last_write;          /* stream: when bytes were last queued */
-    double last_read;           /* stream: when MHD last took bytes (the client reads) */
-    int paused;                 /* stream: its choices are paused (sched_pause) */
-    struct oai_resp resp;       /* id, object kind, created, model of every body */
-    char id[48];                /* "chatcmpl-…" / "cmpl-…" (resp.id) */
-    int aborted;                /* cmpl_abort ran */
-    int fail_status;            /* non-stream: HTTP status of an error outcome */
-    char fail_msg[256];
-    char model[256];            /* the model id the reply names (resp.model) */
-    struct api_shape *shape;    /* a non-OpenAI reply shape (owned), or NULL */
-    struct emb_req *emb;        /* embeddings: the inputs (owned), or NULL */
-    float *emb_vecs;            /* [emb->n][n_embd] results (owned) */
-    int parsing;                /* intake is parsing the request on the worker pool */
-    int parsed;                 /* its outcome waits for the access handler */
-    int parse_rc;
-    struct oai_params *parsed_params; /* rc 0: the parsed request (owned until begun) */
-    struct oai_error parse_err; /* rc != 0: the refusal */
-};
 
 /* One event from the scheduler thread, copied (the event's pointers die with the call). */
 struct cmpl_event {
@@ -518,7 +468,7 @@ static ssize_t cmpl_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
     return 0;
 }
 
-static enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
+enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
     switch (rc) {
     case SCHED_EFULL:
         return conn_reply_error(hr, 429, NULL, NULL, NULL, "the server is busy: queue full");
@@ -567,7 +517,7 @@ static void cmpl_free(struct hreq *hr, void *arg) {
 }
 
 /* Submits choice c's request; on a refusal the choices already running are cancelled. */
-static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
+int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
     r->deadline = hr->deadline;
     /* Fairness groups: an API key's requests together, else each request on its own. */
     r->group = hr->key >= 0 ? (uint64_t)hr->key + 1 : hr->id | (1ull << 62);
@@ -584,7 +534,7 @@ static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req 
 }
 
 /* Submits every choice; the stream's first chunks go out before its response is queued. */
-static enum MHD_Result cmpl_submit(struct hreq *hr) {
+enum MHD_Result cmpl_submit(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
     struct oai_params *p = g->params;
     int n_ch = p->n * p->n_prompts;
@@ -662,7 +612,7 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
 }
 
 /* The request's completion state, its release registered with the connection layer. */
-static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
+struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     struct cmpl *g = calloc(1, sizeof *g);
     if (!g) {
         if (shape) {
@@ -676,79 +626,6 @@ static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     conn_close_add(hr, cmpl_on_close, NULL);
     conn_cleanup_add(hr, cmpl_free, g);
     return g;
-}
-
-/* The parsed request (or its refusal) on the loop thread: reply or submit. Runs from the
- * access handler, so replies may be queued. */
-static enum MHD_Result cmpl_begin(struct hreq *hr, int rc, struct oai_params *p,
-                                  const struct oai_error *e) {
-    struct srv *s = hr->srv;
-    struct cmpl *g = hr->cmpl;
-    if (rc)
-        return conn_reply_error(hr, e->status, e->status == 404 ? "not_found_error" : e->type,
-                                e->param, e->code, "%s", e->msg);
-    int is_chat = p->is_chat;
-    g->params = p;
-    snprintf(g->model, sizeof g->model, "%s", p->model);
-    g->stream = p->stream;
-    snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,
-             (unsigned)((uint64_t)s->created * 2654435761u));
-    g->resp = (struct oai_resp){.id = g->id, .is_chat = p->is_chat,
-                                .created = (int64_t)time(NULL), .model = g->model,
-                                .include_usage = p->include_usage};
-    return cmpl_submit(hr);
-}
-
-/* intake's callback (loop thread): keep the outcome and wake the connection; its access
- * handler (cmpl_resume) goes on with cmpl_begin. */
-static void cmpl_parsed(void *arg, int rc, struct oai_params *p, const struct oai_error *e) {
-    struct hreq *hr = arg;
-    struct cmpl *g = hr->cmpl;
-    g->parsing = 0;
-    if (hr->mhd_done || hr->client_gone) {
-        oai_params_free(p);
-    } else {
-        g->parsed = 1;
-        g->parse_rc = rc;
-        g->parsed_params = p;
-        if (rc) g->parse_err = *e;
-        conn_wake(hr);
-    }
-    conn_unref(hr); /* the job's reference */
-}
-
-/* Starts a generation request from root, or (root NULL) from the raw request body. */
-static enum MHD_Result cmpl_start(struct hreq *hr, json_t *root, int is_chat,
-                                  struct api_shape *shape) {
-    struct srv *s = hr->srv;
-    struct oai_limits lim;
-    cmpl_limits(s, &lim);
-    struct cmpl *g = cmpl_new(hr, shape);
-    if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    /* Parsing, rendering and tokenizing a long prompt take long: off the loop thread. */
-    conn_ref(hr);
-    g->parsing = 1;
-    if (intake_parse(s, root, hr->body, hr->body_len, is_chat, &lim, cmpl_parsed, hr) == 0) {
-        hr->phase = PH_WAIT;
-        conn_suspend(hr);
-        return MHD_YES;
-    }
-    g->parsing = 0;
-    conn_unref(hr);
-    if (!root) return conn_reply_error(hr, 503, NULL, NULL, NULL, "cannot queue the request");
-    struct oai_error e;
-    struct oai_params *p;
-    int rc = oai_parse(root, is_chat, &lim, &p, &e);
-    return cmpl_begin(hr, rc, p, &e);
-}
-
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape) {
-    return cmpl_start(hr, root, is_chat, shape);
-}
-
-enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat) {
-    return cmpl_start(hr, NULL, is_chat, NULL);
 }
 
 enum MHD_Result cmpl_resume(struct hreq *hr) {
@@ -799,43 +676,4 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
                                 c->text_len, lp, oai_finish_name(c->finish)));
     }
     return conn_reply_json(hr, 200, oai_response(&g->resp, choices, cmpl_usage_json(hr)));
-}
-
-/* Embeddings: one prefill-only scheduler request per input, answered when all are done. */
-enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model) {
-    struct srv *s = hr->srv;
-    const int E = s->model->cfg.n_embd;
-    struct cmpl *g = cmpl_new(hr, NULL);
-    if (!g) {
-        emb_req_free(emb);
-        free(emb);
-        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    }
-    g->emb = emb;
-    snprintf(g->model, sizeof g->model, "%s", model);
-    g->ch = calloc((size_t)emb->n, sizeof *g->ch);
-    g->emb_vecs = calloc((size_t)emb->n * (size_t)E, sizeof(float));
-    if (!g->ch || !g->emb_vecs) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    g->n_ch = emb->n;
-    hr->prompt_tokens = emb->total;
-    for (int i = 0; i < emb->n; i++) {
-        struct hchoice *c = &g->ch[i];
-        c->hr = hr;
-        c->index = i;
-        c->prompt_idx = i;
-        struct sched_req r = {0};
-        r.prompt = emb->ids[i];
-        r.n_prompt = emb->len[i];
-        r.embed = 1;
-        r.pooling = emb->pooling == EMB_POOL_LAST ? SCHED_POOL_LAST : SCHED_POOL_MEAN;
-        r.top_logprobs = -1;
-        int rc = cmpl_submit_one(hr, c, &r);
-        if (rc == SCHED_EBACKEND)
-            return conn_reply_error(hr, 501, NULL, NULL, NULL,
-                                    "embeddings need the CPU backend (--device cpu)");
-        if (rc) return cmpl_submit_error(hr, rc);
-    }
-    hr->phase = PH_WAIT;
-    conn_suspend(hr);
-    return MHD_YES;
 }
