@@ -10,7 +10,7 @@
  * sequence finishes, fails or is cancelled.
  *
  * Threads: sched_create/sched_destroy from the owning (main) thread. sched_submit,
- * sched_cancel, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
+ * sched_cancel, sched_pause, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
  * the scheduler's lock, never wait for compute). on_event callbacks run on the scheduler
  * thread: they must not block, must copy what they keep (pointers inside the event are valid
  * only during the call), and must not call back into sched_* except sched_cancel.

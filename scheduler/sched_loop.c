@@ -1,8 +1,9 @@
 /*
  * sched_loop — continuous batching on one scheduler thread. See sched.h for the contract.
  *
- * Each step: take cancellations and admit waiting requests (FCFS: the queue's head blocks
- * those behind it, so nobody starves), then build one batch in arrival order with one
+ * Each step: take cancellations and pauses, and admit waiting requests (sched_fair.c: fair
+ * between groups, arrival order within that; one that lacks KV blocks blocks those behind
+ * it, so nobody starves), then build one batch in arrival order with one
  * decode row per decoding sequence and prefill chunks from the budget left after the decode
  * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
  * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
