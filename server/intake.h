@@ -8,7 +8,9 @@
  * The job holds a reference on root and a copy of the limits (whose pointers must stay valid
  * until the callback: the server's vocabulary and ids, alive until shutdown).
  *
- * Threads: intake_parse and intake_wait on the loop thread; the callback runs there too.
+ * Large bodies are parsed one at a time on a thread of lower CPU priority (intake.c).
+ *
+ * Threads: intake_* on the loop thread; the callback runs there too.
  */
 #ifndef GEMMAD_SERVER_INTAKE_H
 #define GEMMAD_SERVER_INTAKE_H
@@ -26,7 +28,10 @@ typedef void (*intake_done_fn)(void *arg, int rc, struct oai_params *p, const st
 int intake_parse(struct srv *s, json_t *root, const char *body, size_t body_len, int is_chat,
                  const struct oai_limits *lim, intake_done_fn done, void *arg);
 
-/* Runs the loop until no parse is in flight (shutdown, before requests are freed). */
+/* Runs the loop until no parse is in flight, then stops the big-request thread (shutdown,
+ * before requests are freed). */
 void intake_wait(struct srv *s);
+/* Frees what is left after the loop closed its handles (shutdown, after uv_loop_close). */
+void intake_free(struct srv *s);
 
 #endif

@@ -462,6 +462,7 @@ fail_handles:
     uv_walk(&loop, srv_close_walk, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
+    intake_free(s);
 fail_loop:
     if (s->model) model_free(s->model);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);

@@ -35,6 +35,7 @@ struct hreq;
 struct hconn;
 struct cmpl_event;
 struct resp_store;
+struct intake_lane;
 
 struct srv {
     const struct config *cfg;
@@ -78,7 +79,8 @@ struct srv {
     char **keys;                /* API keys (NULL: open) */
     int n_keys;
 
-    int n_intake;               /* requests being parsed on the worker pool (intake.c) */
+    int n_intake;               /* requests being parsed off the loop (intake.c) */
+    struct intake_lane *intake_lane; /* intake's thread for large bodies, or NULL */
     struct hreq *reqs;          /* live requests (doubly linked) */
     struct hconn *conns;        /* open connections */
     uint64_t next_id;           /* request ids */
