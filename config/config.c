@@ -71,7 +71,8 @@ static const struct cfg_opt cfg_opts[] = {
     {"write_timeout_s", CFG_DBL, OFF(write_timeout_s), 0, 0.1, 86400, NULL,
      "a stream whose client reads nothing for this many seconds is ended"},
     {"stream_pause_bytes", CFG_INT, OFF(stream_pause_bytes), 0, 1024, 1 << 30, NULL,
-     "unsent bytes of a stream at which its sequences leave the batch until the client reads"},
+     "unsent bytes of a stream at which its sequences leave the batch until the client reads "
+     "(also the stream socket's send buffer)"},
     {"group_max_seqs", CFG_INT, OFF(group_max_seqs), 0, 1, 4096, NULL,
      "decode slots one request (or one API key) keeps while others wait; above it, it only "
      "uses slots nobody else waits for"},
