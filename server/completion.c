@@ -420,6 +420,11 @@ void cmpl_abort(struct hreq *hr, int status, const char *msg) {
     g->aborted = 1;
     cmpl_cancel(hr);
     LOG_W(CMPL_MOD, hr->id, "ending request: %s", msg);
+    if (!g->n_ch) { /* still being parsed: cmpl_begin answers with this */
+        g->fail_status = status;
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        return;
+    }
     if (g->stream) {
         g->aborted = 0; /* let the error event through */
         cmpl_sse_error(hr, status == 504 ? "timeout_error" : "server_error", msg);

@@ -19,6 +19,11 @@ enum MHD_Result cmpl_begin(struct hreq *hr, int rc, struct oai_params *p,
                                   const struct oai_error *e) {
     struct srv *s = hr->srv;
     struct cmpl *g = hr->cmpl;
+    if (g->fail_status) { /* ended (deadline, drain) while it was being parsed */
+        oai_params_free(p);
+        return conn_reply_error(hr, g->fail_status, g->fail_status == 504 ? "timeout_error" : NULL,
+                                NULL, NULL, "%s", g->fail_msg);
+    }
     if (rc)
         return conn_reply_error(hr, e->status, e->status == 404 ? "not_found_error" : e->type,
                                 e->param, e->code, "%s", e->msg);
