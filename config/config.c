@@ -59,6 +59,27 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds an idle connection is kept"},
     {"request_timeout_s", CFG_DBL, OFF(request_timeout_s), 0, 1, 86400, NULL,
      "total seconds one request may take, from its first byte to its last"},
+    {"header_timeout_s", CFG_DBL, OFF(header_timeout_s), 0, 0.1, 86400, NULL,
+     "seconds a connection has to send a complete request header, from its accept or the "
+     "request line of a later request on it"},
+    {"admin_port", CFG_INT, OFF(admin_port), 0, -1, 65535, NULL,
+     "port of the admin listener serving only /health, /live and /metrics (-1: off, 0: any "
+     "free port, logged)"},
+    {"admin_host", CFG_STR, OFF(admin_host), SZ(admin_host), 0, 0, NULL,
+     "listen address of the admin listener (empty: host)"},
+    {"max_conns_per_client", CFG_INT, OFF(max_conns_per_client), 0, 0, 65536, NULL,
+     "concurrent connections from one client address (0: no limit; keep 0 behind a balancer)"},
+    {"write_timeout_s", CFG_DBL, OFF(write_timeout_s), 0, 0.1, 86400, NULL,
+     "a stream whose client reads nothing for this many seconds is ended"},
+    {"stream_pause_bytes", CFG_INT, OFF(stream_pause_bytes), 0, 1024, 1 << 30, NULL,
+     "unsent bytes of a stream at which its sequences leave the batch until the client reads "
+     "(also the stream socket's send buffer)"},
+    {"group_max_seqs", CFG_INT, OFF(group_max_seqs), 0, 1, 4096, NULL,
+     "decode slots one request (or one API key) keeps while others wait; above it, it only "
+     "uses slots nobody else waits for"},
+    {"allow_control_tokens", CFG_BOOL, OFF(allow_control_tokens), 0, 0, 1, NULL,
+     "tokenize control-token text in message content and prompt strings as control tokens "
+     "(off: as ordinary text)"},
     {"sse_keepalive_s", CFG_DBL, OFF(sse_keepalive_s), 0, 0.05, 3600, NULL,
      "seconds between ': keep-alive' comments on a quiet stream"},
     {"drain_timeout_s", CFG_DBL, OFF(drain_timeout_s), 0, 0, 3600, NULL,

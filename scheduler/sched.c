@@ -51,6 +51,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->session_ttl_s = d->session_ttl_s;
     o->deterministic = d->deterministic;
     o->device = sched_device_parse(d->device);
+    o->group_max_seqs = d->group_max_seqs;
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -226,6 +227,7 @@ void sched_destroy(struct sched *s) {
     free(s->batch);
     free(s->eog);
     free(s->cancel_ids);
+    free(s->pause_ops);
     free(s->cancel_work);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -286,6 +288,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
     q->deadline = r->deadline;
+    q->group = r->group;
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);
@@ -302,6 +305,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     if (rc == SCHED_OK) {
         q->id = s->next_id++;
         q->order = s->next_order++;
+        if (!q->group) q->group = q->id | (1ull << 63); /* apart from callers' groups */
         uint64_t seed = r->sp.has_seed ? r->sp.seed
                                        : (uint64_t)(q->t_submit * 1e9) ^ (q->id * 0x9e3779b97f4a7c15ull);
         smp_rng_seed(&q->rng, seed);
@@ -330,6 +334,23 @@ void sched_cancel(struct sched *s, uint64_t id) {
         s->cap_cancel = cap;
     }
     s->cancel_ids[s->n_cancel++] = id;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sched_pause(struct sched *s, uint64_t id, int paused) {
+    pthread_mutex_lock(&s->lock);
+    if (s->n_pause == s->cap_pause) {
+        int cap = s->cap_pause ? 2 * s->cap_pause : 64;
+        struct sched_pause_op *p = realloc(s->pause_ops, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+        s->pause_ops = p;
+        s->cap_pause = cap;
+    }
+    s->pause_ops[s->n_pause++] = (struct sched_pause_op){id, paused};
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
 }

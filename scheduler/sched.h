@@ -10,7 +10,7 @@
  * sequence finishes, fails or is cancelled.
  *
  * Threads: sched_create/sched_destroy from the owning (main) thread. sched_submit,
- * sched_cancel, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
+ * sched_cancel, sched_pause, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
  * the scheduler's lock, never wait for compute). on_event callbacks run on the scheduler
  * thread: they must not block, must copy what they keep (pointers inside the event are valid
  * only during the call), and must not call back into sched_* except sched_cancel.
@@ -45,6 +45,7 @@ struct sched_opts {
     double session_ttl_s;     /* keep a finished session's blocks warm this long */
     int deterministic;        /* batch- and thread-invariant results */
     enum fwd_device device;
+    int group_max_seqs;       /* decode slots one group keeps while others wait (sched_fair.c) */
 };
 /* Fills o from the defaults table (config/defaults.h). */
 void sched_opts_default(struct sched_opts *o);
@@ -69,6 +70,8 @@ struct sched_req {
                                * session) and return its pooled final hidden state in DONE */
     enum sched_pooling { SCHED_POOL_MEAN = 0, SCHED_POOL_LAST = 1 } pooling; /* embed */
     double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
+    uint64_t group;           /* fairness group (one HTTP request, or one API key): decode
+                               * slots are shared between groups (sched_fair.c); 0 = its own */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
 };
@@ -129,6 +132,12 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out);
 /* Cancel a request: queued ones never run; running ones leave at the next step and get a
  * DONE event with SCHED_FINISH_CANCELLED. Unknown or finished ids: no effect. */
 void sched_cancel(struct sched *s, uint64_t id);
+/* Pause (1) or resume (0) request id: a paused request leaves the batch at the next step
+ * (its KV blocks are released, complete ones stay in the prefix cache) and waits, not
+ * admitted, until resumed; its output then continues exactly as if nothing had happened
+ * (see preemption in sched_loop.c). Its deadline still applies. Any thread; unknown or
+ * finished ids are ignored. */
+void sched_pause(struct sched *s, uint64_t id, int paused);
 /* Refuse new submissions (SCHED_EDRAIN) from now on; running requests continue. */
 void sched_drain(struct sched *s);
 /* Counts for /health and /metrics. */

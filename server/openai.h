@@ -36,6 +36,7 @@ struct oai_limits {
     const char *const *aliases; /* [n_aliases] more accepted values (the served ids) */
     int n_aliases;
     int accept_any_model;      /* 1: any value names the served model */
+    int allow_control_tokens;  /* 1: control-token text in content/prompts is special */
 };
 
 struct oai_error {

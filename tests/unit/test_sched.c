@@ -772,6 +772,89 @@ static void test_liveness_progress(void) {
     model_free(m);
 }
 
+static int n_tok_of(struct result *r) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->n_tok;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static void wait_tokens(struct result *r, int n) {
+    for (int i = 0; i < 3000 && n_tok_of(r) < n; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    T_ASSERTF(n_tok_of(r) >= n, "only %d tokens", n_tok_of(r));
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* A paused request leaves the batch and makes no tokens; resumed, its output is the same
+ * as an uninterrupted run's. */
+static void test_pause_resume(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    int32_t ids[64];
+    int n = encode(m, prompts[1], ids, 64), gen = quick() ? 12 : 40;
+    static struct result a, b;
+    run_one(s, ids, n, seeded(7), gen, &a);
+    uint64_t id;
+    submit(s, ids, n, seeded(7), gen, &b, &id);
+    wait_tokens(&b, 4);
+    sched_pause(s, id, 1);
+    sleep_ms(200);
+    int k = n_tok_of(&b);
+    sleep_ms(300);
+    T_ASSERTF(n_tok_of(&b) == k && k < gen, "paused request went on: %d -> %d", k, n_tok_of(&b));
+    struct sched_counts c;
+    sched_get_counts(s, &c);
+    T_ASSERTF(c.running == 0 && c.waiting == 1, "running %d waiting %d", c.running, c.waiting);
+    sched_pause(s, id, 0);
+    res_wait(&b);
+    same(&a, &b, "paused and resumed");
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void tweak_fair(struct sched_opts *o) {
+    o->max_seqs = 4;
+    o->group_max_seqs = 2;
+}
+
+/* One group holding every slot gives one to a newcomer of another group within a few
+ * steps, long before any of its own sequences ends. */
+static void test_fair_newcomer(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, tweak_fair);
+    int32_t ids[64];
+    int n = encode(m, prompts[0], ids, 64);
+    static struct result big[4], small;
+    uint64_t bid[4], sid;
+    for (int i = 0; i < 4; i++) {
+        struct sched_req q = req(ids, n, seeded(100 + (uint64_t)i), 200, &big[i]);
+        q.group = 7;
+        T_ASSERT(sched_submit(s, &q, &bid[i]) == SCHED_OK);
+    }
+    for (int i = 0; i < 4; i++) wait_tokens(&big[i], 10);
+    int before = n_tok_of(&big[3]);
+    struct sched_req q = req(ids, n, greedy(), 4, &small);
+    q.group = 9;
+    T_ASSERT(sched_submit(s, &q, &sid) == SCHED_OK);
+    res_wait(&small);
+    T_ASSERT(small.finish == SCHED_FINISH_LENGTH && small.n_tok == 4);
+    int after = n_tok_of(&big[3]);
+    T_ASSERTF(after - before < 40, "the newcomer waited %d tokens of the big group", after - before);
+    for (int i = 0; i < 4; i++) sched_cancel(s, bid[i]);
+    for (int i = 0; i < 4; i++) res_wait(&big[i]);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
@@ -780,6 +863,7 @@ int main(int argc, char **argv) {
         T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
-        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress), {0}};
+        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress),
+        T_CASE(test_pause_resume), T_CASE(test_fair_newcomer), {0}};
     return t_main(argc, argv, cases);
 }
