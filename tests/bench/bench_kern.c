@@ -268,6 +268,7 @@ int main(int argc, char **argv) {
             i++;
             isa = !strcmp(argv[i], "avx2")     ? KERN_ISA_AVX2
                   : !strcmp(argv[i], "avx512") ? KERN_ISA_AVX512
+                  : !strcmp(argv[i], "amx")    ? KERN_ISA_AMX
                   : !strcmp(argv[i], "scalar") ? KERN_ISA_REF
                                                : KERN_ISA_AUTO;
         }
