@@ -4,7 +4,7 @@
  *
  * Built and run by tests/bench/bench_engine.py (see docs/BENCHMARKS.md):
  *   bench_kern [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json]   kernels
- *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|scalar] [--no-panels]
+ *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|amx|scalar] [--no-panels]
  *   bench_kern --bandwidth [--threads N] [--bw-mib 1024] [--json]   read bandwidth only
  *              (best of plain loads and loads with software prefetch, median of 7 each)
  *
