@@ -79,17 +79,15 @@ struct ax_prep {
 /* The float steps of one block for 16 activations: C (16 x 16 int32 = the exact sums S)
  * converted, times dw * da, into acc. Exactly pz_panel's per-block steps. */
 static inline __attribute__((always_inline)) void ax_accum(const int32_t *cbuf, __m512 dw,
-                                                           const float *da, int kb,
-                                                           __m512 *acc) {
+                                                           const float *da, int kb, __m512 *acc) {
     for (int m = 0; m < AX_G; m++) {
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + m * PANEL_ROWS)),
-                                 d, acc[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + m * PANEL_ROWS)), d,
+                                 acc[m]);
     }
 }
 
-static inline __attribute__((always_inline)) __m512 ax_dw(const uint8_t *pp, size_t rb,
-                                                          int64_t b) {
+static inline __attribute__((always_inline)) __m512 ax_dw(const uint8_t *pp, size_t rb, int64_t b) {
     const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
     return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
 }
@@ -120,8 +118,8 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 
 /* Rows [r0, r1) x activations [0, ng * 16) for one chunk of blocks [kb0, kb0 + kbn). */
 static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
-                     const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0,
-                     int kbn, const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
+                     const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
+                     const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
     const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {

@@ -746,14 +746,10 @@ KX_AI void kz_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
     for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
-            float s = kx_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
-                                             _mm512_extractf32x8_ps(acc[r][c], 1)));
-            const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
-            const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
-            for (int64_t j = i; j < n; j++)
-                s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
-                       : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
-            y[(size_t)c * ldy + r] = s;
+            const float s = kx_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                   _mm512_extractf32x8_ps(acc[r][c], 1)));
+            y[(size_t)c * ldy + r] = kx_half_tail(bf, s, w + (size_t)r * ws,
+                                                       a + (size_t)c * as, i, n);
         }
     }
 }

@@ -103,7 +103,8 @@ static void test_layout(void) {
 /* The ISA's panel kernel against panel_gemm_ref (bits) and panel_gemm_ref against
  * vec_dot_ref. AVX-512 and AMX both equal panel_gemm_ref, hence each other. */
 static void check_kernel_bits(enum kern_isa isa) {
-    if (!kern_isa_supported(isa)) T_SKIP("no %s on this CPU (or tile state refused)", kern_isa_name(isa));
+    if (!kern_isa_supported(isa))
+        T_SKIP("no %s on this CPU (or tile state refused)", kern_isa_name(isa));
     T_ASSERT(kern_init(isa) == 0);
     if (!kern_panel_kernel(QT_Q8_0)) T_SKIP("no panel kernel on this CPU (needs AVX-512 VNNI)");
     enum { NA = 70, NG = 4128, LDY = 208 };
