@@ -206,6 +206,8 @@ def main():
                     help="--formats: comma-separated llama-quantize types (default: all eleven)")
     ap.add_argument("--check-tokens", type=int, default=24,
                     help="--formats: greedy tokens compared between gemmad and llama.cpp")
+    ap.add_argument("--no-speed", action="store_true",
+                    help="--formats: the greedy cross-check only, no timing")
     args = ap.parse_args()
     os.chdir(ROOT)
     runs = max(3, args.runs)

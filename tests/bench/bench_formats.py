@@ -7,7 +7,7 @@ into each format under BUILD/bench/formats/, then per format:
   * correctness: a greedy continuation of a fixed prompt from gemmad (gemmad-cli generate)
     and from llama.cpp (llama-simple, greedy), and how many leading tokens' text they share
     (a near-tie may flip one; a broken format gives garbage from the first token);
-  * speed: prefill and decode tok/s, gemmad (gemmad-cli bench) and llama.cpp (llama-bench,
+  * speed (unless --no-speed): prefill and decode tok/s, gemmad (gemmad-cli bench) and llama.cpp (llama-bench,
     pp P and tg G), alternating, median of --runs, with the ratio.
 The llama.cpp build is portable (GGML_NATIVE=OFF with the AVX2 and AVX-512 options, no AMX):
 a native build crashes on some AMX hosts (KVM guests), and the portable one runs everywhere
@@ -84,8 +84,11 @@ def gemmad_text(cli, model, n):
 
 
 def llama_text(simple, model, n):
+    # Passive OpenMP waits: a correctness check need not spin (on a busy machine spinning
+    # threads slow it down by orders of magnitude); llama-bench keeps llama.cpp's default.
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     r = subprocess.run([simple, "-m", model, "-n", str(n), PROMPT], capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=600, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"llama-simple failed ({r.returncode}): {r.stderr[-1000:]}")
     out = r.stdout.strip()
@@ -137,6 +140,11 @@ def run(args, run_gemmad, cli, out_dir):
             l_txt = llama_text(exes["llama-simple"], model, args.check_tokens)
             row["same_words"], row["words"] = common_words(g_txt, l_txt)
             row["gemmad_text"], row["llama_text"] = g_txt.strip(), l_txt.strip()
+            if args.no_speed:
+                log(f"  {fmt}: {row['same_words']}/{row['words']} leading words equal\n"
+                    f"    gemmad:    {row['gemmad_text'][:160]}\n"
+                    f"    llama.cpp: {row['llama_text'][:160]}")
+                continue
             g_runs, l_runs = [], []
             for i in range(runs):
                 g_runs.append(run_gemmad(cli, model, args.prompt_tokens, args.gen, args.threads,
@@ -160,14 +168,20 @@ def run(args, run_gemmad, cli, out_dir):
 def print_table(results, args):
     def ratio(a, b):
         return f"{a / b:.2f}x" if a and b else "n/a"
-    print(f"\nWeight formats: {args.model} requantized, {args.threads} threads, prompt "
-          f"{args.prompt_tokens}, gen {args.gen}, median of {max(1, args.runs)} "
+    timing = "greedy cross-check only" if args.no_speed else (
+        f"{args.threads} threads, prompt {args.prompt_tokens}, gen {args.gen}, median of "
+        f"{max(1, args.runs)}")
+    print(f"\nWeight formats: {args.model} requantized, {timing} "
           f"(load avg {os.getloadavg()[0]:.1f})")
     print(f"{'format':8}{'MiB':>6}{'prefill g':>11}{'llama':>9}{'ratio':>7}"
           f"{'decode g':>10}{'llama':>9}{'ratio':>7}  greedy words equal")
     for r in results:
         if "error" in r:
             print(f"{r['format']:8} FAILED: {r['error'][:200]}")
+            continue
+        if "gemmad" not in r:  # --no-speed
+            print(f"{r['format']:8}{r['file_mib']:6.0f}{'(not timed: --no-speed)':>60}  "
+                  f"{r['same_words']}/{r['words']}")
             continue
         g, l = r["gemmad"], r["llama_cpp"]
         print(f"{r['format']:8}{r['file_mib']:6.0f}{g['prefill_tok_s']:11.1f}"
