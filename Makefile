@@ -51,6 +51,7 @@ LDLIBS := -lmicrohttpd -ljansson -luv -lm -lpthread
 # Per-instruction-set kernel files get their own flags; dispatch happens at run time.
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_AMX := $(ISA_AVX512) -mamx-tile -mamx-int8
 
 ENGINE_SRC := $(wildcard engine/*.c) $(wildcard engine/kernels/*.c)
 SCHED_SRC := $(wildcard scheduler/*.c)
@@ -121,6 +122,11 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_AMX) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
