@@ -23,8 +23,16 @@
     X(int, max_connections, 512)                                                             \
     X(double, connection_timeout_s, 60)                                                      \
     X(double, request_timeout_s, 600)                                                        \
+    X(double, header_timeout_s, 10)                                                          \
+    X(int, admin_port, -1)                                                                   \
+    X(int, max_conns_per_client, 0)                                                          \
+    X(double, write_timeout_s, 30)                                                           \
+    X(int, stream_pause_bytes, 65536)                                                        \
+    X(int, group_max_seqs, 4)                                                                \
+    X(int, allow_control_tokens, 0)                                                          \
     X(double, sse_keepalive_s, 15)                                                           \
     X(double, drain_timeout_s, 30)                                                           \
+    X(double, live_stall_s, 120)                                                             \
     X(int, max_queue, 256)                                                                   \
     X(int, max_queued_tokens, 262144)                                                        \
     X(int, max_seqs, 16)                                                                     \
@@ -48,6 +56,7 @@
     X(model, "")                                                                             \
     X(model_alias, "")                                                                       \
     X(host, "127.0.0.1")                                                                     \
+    X(admin_host, "")                                                                        \
     X(kv_dtype, "f16")                                                                       \
     X(device, "auto")                                                                        \
     X(api_keys_file, "")                                                                     \

@@ -236,9 +236,23 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user) {
 }
 
 int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out) {
-    double ms[3];
-    if (!c->be->step_times || c->be->step_times(c->b, ms) != BE_OK) return -1;
-    *out = (struct fwd_step_times){ms[0], ms[1], ms[2]};
+    struct be_step_times t;
+    if (!c->be->step_times || c->be->step_times(c->b, &t) != BE_OK) return -1;
+    *out = (struct fwd_step_times){.h2d_ms = t.h2d_ms,
+                                   .gpu_ms = t.gpu_ms,
+                                   .d2h_ms = t.d2h_ms,
+                                   .matmul_ms = t.class_ms[BE_PROF_MATMUL],
+                                   .attn_ms = t.class_ms[BE_PROF_ATTN],
+                                   .norm_ms = t.class_ms[BE_PROF_NORM],
+                                   .other_ms = t.class_ms[BE_PROF_OTHER],
+                                   .head_ms = t.class_ms[BE_PROF_HEAD],
+                                   .profiled = t.profiled,
+                                   .graph = t.graph};
+    return 0;
+}
+
+int fwd_set_profile(struct fwd_ctx *c, int on) {
+    if (!c->be->set_profile || c->be->set_profile(c->b, on) != BE_OK) return -1;
     return 0;
 }
 

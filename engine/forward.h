@@ -93,12 +93,20 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
 
 /* Where the last fwd_run spent its time on the device, in milliseconds, measured with
  * device events (the CUDA backend): copies to the device, kernels, copies back. The rest of
- * the step's wall time is host work and launch overhead. 0, or -1 when the backend running
- * does not time its steps (the CPU). */
+ * the step's wall time is host work and launch overhead. graph: 1 when the step's kernels
+ * ran as a replayed CUDA graph. With fwd_set_profile(c, 1) the kernel time is also split by
+ * class (profiled = 1): layer matmuls, KV store + attention, norms + residual adds, other
+ * (embedding, RoPE, activations), and the head (final norm, LM head, softcap); profiling
+ * records an event after every operation and turns graphs off, so it measures the kernels,
+ * not the best step time. 0, or -1 when the backend running does not time its steps (the
+ * CPU). fwd_set_profile returns 0, or -1 when the backend cannot profile. */
 struct fwd_step_times {
     double h2d_ms, gpu_ms, d2h_ms;
+    double matmul_ms, attn_ms, norm_ms, other_ms, head_ms;
+    int profiled, graph;
 };
 int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out);
+int fwd_set_profile(struct fwd_ctx *c, int on);
 
 /* Test hook: when n > 0, the n-th failable step (allocation, thread start, ...) of each
  * later fwd_create fails as if out of memory; each fwd_create counts from 1 again.

@@ -53,6 +53,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->session_ttl_s = d->session_ttl_s;
     o->deterministic = d->deterministic;
     o->device = sched_device_parse(d->device);
+    o->group_max_seqs = d->group_max_seqs;
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -177,6 +178,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     prom_hist_init(&s->h_tokens, le_tokens, 13);
     prom_hist_init(&s->h_step, le_step, 12);
     sched_publish_counts(s);
+    s->progress_at = clock_mono_s();
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         if (err) snprintf(err, errlen, "cannot start the scheduler thread");
         rc = SCHED_ENOMEM;
@@ -228,6 +230,7 @@ void sched_destroy(struct sched *s) {
     free(s->eog);
     sched_gram_destroy(s);
     free(s->cancel_ids);
+    free(s->pause_ops);
     free(s->cancel_work);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -288,6 +291,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
     q->deadline = r->deadline;
+    q->group = r->group;
     if (r->grammar && !r->embed) {
         q->gram = gram_ref(r->grammar);
         if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
@@ -309,6 +313,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     if (rc == SCHED_OK) {
         q->id = s->next_id++;
         q->order = s->next_order++;
+        if (!q->group) q->group = q->id | (1ull << 63); /* apart from callers' groups */
         uint64_t seed = r->sp.has_seed ? r->sp.seed
                                        : (uint64_t)(q->t_submit * 1e9) ^ (q->id * 0x9e3779b97f4a7c15ull);
         smp_rng_seed(&q->rng, seed);
@@ -341,6 +346,23 @@ void sched_cancel(struct sched *s, uint64_t id) {
     pthread_mutex_unlock(&s->lock);
 }
 
+void sched_pause(struct sched *s, uint64_t id, int paused) {
+    pthread_mutex_lock(&s->lock);
+    if (s->n_pause == s->cap_pause) {
+        int cap = s->cap_pause ? 2 * s->cap_pause : 64;
+        struct sched_pause_op *p = realloc(s->pause_ops, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+        s->pause_ops = p;
+        s->cap_pause = cap;
+    }
+    s->pause_ops[s->n_pause++] = (struct sched_pause_op){id, paused};
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void sched_drain(struct sched *s) {
     pthread_mutex_lock(&s->lock);
     s->draining = 1;
@@ -368,6 +390,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->prefix_queries = (uint64_t)k->queries;
     out->prefix_hits = (uint64_t)k->hits;
     out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->prefix_query_tokens = (uint64_t)k->query_tokens;
     out->kv_evictions = (uint64_t)k->evictions;
     out->kv_sessions = k->sessions;
     out->preemptions = (uint64_t)s->preemptions;
@@ -376,5 +399,9 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->batch_seqs = s->h_batch;
     out->batch_tokens = s->h_tokens;
     out->step_s = s->h_step;
+    out->pending = s->n_waiting + s->counts.running;
+    out->loop_turns = s->loop_turns;
+    out->progress_age_s = s->idle_wait ? 0 : clock_mono_s() - s->progress_at;
+    if (out->progress_age_s < 0) out->progress_age_s = 0;
     pthread_mutex_unlock(&s->lock);
 }

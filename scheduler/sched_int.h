@@ -38,6 +38,10 @@ struct seq {
     double t_submit, queue_s;    /* CLOCK_MONOTONIC seconds; wait before first admission */
     double deadline;             /* 0 = none */
     int cancel;                  /* scheduler-thread copy of a cancellation */
+    uint64_t group;              /* fairness group (sched_req.group, or the id) */
+    int paused;                  /* scheduler-thread copy of sched_pause */
+    int out_at_admit;            /* n_out when last admitted (the fairness quantum) */
+    int requeued;                /* preempted at least once (fairness) */
     struct sched_sampling sp;    /* logit_bias points at bias */
     struct sched_bias *bias;     /* [sp.n_logit_bias] copy */
     struct smp_rng rng;
@@ -119,12 +123,17 @@ struct sched {
     long long waiting_tokens;
     uint64_t *cancel_ids;        /* pending sched_cancel ids */
     int n_cancel, cap_cancel;
+    struct sched_pause_op { uint64_t id; int paused; } *pause_ops; /* pending sched_pause */
+    int n_pause, cap_pause;
     int stopping, draining;
     uint64_t next_id, next_order;
     struct sched_counts counts;
     struct kvcache_stats kst;
     long long preemptions, rejections, steps;
     struct prom_hist h_batch, h_tokens, h_step;
+    uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
+    double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */
+    int idle_wait;               /* 1 while the thread sleeps for want of work */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -147,6 +156,15 @@ void sched_gram_destroy(struct sched *s);
 void sched_seq_free(struct seq *q);
 /* Lock held. */
 void sched_wait_push_back(struct sched *s, struct seq *q);
+/* Lock held: try to admit waiting q (blocks for its tokens plus a reserve); 1 when admitted. */
+int sched_try_admit(struct sched *s, struct seq *q, double now);
+/* Lock held: running q back to the waiting list (before newcomers), its blocks released. */
+void sched_requeue(struct sched *s, struct seq *q);
+
+/* sched_fair.c, lock held: admit waiting sequences into free decode slots, fairly between
+ * groups, preempting where the policy says so. */
+void sched_fair_admit(struct sched *s, double now);
+
 /* Lock held: copies the counts /health and /metrics read. */
 void sched_publish_counts(struct sched *s);
 /* The scheduler thread (arg = struct sched). */

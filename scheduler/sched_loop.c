@@ -1,8 +1,9 @@
 /*
  * sched_loop — continuous batching on one scheduler thread. See sched.h for the contract.
  *
- * Each step: take cancellations and admit waiting requests (FCFS: the queue's head blocks
- * those behind it, so nobody starves), then build one batch in arrival order with one
+ * Each step: take cancellations and pauses, and admit waiting requests (sched_fair.c: fair
+ * between groups, arrival order within that; one that lacks KV blocks blocks those behind
+ * it, so nobody starves), then build one batch in arrival order with one
  * decode row per decoding sequence and prefill chunks from the budget left after the decode
  * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
  * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
@@ -176,7 +177,7 @@ static void wait_push_preempted(struct sched *s, struct seq *q) {
 
 /* Try to admit the waiting sequence q (lock held): attach a cached prefix or warm session,
  * check that blocks exist for the rest of its tokens plus a reserve, fill its SWA ring. */
-static int try_admit(struct sched *s, struct seq *q, double now) {
+int sched_try_admit(struct sched *s, struct seq *q, double now) {
     int bs = s->o.kv_block_size;
     /* Prompt logprobs and embeddings need every prompt row computed: no reuse. */
     int whole = q->prompt_lp || q->embed;
@@ -199,6 +200,7 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
         return 0;
     }
     q->n_kv = reuse;
+    q->out_at_admit = q->n_out;
     if (!q->admitted) {
         q->admitted = 1;
         q->cached_tokens = reuse;
@@ -209,19 +211,23 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
     return 1;
 }
 
-/* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
-static void preempt_youngest(struct sched *s) {
-    struct seq *q = s->run[s->n_run - 1];
+void sched_requeue(struct sched *s, struct seq *q) {
     kvcache_seq_release(s->kv, &q->kv);
     q->n_kv = 0;
     q->step_n = 0;
+    q->requeued = 1;
     if (q->embed) memset(q->emb_acc, 0, (size_t)q->n_embd * sizeof(double));
-    s->n_run--;
-    pthread_mutex_lock(&s->lock);
+    run_remove(s, q);
     wait_push_preempted(s, q);
     s->preemptions++;
-    pthread_mutex_unlock(&s->lock);
     LOG_D(SCHED_MOD, q->id, "preempted after %d tokens", q->n_out);
+}
+
+/* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
+static void preempt_youngest(struct sched *s) {
+    pthread_mutex_lock(&s->lock);
+    sched_requeue(s, s->run[s->n_run - 1]);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- one step ----------------------------------------------------------------------- */
@@ -501,6 +507,18 @@ static struct seq *intake(struct sched *s, double now) {
         for (struct seq *q = s->wait_head; q; q = q->next)
             if (q->id == id) q->cancel = 1;
     }
+    /* Pauses: a paused running sequence leaves the batch (its client stopped reading). */
+    for (int c = 0; c < s->n_pause; c++) {
+        struct sched_pause_op op = s->pause_ops[c];
+        for (struct seq *q = s->wait_head; q; q = q->next)
+            if (q->id == op.id) q->paused = op.paused;
+        for (int i = 0; i < s->n_run; i++)
+            if (s->run[i]->id == op.id && (s->run[i]->paused = op.paused) && !s->run[i]->cancel) {
+                sched_requeue(s, s->run[i]);
+                break;
+            }
+    }
+    s->n_pause = 0;
     for (struct seq *q = s->wait_head, *nx; q; q = nx) {
         nx = q->next;
         if (q->cancel || (q->deadline > 0 && now > q->deadline)) {
@@ -510,8 +528,10 @@ static struct seq *intake(struct sched *s, double now) {
         }
     }
     kvcache_session_expire(s->kv, now);
-    while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
-    }
+    sched_fair_admit(s, now);
+    /* Admitted sequences count as running before the step starts, so sched_stats' pending
+     * covers a step that never ends (the liveness check) from its first turn. */
+    s->counts.running = s->n_run;
     return gone;
 }
 
@@ -524,6 +544,8 @@ void sched_publish_counts(struct sched *s) {
     s->counts.waiting = s->n_waiting;
     s->counts.kv_blocks_used = st.used[KVSTORE_FULL];
     s->counts.kv_blocks_total = st.total[KVSTORE_FULL];
+    s->loop_turns++;
+    s->progress_at = clock_mono_s();
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -531,7 +553,9 @@ void *sched_main(void *arg) {
     struct sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0) {
+        while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0 &&
+               s->n_pause == 0) {
+            s->idle_wait = 1;
             if (kvcache_session_count(s->kv) > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -541,6 +565,10 @@ void *sched_main(void *arg) {
             } else {
                 pthread_cond_wait(&s->cond, &s->lock);
             }
+        }
+        if (s->idle_wait) { /* progress is counted from the wake-up, not from the sleep */
+            s->idle_wait = 0;
+            s->progress_at = clock_mono_s();
         }
         if (s->stopping) {
             pthread_mutex_unlock(&s->lock);

@@ -481,3 +481,26 @@ fail:
     tools_req_free(t);
     return -1;
 }
+
+static void tools_free_v(void *t) { tools_req_free(t); }
+
+int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
+                        struct oai_params **out, struct oai_error *e) {
+    *out = NULL;
+    const struct tools_limits tl = {.max_tools = lim->max_tools,
+                                    .max_schema_bytes = (size_t)lim->max_schema_bytes,
+                                    .max_stacks = lim->grammar_max_stacks,
+                                    .max_elems = lim->grammar_max_elems};
+    struct tools_req *t = NULL;
+    json_t *req = NULL;
+    if (tools_prepare(root, is_chat, &tl, &t, &req, e)) return -1;
+    int rc = oai_parse(req, is_chat, lim, out, e);
+    json_decref(req);
+    if (rc) {
+        tools_req_free(t);
+        return -1;
+    }
+    (*out)->tools = t;
+    (*out)->tools_free = tools_free_v;
+    return 0;
+}

@@ -49,6 +49,10 @@ struct tools_req {
 int tools_prepare(json_t *root, int is_chat, const struct tools_limits *lim,
                   struct tools_req **out, json_t **root_out, struct oai_error *e);
 void tools_req_free(struct tools_req *t);
+/* tools_prepare (limits from lim) then oai_parse; the tools state rides in (*out)->tools.
+ * Any thread (it touches only root, the limits and the immutable vocabulary). */
+int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
+                        struct oai_params **out, struct oai_error *e);
 
 /* ---- the output of a tools request (tool_parse.c) ---- */
 

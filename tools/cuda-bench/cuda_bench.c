@@ -25,7 +25,8 @@ static int cb_argmax(const float *x, int n) {
 /* Per-step accounting of one timed run: wall time and the device's share (CUDA events). */
 struct cb_acc {
     double wall, h2d, gpu, d2h; /* seconds, summed over the run's steps */
-    int steps, timed;           /* timed: steps the backend timed */
+    double cls[5];              /* profiled runs: matmul, attn, norm, other, head (seconds) */
+    int steps, timed, graphed;  /* timed: steps the backend timed; graphed: replayed graphs */
 };
 
 /* Median of n values (sorts them). */
@@ -64,6 +65,10 @@ static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits) 
         a->h2d += st.h2d_ms * 1e-3;
         a->gpu += st.gpu_ms * 1e-3;
         a->d2h += st.d2h_ms * 1e-3;
+        const double cls[5] = {st.matmul_ms, st.attn_ms, st.norm_ms, st.other_ms, st.head_ms};
+        for (int i = 0; i < 5; i++)
+            a->cls[i] += cls[i] * 1e-3;
+        a->graphed += st.graph;
         a->timed++;
     }
     return rc;
@@ -181,7 +186,14 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     double rate[M_N][64], step_ms[M_N][64], host_ms[M_N][64], gpu_ms[M_N][64],
         copy_ms[M_N][64];
     int timed_all = 1;
-    for (int r = 0; r < R; r++) {
+    double graphed[M_N] = {0};
+    struct cb_acc prof[M_N];
+    memset(prof, 0, sizeof prof);
+    /* R timed repeats, then (when the backend can) one profiled pass: an event after every
+     * operation, summed per class (slower than the timed runs: no graphs). */
+    const int can_prof = fwd_set_profile(b.f, 0) == 0;
+    for (int r = 0; r < R + can_prof; r++) {
+        if (r == R) fwd_set_profile(b.f, 1);
         for (int mi = 0; mi < M_N; mi++) {
             if (mi == M_DECS) /* S prompts prefilled one by one, not timed */
                 for (int s = 0; s < S; s++) {
@@ -189,12 +201,14 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
                     pos0[s] = SP;
                 }
             struct cb_acc acc = {0};
-            b.acc = &acc;
+            b.acc = r == R ? &prof[mi] : &acc;
             if (mi == M_PREFILL) rc = cb_prefill(&b, 0, P, P);
             else if (mi == M_DEC1) pos0[0] = P, rc = cb_decode(&b, 1, pos0, G, qs);
             else rc = cb_decode(&b, S, pos0, G, qs);
             b.acc = NULL;
             if (rc != FWD_OK) goto fail_run;
+            if (r == R) continue;
+            graphed[mi] += acc.steps ? (double)acc.graphed / acc.steps / R : 0.0;
             const double toks = mi == M_PREFILL ? P : mi == M_DEC1 ? G : (double)S * G;
             rate[mi][r] = toks / acc.wall;
             step_ms[mi][r] = 1e3 * acc.wall / acc.steps;
@@ -224,6 +238,19 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
             mname[mi], cb_median(rate[mi], R), mname[mi], mx, mname[mi],
             cb_median(step_ms[mi], R), mname[mi], cb_median(gpu_ms[mi], R), mname[mi],
             cb_median(copy_ms[mi], R), mname[mi], cb_median(host_ms[mi], R));
+    }
+    for (int mi = 0; mi < M_N && at < jsonlen; mi++) {
+        at += (size_t)snprintf(json + at, jsonlen - at, ", \"%s_graph_share\": %.2f", mname[mi],
+                               graphed[mi]);
+        const struct cb_acc *a = &prof[mi];
+        if (!can_prof || !a->steps || at >= jsonlen) continue;
+        const double k = 1e3 / a->steps; /* ms per step */
+        at += (size_t)snprintf(json + at, jsonlen - at,
+                               ", \"%s_prof_ms\": {\"gpu\": %.3f, \"matmul\": %.3f, "
+                               "\"attention\": %.3f, \"norm\": %.3f, \"other\": %.3f, "
+                               "\"head\": %.3f, \"copies\": %.3f, \"wall\": %.3f}",
+                               mname[mi], k * a->gpu, k * a->cls[0], k * a->cls[1], k * a->cls[2],
+                               k * a->cls[3], k * a->cls[4], k * (a->h2d + a->d2h), k * a->wall);
     }
     if (at < jsonlen) snprintf(json + at, jsonlen - at, "}");
     free(qs);

@@ -10,7 +10,7 @@
  *   gemmad-cli kvmem    -m MODEL [--ctx 32768] [--block-size 16]
  *   gemmad-cli grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE] [-m MODEL] [--bench]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
- *         --isa ref|avx2|avx512|auto (kernels), --log-level L.
+ *         --isa ref|avx2|avx512|amx|auto (kernels), --log-level L.
  *
  * Only results go to stdout (generated text, JSON); logs go to stderr. Bad arguments or
  * files give one line on stderr and exit status 1 (2 for usage errors).
@@ -88,7 +88,7 @@ static void print_usage(void) {
     for (int i = 0; i < CLI_N_CMDS; i++) fputs(cli_cmds[i].usage, stdout);
     fputs("options: -t/--threads N, --batch N (prefill chunk, default 512), --kv-type "
           "f16|q8_0|f32,\n"
-          "         --device cpu|cuda|auto, --isa ref|avx2|avx512|auto, --log-level L\n",
+          "         --device cpu|cuda|auto, --isa ref|avx2|avx512|amx|auto, --log-level L\n",
           stdout);
 }
 
@@ -198,8 +198,9 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
             if (!strcmp(v, "ref")) o->isa = KERN_ISA_REF;
             else if (!strcmp(v, "avx2")) o->isa = KERN_ISA_AVX2;
             else if (!strcmp(v, "avx512")) o->isa = KERN_ISA_AVX512;
+            else if (!strcmp(v, "amx")) o->isa = KERN_ISA_AMX;
             else if (!strcmp(v, "auto")) o->isa = KERN_ISA_AUTO;
-            else usage_die("--isa: '%s' is not ref, avx2, avx512 or auto", v);
+            else usage_die("--isa: '%s' is not ref, avx2, avx512, amx or auto", v);
         } else if (!strcmp(a, "--log-level")) {
             const char *v = NEXT();
             enum log_level lv;
