@@ -23,6 +23,7 @@
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_fwd_int.h"
 #include "engine/cuda/cuda_getrows.h"
+#include "engine/cuda/cuda_head.h"
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_rope.h"
 #include "base/log.h"
@@ -329,10 +330,9 @@ static int cf_kernels(struct cf_fwd *c, const struct cf_stepk *K) {
         cf_rms_norm(s, c->xsel, E, c->output_norm, NULL, 0, c->xsel, E, E, K->n_sel, cfg->eps))
         return -1;
     if (c->tap && cf_tap(c, cfg->n_layer, c->xsel, K->n_sel)) return -1;
-    /* The LM head always uses the kernel: a cuBLAS copy of it would cost n_vocab*n_embd
-     * halves of scratch. */
-    if (cf_matmul(s, NULL, &c->output, c->xsel, K->n_sel, c->logits, V, CF_MM_KERNEL, NULL, 0))
-        return -1;
+    /* The LM head has its own kernel (cuda_head.h: each weight tile read once for all rows;
+     * a cuBLAS copy of it would cost n_vocab*n_embd halves of scratch). */
+    if (cf_head(s, &c->output, c->xsel, K->n_sel, c->logits, V)) return -1;
     if (cfg->final_softcap > 0.0f &&
         cf_softcap(s, c->logits, (size_t)K->n_sel * V, cfg->final_softcap))
         return -1;
