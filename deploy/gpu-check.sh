@@ -173,6 +173,9 @@ if [ "$DRY" = 0 ]; then
     bench 120 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 5
     bench 90 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 3 \
         --nondeterministic
+    # decode copying every logit row back (as before greedy ids), for the comparison
+    bench 60 --device cuda --prompt 64 --gen 16 --seqs 64 --seq-prompt 128 --repeat 2 \
+        --full-logits
     # the CPU path on the same machine, on the same model (shorter: it is much slower)
     bench 90 --device cpu --prompt 128 --gen 16 --seqs 16 --seq-prompt 32 --repeat 1
 else
