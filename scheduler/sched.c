@@ -147,6 +147,8 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         if (smp_ctx_create(s->n_vocab, &s->smp[i])) goto fail_mem;
     s->logits =
         malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * (size_t)s->n_vocab * sizeof(float));
+    s->greedy = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS));
+    s->gid = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * sizeof(int32_t));
     s->n_embd = m->cfg.n_embd;
     s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)s->n_embd * sizeof(float));
     const size_t nplp = (size_t)(o->max_seqs + SCHED_PLP_ROWS);
@@ -164,7 +166,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->run = calloc((size_t)o->max_seqs, sizeof(*s->run));
     s->batch = calloc((size_t)o->max_seqs, sizeof(*s->batch));
     s->eog = malloc(64 * sizeof(int32_t));
-    if (!s->logits || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
+    if (!s->logits || !s->greedy || !s->gid || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
         !s->batch || !s->eog)
         goto fail_mem;
     for (int32_t t = 0; t < s->n_vocab && s->n_eog < 64; t++)
@@ -215,6 +217,8 @@ void sched_destroy(struct sched *s) {
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
     free(s->logits);
+    free(s->greedy);
+    free(s->gid);
     free(s->hidden);
     free(s->plp_row);
     free(s->plp_k);

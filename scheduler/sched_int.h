@@ -92,6 +92,9 @@ struct sched {
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
     float *logits;               /* [max_seqs + SCHED_PLP_ROWS][n_vocab] */
+    uint8_t *greedy;             /* [max_seqs + SCHED_PLP_ROWS] per logits row: a plain greedy
+                                  * request's (fwd_run_greedy may return its id only) */
+    int32_t *gid;                /* [.. the same] the ids it returned, -1: the row is there */
     float *hidden;               /* [max_batch_tokens][n_embd] final hidden rows of a step
                                   * with embed sequences */
     int n_embd;

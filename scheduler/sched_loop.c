@@ -247,6 +247,10 @@ static void sample_task(void *arg, int task, int n_tasks) {
     float *scratch = s->scratch + (size_t)task * (size_t)s->n_vocab;
     for (int i = task; i < J->n; i += n_tasks) {
         struct seq *q = s->sampling[i];
+        if (s->gid[q->logit_row] >= 0) { /* the backend took the argmax (greedy_row) */
+            q->tok = s->gid[q->logit_row];
+            continue;
+        }
         float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
         if (q->top_logprobs >= 0) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
@@ -372,6 +376,18 @@ static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
     for (int k = 0; k < E; k++) q->emb_out[k] = (float)(q->emb_acc[k] / div);
 }
 
+/* Greedy ids from the backend: a request whose token is exactly smp_argmax of its raw
+ * logits row (smp_sample changes nothing else for it: no bias, penalties, bans, logprobs,
+ * prompt scoring), so fwd_run_greedy may return that id instead of the row. Any new
+ * per-request change to the logits must make this 0. */
+static int greedy_row(const struct seq *q) {
+    const struct sched_sampling *sp = &q->sp;
+    return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
+           sp->frequency_penalty == 0 &&
+           !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
+           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0;
+}
+
 static void step(struct sched *s) {
     double t0 = clock_mono_s();
     int dec = 0;
@@ -433,8 +449,12 @@ static void step(struct sched *s) {
         n_tokens += n;
     }
     if (nb == 0) return;
+    for (int r = 0; r < n_logits; r++)
+        s->greedy[r] = 0, s->gid[r] = -1;
+    for (int i = 0; i < nb; i++)
+        if (s->batch[i]->logit_row >= 0) s->greedy[s->batch[i]->logit_row] = greedy_row(s->batch[i]);
     int rc = any_hidden ? fwd_run_hidden(s->fwd, s->rows, nb, s->logits, s->hidden)
-                        : fwd_run(s->fwd, s->rows, nb, s->logits);
+                        : fwd_run_greedy(s->fwd, s->rows, nb, s->logits, s->greedy, s->gid);
     if (rc != FWD_OK) {
         LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
