@@ -385,7 +385,8 @@ static int greedy_row(const struct seq *q) {
     return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
            sp->frequency_penalty == 0 &&
            !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
-           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0;
+           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
+           !q->gm; /* a grammar masks the row first: it needs the whole row */
 }
 
 static void step(struct sched *s) {
