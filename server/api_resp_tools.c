@@ -70,6 +70,20 @@ int resp_tools_to_chat(json_t *req, json_t *chat, int *on, struct oai_error *e) 
     return 0;
 }
 
+json_t *resp_input_text(json_t *it, const char *key, size_t i, struct oai_error *e) {
+    static const char *const types[] = {"input_text", "output_text", "text", NULL};
+    json_t *c = json_object_get(it, key);
+    if (!c) {
+        oai_fail(e, 400, "input", NULL, "input[%zu].%s is required", i, key);
+        return NULL;
+    }
+    char param[48];
+    snprintf(param, sizeof param, "input[%zu].%s", i, key);
+    json_t *text = api_text_content(c, types, param, e);
+    if (!text) snprintf(e->param, sizeof e->param, "input");
+    return text;
+}
+
 /* A string field of item i, or NULL with e naming input. */
 static const char *item_str(json_t *it, const char *k, size_t i, struct oai_error *e) {
     json_t *v = json_object_get(it, k);
@@ -84,16 +98,8 @@ int resp_tools_item(json_t *it, const char *type, size_t i, json_t *msgs, struct
     const char *cid = item_str(it, "call_id", i, e);
     if (!cid) return -1;
     if (!strcmp(type, "function_call_output")) {
-        static const char *const types[] = {"input_text", "output_text", "text", NULL};
-        json_t *o = json_object_get(it, "output");
-        if (!o) return oai_fail(e, 400, "input", NULL, "input[%zu].output is required", i);
-        char param[48];
-        snprintf(param, sizeof param, "input[%zu].output", i);
-        json_t *text = api_text_content(o, types, param, e);
-        if (!text) {
-            snprintf(e->param, sizeof e->param, "input");
-            return -1;
-        }
+        json_t *text = resp_input_text(it, "output", i, e);
+        if (!text) return -1;
         json_array_append_new(msgs, json_pack("{s:s,s:s,s:o}", "role", "tool", "tool_call_id",
                                               cid, "content", text));
         return 0;

@@ -21,6 +21,10 @@
  * calls (tools given and tool_choice not "none"). 0, or -1 with e naming the field. */
 int resp_tools_to_chat(json_t *req, json_t *chat, int *on, struct oai_error *e);
 
+/* The text of input item i's `key` (a string or input_text / output_text / text parts), or
+ * NULL with e naming input. New reference. */
+json_t *resp_input_text(json_t *it, const char *key, size_t i, struct oai_error *e);
+
 /* Input item i of type function_call or function_call_output appended to msgs as chat
  * messages (consecutive calls join one assistant message). 0, or -1 with e filled. */
 int resp_tools_item(json_t *it, const char *type, size_t i, json_t *msgs, struct oai_error *e);

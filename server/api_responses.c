@@ -115,8 +115,6 @@ static void resp_store_put(struct resp_store *s, const char *id, const char *ses
 
 /* ---- the request ------------------------------------------------------------------------- */
 
-static const char *const resp_part_types[] = {"input_text", "output_text", "text", NULL};
-
 /* One input item as a chat message appended to msgs. */
 static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
     if (!json_is_object(it))
@@ -135,15 +133,8 @@ static int resp_item(json_t *it, size_t i, json_t *msgs, struct oai_error *e) {
     if (strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "system"))
         return oai_fail(e, 400, "input", NULL,
                         "input[%zu].role must be 'user', 'assistant', 'system' or 'developer'", i);
-    json_t *c = json_object_get(it, "content");
-    if (!c) return oai_fail(e, 400, "input", NULL, "input[%zu].content is required", i);
-    char param[48];
-    snprintf(param, sizeof param, "input[%zu].content", i);
-    json_t *text = api_text_content(c, resp_part_types, param, e);
-    if (!text) {
-        snprintf(e->param, sizeof e->param, "input");
-        return -1;
-    }
+    json_t *text = resp_input_text(it, "content", i, e);
+    if (!text) return -1;
     json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", r, "content", text));
     return 0;
 }
