@@ -403,18 +403,20 @@ static void resp_keep(struct resp_state *s, const struct api_result *r, json_t *
 }
 
 /* The output of a tools request after its final feed: the message (when there is text or no
- * call), then one function_call item per call. */
+ * call), then one function_call item per call; the last item has item_status (as the stream
+ * closes its open item with it), the others are completed. */
 static json_t *resp_tools_output(struct resp_state *s, const char *item_status) {
     json_t *out = json_array(), *content = tools_out_content(s->to);
     json_t *calls = tools_out_calls(s->to);
+    size_t n = json_array_size(calls), i;
     if (json_string_length(content) || !calls)
         json_array_append_new(
-            out, resp_item_json(s, item_status,
+            out, resp_item_json(s, n ? "completed" : item_status,
                                 json_pack("[o]", resp_part(json_string_value(content),
                                                            json_string_length(content)))));
-    size_t i;
     json_t *c;
-    json_array_foreach(calls, i, c) json_array_append_new(out, resp_tools_call_item(c, "completed"));
+    json_array_foreach(calls, i, c) json_array_append_new(
+        out, resp_tools_call_item(c, i + 1 == n ? item_status : "completed"));
     json_decref(content);
     json_decref(calls);
     return out;

@@ -307,8 +307,22 @@ def test_function_call_stream_matches(client, model_id):
     assert (item.name, item.arguments, item.status) == (want.name, want.arguments, "completed")
     assert item.name == added.item.name and item.call_id == added.item.call_id
     final = events[-1].response
-    assert [(o.type, o.name, o.arguments) for o in final.output] == \
-        [(o.type, o.name, o.arguments) for o in plain.output]
+    assert _items(final) == _items(plain)
+
+
+def _items(r):
+    return [o.model_dump(exclude={"id", "call_id"}) for o in r.output]
+
+
+@pytest.mark.parametrize("choice,max_out", [("required", 40), ("auto", 12)])
+def test_function_call_stream_cut_matches(client, model_id, choice, max_out):
+    # Cut by max_output_tokens: the stream's items (the last one incomplete) equal the reply's.
+    kw = dict(model=model_id, input=ASK + " Use the tool.", tools=[WEATHER], tool_choice=choice,
+              max_output_tokens=max_out, temperature=0)
+    plain = client.responses.create(**kw)
+    final = list(client.responses.create(stream=True, **kw))[-1].response
+    assert plain.status == final.status == "incomplete"
+    assert _items(final) == _items(plain) and plain.output[-1].status == "incomplete"
 
 
 def _out(r):
