@@ -571,6 +571,7 @@ void sched_publish_counts(struct sched *s) {
 
 void *sched_main(void *arg) {
     struct sched *s = arg;
+    sched_gram_warm(s);
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0 &&
