@@ -130,6 +130,8 @@ static const struct cfg_opt cfg_opts[] = {
      "parser stacks a grammar may hold at once (a grammar past it fails: 400 or error)"},
     {"grammar_max_elems", CFG_INT, OFF(grammar_max_elems), 0, 1024, 1 << 26, NULL,
      "grammar elements after expanding repetitions (past it: 400)"},
+    {"grammar_cache", CFG_INT, OFF(grammar_cache), 0, 0, 4096, NULL,
+     "compiled grammars kept for reuse by later requests with the same schema (0: none)"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 

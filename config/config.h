@@ -68,6 +68,7 @@ struct config {
     int max_schema_bytes;               /* bytes of one schema, grammar or tool list */
     int grammar_max_stacks;             /* matcher stacks at once (a grammar past it: 400) */
     int grammar_max_elems;              /* grammar size after expansion (past it: 400) */
+    int grammar_cache;                  /* compiled grammars kept for reuse (LRU; 0: none) */
 };
 
 enum config_status {

@@ -111,7 +111,7 @@ struct sched {
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
     int n_run;
     struct seq **batch;          /* [max_seqs] */
-    struct gram_vocab *gv;       /* the vocabulary trie, built with the first grammar */
+    struct gram_vocab *gv;       /* the vocabulary trie, built as the thread starts */
     struct gram_scratch **gx;    /* [n_smp] grammar scratch per compute thread, same */
     uint64_t *gmask;             /* [n_smp][(n_vocab + 63) / 64] allowed-token masks */
     uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
@@ -142,6 +142,8 @@ struct sched {
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* sched_gram.c: grammar-constrained sequences. */
+/* Builds the vocabulary trie and the per-thread grammar scratch (scheduler thread, at start). */
+void sched_gram_warm(struct sched *s);
 /* Scheduler thread, before a step's sampling: builds the trie and scratch on first use and
  * the sequence's matcher when its grammar is active. 0, or -1 with *msg set. */
 int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg);

@@ -646,7 +646,8 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .max_tools = s->cfg->max_tools,
                                .max_schema_bytes = s->cfg->max_schema_bytes,
                                .grammar_max_stacks = s->cfg->grammar_max_stacks,
-                               .grammar_max_elems = s->cfg->grammar_max_elems};
+                               .grammar_max_elems = s->cfg->grammar_max_elems,
+                               .gram_cache = s->gram_cache};
 }
 
 /* The request's completion state, its release registered with the connection layer. */

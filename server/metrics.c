@@ -111,6 +111,15 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
                     "Wall time of one step (forward plus sampling).", &st->step_s);
 }
 
+void metrics_render_grammar(int entries, long long hits, long long misses, struct strbuf *b) {
+    metrics_gauge(b, "gemmad_grammar_cache_entries", "Compiled grammars held for reuse.", entries);
+    metrics_counter(b, "gemmad_grammar_cache_hits_total",
+                    "Constrained requests whose grammar was already compiled (warm mask cache).",
+                    (uint64_t)hits);
+    metrics_counter(b, "gemmad_grammar_cache_misses_total",
+                    "Constrained requests whose grammar was compiled (cache on).", (uint64_t)misses);
+}
+
 void metrics_render(const struct metrics *m, const char *const *route_names,
                     const struct sched_stats *st, struct strbuf *b) {
     prom_family(b, "gemmad_http_requests_total", "counter", "HTTP requests by route and status.");
