@@ -44,6 +44,9 @@ struct sched_opts {
     int prefix_cache;         /* 1: reuse cached prefix blocks */
     double session_ttl_s;     /* keep a finished session's blocks warm this long */
     int deterministic;        /* batch- and thread-invariant results */
+    int speculative;          /* 1: prompt-lookup speculative decoding (scheduler/spec.h);
+                               * used where results are batch-invariant: the CPU backend, or
+                               * any backend with deterministic = 1 */
     enum fwd_device device;
 };
 /* Fills o from the defaults table (config/defaults.h). */
@@ -69,6 +72,10 @@ struct sched_req {
                                * session) and return its pooled final hidden state in DONE */
     enum sched_pooling { SCHED_POOL_MEAN = 0, SCHED_POOL_LAST = 1 } pooling; /* embed */
     double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
+    int no_speculative;       /* 1: never draft tokens for this request (the client opted
+                               * out). Requests whose sampling is constrained (a grammar or
+                               * schema mask) must set it: drafts are not checked against
+                               * a mask */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
 };
@@ -147,6 +154,9 @@ struct sched_stats {
     struct prom_hist batch_seqs;      /* sequences per step */
     struct prom_hist batch_tokens;    /* tokens per step */
     struct prom_hist step_s;          /* wall seconds per step */
+    uint64_t spec_draft_tokens;       /* tokens drafted by prompt lookup and verified */
+    uint64_t spec_accepted_tokens;    /* drafts accepted (tokens gained over plain decode) */
+    uint64_t spec_verify_steps;       /* sequence-steps that carried drafts */
 };
 /* Copies the numbers under the scheduler's lock (any thread). */
 void sched_stats(struct sched *s, struct sched_stats *out);

@@ -15,12 +15,14 @@
 #include "scheduler/kvcache.h"
 #include "scheduler/sample.h"
 #include "scheduler/sched.h"
+#include "scheduler/spec.h"
 #include "scheduler/stop.h"
 
 #define SCHED_MOD "sched"
 #define SCHED_MAX_TOP 20
 /* Logits rows, beyond one per sequence, that the prompt chunks of prompt_logprobs requests
- * may use in one step (each row is n_vocab floats). */
+ * and speculative draft rows (spec.c takes its share first) may use in one step (each row is
+ * n_vocab floats). */
 #define SCHED_PLP_ROWS 32
 #define SCHED_MAX_SESSIONS 64
 
@@ -66,6 +68,7 @@ struct seq {
     char *done_text;             /* [done_cap] text released with DONE */
     size_t done_cap;
     struct sched_top top[SCHED_MAX_TOP];
+    struct spec_state spec;      /* drafting state; per step: drafts after the decode row */
 };
 
 struct sched {
@@ -116,6 +119,10 @@ struct sched {
     struct kvcache_stats kst;
     long long preemptions, rejections, steps;
     struct prom_hist h_batch, h_tokens, h_step;
+    uint64_t spec_total[3];      /* draft tokens, accepted drafts, verified sequence-steps */
+    /* Scheduler thread: */
+    int spec_on;                 /* drafting allowed (setting on, batch-invariant backend) */
+    uint64_t spec_pend[3];       /* this step's spec_total increments */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -128,5 +135,18 @@ void sched_wait_push_back(struct sched *s, struct seq *q);
 void sched_publish_counts(struct sched *s);
 /* The scheduler thread (arg = struct sched). */
 void *sched_main(void *arg);
+
+/* spec.c: the step's speculative hooks (scheduler thread). spec_plan, before the batch is
+ * built: drafts for decoding sequences (q->spec.n_draft, written at hist[n_hist..]), taken
+ * from the step's token budget and the extra logits rows. spec_sample, in place of one
+ * sample on compute task `task`: verifies a sequence's rows. spec_accept, after sampling:
+ * adapts, counts, and returns how many tokens to report (1 without drafts); spec_take(q, j)
+ * loads the j-th of them into q->tok (q->logprob, q->top) before handle_token.
+ * spec_publish (lock held): adds the step's counts to spec_total. */
+void spec_plan(struct sched *s, int *tokens_left, int *rows_left);
+void spec_sample(struct sched *s, struct seq *q, int task);
+int spec_accept(struct sched *s, struct seq *q);
+void spec_take(struct seq *q, int j);
+void spec_publish(struct sched *s);
 
 #endif

@@ -1,0 +1,160 @@
+/*
+ * spec — prompt-lookup drafting, verification and back-off (see spec.h), and the scheduler's
+ * hooks for it (declared in sched_int.h): plan the drafts of a step, verify a sequence's rows,
+ * hand the accepted tokens to the step one by one, publish the counters.
+ */
+#include "scheduler/spec.h"
+
+#include <string.h>
+
+#include "scheduler/sched_int.h"
+
+_Static_assert(SPEC_MAX_TOP == SCHED_MAX_TOP, "spec keeps as many alternatives as events carry");
+
+void spec_init(struct spec_state *st, int on) {
+    memset(st, 0, sizeof(*st));
+    st->on = on;
+    st->limit = SPEC_START_DRAFT;
+}
+
+int spec_lookup(const int32_t *h, int n, int max_draft, int32_t *draft) {
+    if (n < SPEC_NGRAM_MIN + 1 || max_draft < 1) return 0;
+    if (max_draft > SPEC_MAX_DRAFT) max_draft = SPEC_MAX_DRAFT;
+    const int32_t last = h[n - 1];
+    int best_len = 0, best_end = -1;
+    /* Occurrences end at e < n - 1; newest first, so the longest match found first wins. */
+    for (int e = n - 2; e >= SPEC_NGRAM_MIN - 1; e--) {
+        if (h[e] != last) continue;
+        int len = 1;
+        while (len < SPEC_NGRAM_MAX && e - len >= 0 && h[e - len] == h[n - 1 - len]) len++;
+        if (len > best_len) {
+            best_len = len;
+            best_end = e;
+            if (len == SPEC_NGRAM_MAX) break;
+        }
+    }
+    if (best_len < SPEC_NGRAM_MIN) return 0;
+    /* What followed the occurrence; past the end of the history, the drafts themselves (the
+     * same period repeats). */
+    int k = 0;
+    for (int i = best_end + 1; k < max_draft; i++) draft[k++] = i < n ? h[i] : draft[i - n];
+    return k;
+}
+
+int spec_budget(struct spec_state *st, int room) {
+    if (!st->on || room < 1) return 0;
+    if (st->cooldown > 0) {
+        st->cooldown--;
+        return 0;
+    }
+    return st->limit < room ? st->limit : room;
+}
+
+void spec_feedback(struct spec_state *st, int drafted, int accepted) {
+    if (drafted < 1) return;
+    if (accepted == 0) {
+        st->misses++;
+        int c = 1 << (st->misses < 6 ? st->misses : 6);
+        st->cooldown = c < SPEC_MAX_COOLDOWN ? c : SPEC_MAX_COOLDOWN;
+        st->limit = st->limit > 1 ? st->limit / 2 : 1;
+        return;
+    }
+    st->misses = 0;
+    if (accepted == drafted) st->limit = 2 * st->limit < SPEC_MAX_DRAFT ? 2 * st->limit : SPEC_MAX_DRAFT;
+    else st->limit = accepted + 1;
+}
+
+int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sampling *sp,
+                struct smp_rng *rng, const struct spec_rows *r) {
+    const size_t nv = (size_t)r->n_vocab;
+    int j = 0;
+    for (;; j++) {
+        float *row = r->logits + (size_t)j * nv, *l = row;
+        if (r->top_logprobs >= 0) {
+            memcpy(r->scratch, row, nv * sizeof(float));
+            l = r->scratch;
+        }
+        /* The history the sampler sees holds the j drafts accepted so far: exactly the
+         * tokens a plain decode would have sampled before this position. */
+        int32_t t = smp_sample(c, sp, rng, l, r->hist, r->n_hist + j, r->n_out + j, r->ban,
+                               r->n_ban);
+        st->tok[j] = t;
+        if (r->top_logprobs >= 0)
+            st->logprob[j] = smp_logprobs(row, r->n_vocab, t, r->top_logprobs, st->top[j]);
+        if (j == r->n_draft || t != r->hist[r->n_hist + j]) break;
+    }
+    st->n_emit = j + 1;
+    return st->n_emit;
+}
+
+/* ---- the scheduler's hooks ---------------------------------------------------------- */
+
+void spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
+    int prefilling = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        s->run[i]->spec.n_draft = 0;
+        prefilling |= s->run[i]->n_hist - s->run[i]->n_kv > 1;
+    }
+    if (!s->spec_on) return;
+    /* A prompt being prefilled keeps at least half of what the decode rows leave. */
+    int budget = prefilling ? *tokens_left / 2 : *tokens_left;
+    if (budget > *rows_left) budget = *rows_left;
+    int used = 0;
+    for (int i = 0; i < s->n_run && used < budget; i++) {
+        struct seq *q = s->run[i];
+        if (q->n_hist - q->n_kv != 1 || q->embed || (q->prompt_lp && q->n_kv < q->n_prompt))
+            continue;
+        int room = q->max_tokens - q->n_out - 1; /* the last row's token must fit too */
+        if (room > budget - used) room = budget - used;
+        int k = spec_budget(&q->spec, room);
+        if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+        q->spec.n_draft = k;
+        used += k;
+    }
+    *tokens_left -= used;
+    *rows_left -= used;
+}
+
+void spec_sample(struct sched *s, struct seq *q, int task) {
+    const size_t nv = (size_t)s->n_vocab;
+    struct spec_rows r = {.logits = s->logits + (size_t)q->logit_row * nv,
+                          .n_vocab = s->n_vocab,
+                          .scratch = s->scratch + (size_t)task * nv,
+                          .hist = q->hist,
+                          .n_hist = q->n_hist,
+                          .n_out = q->n_out,
+                          .n_draft = q->spec.n_draft,
+                          .ban = q->ignore_eos ? s->eog : NULL,
+                          .n_ban = q->ignore_eos ? s->n_eog : 0,
+                          .top_logprobs = q->top_logprobs};
+    spec_verify(&q->spec, s->smp[task], &q->sp, &q->rng, &r);
+}
+
+int spec_accept(struct sched *s, struct seq *q) {
+    struct spec_state *st = &q->spec;
+    if (st->n_draft == 0) return 1;
+    int accepted = st->n_emit - 1;
+    spec_feedback(st, st->n_draft, accepted);
+    s->spec_pend[0] += (uint64_t)st->n_draft;
+    s->spec_pend[1] += (uint64_t)accepted;
+    s->spec_pend[2]++;
+    return st->n_emit;
+}
+
+void spec_take(struct seq *q, int j) {
+    const struct spec_state *st = &q->spec;
+    /* Every token before this one is in the KV cache: the decode row and the j - 1 drafts
+     * accepted before it. */
+    q->n_kv = q->n_hist;
+    q->tok = st->tok[j];
+    q->logprob = st->logprob[j];
+    if (q->top_logprobs > 0)
+        memcpy(q->top, st->top[j], (size_t)q->top_logprobs * sizeof(q->top[0]));
+}
+
+void spec_publish(struct sched *s) {
+    for (int i = 0; i < 3; i++) {
+        s->spec_total[i] += s->spec_pend[i];
+        s->spec_pend[i] = 0;
+    }
+}
