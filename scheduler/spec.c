@@ -82,6 +82,9 @@ int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sam
         if (r->top_logprobs >= 0)
             st->logprob[j] = smp_logprobs(row, r->n_vocab, t, r->top_logprobs, st->top[j]);
         if (j == r->n_draft || t != r->hist[r->n_hist + j]) break;
+        int end = 0;
+        for (int e = 0; e < r->n_end && !end; e++) end = t == r->end[e];
+        if (end) break; /* nothing after it is reported: plain decoding stops here */
     }
     st->n_emit = j + 1;
     return st->n_emit;
@@ -126,6 +129,8 @@ void spec_sample(struct sched *s, struct seq *q, int task) {
                           .n_draft = q->spec.n_draft,
                           .ban = q->ignore_eos ? s->eog : NULL,
                           .n_ban = q->ignore_eos ? s->n_eog : 0,
+                          .end = q->ignore_eos ? NULL : s->eog,
+                          .n_end = q->ignore_eos ? 0 : s->n_eog,
                           .top_logprobs = q->top_logprobs};
     spec_verify(&q->spec, s->smp[task], &q->sp, &q->rng, &r);
 }

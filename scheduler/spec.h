@@ -90,11 +90,13 @@ struct spec_rows {
     int n_draft;
     const int32_t *ban;        /* [n_ban] ids never sampled */
     int n_ban;
+    const int32_t *end;        /* [n_end] ids that end the request (end of generation): */
+    int n_end;                 /* verification stops at one */
     int top_logprobs;          /* -1: none */
 };
 
 /* Samples positions in order with the request's sampler state until a sampled token differs
- * from its draft or every row is used; fills st->tok/logprob/top and st->n_emit (accepted
+ * from its draft, ends the request, or every row is used; fills st->tok/logprob/top and st->n_emit (accepted
  * drafts + 1) and returns n_emit. */
 int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sampling *sp,
                 struct smp_rng *rng, const struct spec_rows *r);

@@ -150,6 +150,31 @@ static void test_verify_equals_plain(void) {
             }
 }
 
+/* Verification stops at an end-of-generation token even when the drafts after it match:
+ * plain decoding would have ended there. */
+static void test_verify_stops_at_end(void) {
+    struct smp_ctx *c;
+    T_ASSERT(smp_ctx_create(NV, &c) == 0);
+    float rows[4 * NV];
+    memset(rows, 0, sizeof(rows));
+    rows[0 * NV + 5] = 9; /* greedy picks 5, 1 (the end id), 7, 8 */
+    rows[1 * NV + 1] = 9;
+    rows[2 * NV + 7] = 9;
+    rows[3 * NV + 8] = 9;
+    int32_t hist[8] = {3, 4, 5, 5, 1, 7};
+    const int32_t end[] = {1, 2};
+    struct sched_sampling greedy = {.top_p = 1, .repetition_penalty = 1};
+    struct smp_rng rng;
+    smp_rng_seed(&rng, 1);
+    struct spec_state st;
+    spec_init(&st, 1);
+    struct spec_rows r = {.logits = rows, .n_vocab = NV, .hist = hist, .n_hist = 3, .n_out = 0,
+                          .n_draft = 3, .end = end, .n_end = 2, .top_logprobs = -1};
+    T_ASSERT(spec_verify(&st, c, &greedy, &rng, &r) == 2);
+    T_ASSERT(st.tok[0] == 5 && st.tok[1] == 1);
+    smp_ctx_destroy(c);
+}
+
 /* A sequence decoding with drafts over a sliding-window ring: every step writes its rows
  * (the decode row and k drafts) into the blocks kvcache_seq_prepare made writable, then
  * accepts a random number of them. Before each step, each position a query of the step can
@@ -209,6 +234,7 @@ static void test_rollback_ring(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {T_CASE(test_lookup), T_CASE(test_backoff),
                                           T_CASE(test_verify_equals_plain),
+                                          T_CASE(test_verify_stops_at_end),
                                           T_CASE(test_rollback_ring), {0}};
     return t_main(argc, argv, cases);
 }
