@@ -123,6 +123,7 @@ struct sched {
     /* Scheduler thread: */
     int spec_on;                 /* drafting allowed (setting on, batch-invariant backend) */
     uint64_t spec_pend[3];       /* this step's spec_total increments */
+    struct spec_cost spec_cost;  /* step seconds by rows (steps without prefill) */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -142,11 +143,14 @@ void *sched_main(void *arg);
  * sample on compute task `task`: verifies a sequence's rows. spec_accept, after sampling:
  * adapts, counts, and returns how many tokens to report (1 without drafts); spec_take(q, j)
  * loads the j-th of them into q->tok (q->logprob, q->top) before handle_token.
- * spec_publish (lock held): adds the step's counts to spec_total. */
+ * spec_publish (lock held): adds the step's counts to spec_total. spec_step_done: the
+ * step's time for the cost model. */
 void spec_plan(struct sched *s, int *tokens_left, int *rows_left);
 void spec_sample(struct sched *s, struct seq *q, int task);
 int spec_accept(struct sched *s, struct seq *q);
 void spec_take(struct seq *q, int j);
 void spec_publish(struct sched *s);
+/* After a step of `rows` rows (prefill: 1 if it held a prefill chunk) that took `seconds`. */
+void spec_step_done(struct sched *s, int rows, int prefill, double seconds);
 
 #endif

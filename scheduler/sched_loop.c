@@ -363,7 +363,7 @@ static void step(struct sched *s) {
     int dec = 0;
     for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
-    int plp_left = SCHED_PLP_ROWS, any_hidden = 0;
+    int plp_left = SCHED_PLP_ROWS, any_hidden = 0, n_prefill = 0;
     spec_plan(s, &prefill_budget, &plp_left);
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];
@@ -397,7 +397,10 @@ static void step(struct sched *s) {
             i--;
             continue;
         }
-        if (todo > 1) prefill_budget -= n;
+        if (todo > 1) {
+            prefill_budget -= n;
+            n_prefill += n;
+        }
         q->step_n = n;
         struct kvstore_seq *v = &s->views[nb];
         v->full = q->kv.full;
@@ -473,6 +476,7 @@ static void step(struct sched *s) {
         }
     }
     double dt = clock_mono_s() - t0;
+    spec_step_done(s, n_tokens, n_prefill > 0, dt);
     pthread_mutex_lock(&s->lock);
     prom_hist_observe(&s->h_batch, nb);
     prom_hist_observe(&s->h_tokens, n_tokens);

@@ -41,6 +41,51 @@ int spec_lookup(const int32_t *h, int n, int max_draft, int32_t *draft) {
     return k;
 }
 
+double spec_alpha(const struct spec_state *st) {
+    return (st->accepted + 1.0) / (st->tested + 2.0);
+}
+
+void spec_cost_observe(struct spec_cost *c, int rows, double seconds) {
+    if (rows < 1 || rows > SPEC_COST_ROWS || !(seconds > 0)) return;
+    c->t[rows] = c->seen[rows] ? 0.8 * c->t[rows] + 0.2 * seconds : seconds;
+    c->seen[rows]++;
+}
+
+double spec_cost_est(const struct spec_cost *c, int rows) {
+    if (rows < 1) return 0;
+    if (rows > SPEC_COST_ROWS) rows = SPEC_COST_ROWS;
+    if (c->seen[rows]) return c->t[rows];
+    int lo = rows - 1, hi = rows + 1;
+    while (lo >= 1 && !c->seen[lo]) lo--;
+    while (hi <= SPEC_COST_ROWS && !c->seen[hi]) hi++;
+    if (lo >= 1 && hi <= SPEC_COST_ROWS)
+        return c->t[lo] + (c->t[hi] - c->t[lo]) * (rows - lo) / (double)(hi - lo);
+    if (lo >= 1) {
+        /* Per-row cost from the smallest measured step (a step's fixed part is in it). */
+        int first = 1;
+        while (!c->seen[first]) first++;
+        return c->t[lo] + (rows - lo) * SPEC_PRIOR_ROW * c->t[first] / first;
+    }
+    return 0; /* only bigger steps measured: no basis for a small one */
+}
+
+int spec_choose(const struct spec_cost *c, int rows, double tokens, double alpha, int kmax) {
+    double t0 = spec_cost_est(c, rows);
+    if (t0 <= 0 || kmax < 1) return 0;
+    double best = tokens / t0 * (1.0 + SPEC_MARGIN), gain = 0, pw = 1;
+    int k_best = 0;
+    for (int k = 1; k <= kmax; k++) {
+        pw *= alpha;
+        gain += pw; /* expected accepted drafts: alpha + alpha^2 + ... + alpha^k */
+        double t = spec_cost_est(c, rows + k);
+        if (t > 0 && (tokens + gain) / t > best) {
+            best = (tokens + gain) / t;
+            k_best = k;
+        }
+    }
+    return k_best;
+}
+
 int spec_budget(struct spec_state *st, int room) {
     if (!st->on || room < 1) return 0;
     if (st->cooldown > 0) {
@@ -52,6 +97,9 @@ int spec_budget(struct spec_state *st, int room) {
 
 void spec_feedback(struct spec_state *st, int drafted, int accepted) {
     if (drafted < 1) return;
+    /* A run of `accepted` then a rejection tested accepted + 1 tokens; a full run, drafted. */
+    st->tested = 0.8 * st->tested + (accepted < drafted ? accepted + 1 : drafted);
+    st->accepted = 0.8 * st->accepted + accepted;
     if (accepted == 0) {
         st->misses++;
         int c = 1 << (st->misses < 6 ? st->misses : 6);
@@ -102,7 +150,9 @@ void spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
     /* A prompt being prefilled keeps at least half of what the decode rows leave. */
     int budget = prefilling ? *tokens_left / 2 : *tokens_left;
     if (budget > *rows_left) budget = *rows_left;
-    int used = 0;
+    int used = 0, rows = 0;
+    for (int i = 0; i < s->n_run; i++) rows += s->run[i]->n_hist - s->run[i]->n_kv == 1;
+    double tokens = rows; /* what the step is expected to yield so far */
     for (int i = 0; i < s->n_run && used < budget; i++) {
         struct seq *q = s->run[i];
         if (q->n_hist - q->n_kv != 1 || q->embed || (q->prompt_lp && q->n_kv < q->n_prompt))
@@ -111,6 +161,15 @@ void spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
         if (room > budget - used) room = budget - used;
         int k = spec_budget(&q->spec, room);
         if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+        if (k > 0) {
+            const double alpha = spec_alpha(&q->spec);
+            int kc = spec_choose(&s->spec_cost, rows + used, tokens, alpha, k);
+            if (kc == 0 && ++q->spec.idle >= SPEC_MAX_COOLDOWN) kc = 1; /* probe */
+            if (kc > 0) q->spec.idle = 0;
+            double pw = 1;
+            for (int j = 0; j < kc; j++) tokens += (pw *= alpha);
+            k = kc;
+        }
         q->spec.n_draft = k;
         used += k;
     }
@@ -155,6 +214,10 @@ void spec_take(struct seq *q, int j) {
     q->logprob = st->logprob[j];
     if (q->top_logprobs > 0)
         memcpy(q->top, st->top[j], (size_t)q->top_logprobs * sizeof(q->top[0]));
+}
+
+void spec_step_done(struct sched *s, int rows, int prefill, double seconds) {
+    if (!prefill) spec_cost_observe(&s->spec_cost, rows, seconds);
 }
 
 void spec_publish(struct sched *s) {

@@ -24,10 +24,18 @@
  * the window plus a whole step, and a draft span is far shorter than a step, so a draft
  * written ahead never evicts a block a later query needs (tests/unit/test_spec.c).
  *
- * Adaptivity. Each sequence keeps a draft length limit and a back-off: a verification that
- * accepts nothing halves the limit and pauses lookups for 2, 4, ... up to SPEC_MAX_COOLDOWN
- * steps; one that accepts everything doubles the limit (up to SPEC_MAX_DRAFT). A sequence
- * with no match drafts nothing and costs only the lookup (one pass over its history).
+ * Adaptivity. Extra rows are not free: with a large vocabulary the LM head's cost grows with
+ * the rows of a step (Gemma 3 270M on 2 cores: about 2x for 9 rows), so drafts pay only when
+ * enough of them are accepted. The scheduler measures its step time per number of rows
+ * (struct spec_cost, steps without prefill chunks), each sequence keeps a decaying estimate
+ * of the probability that a draft token is accepted, and spec_choose picks the draft length
+ * that maximises the step's expected tokens per second (accepted drafts are taken to be a
+ * geometric run), or none when no length beats plain decoding by SPEC_MARGIN. Besides, a
+ * verification that accepts nothing halves the sequence's length limit and pauses lookups
+ * for 2, 4, ... up to SPEC_MAX_COOLDOWN steps; one that accepts everything doubles it (up to
+ * SPEC_MAX_DRAFT); a sequence the cost model keeps from drafting probes with one draft every
+ * SPEC_MAX_COOLDOWN steps, so its estimate can recover. A sequence with no match drafts
+ * nothing and costs only the lookup (one pass over its history).
  *
  * Not drafted: prompt-logprob scoring, embeddings, requests that opted out, and requests
  * whose sampling is constrained (grammars): the scheduler decides in sched_submit.
@@ -49,6 +57,9 @@
 #define SPEC_NGRAM_MAX 4       /* longer matches are not looked for */
 #define SPEC_MAX_COOLDOWN 32   /* most steps without lookups after repeated misses */
 #define SPEC_MAX_TOP 20        /* logprob alternatives kept per verified position */
+#define SPEC_COST_ROWS 64      /* step times are tracked for 1..64 rows */
+#define SPEC_MARGIN 0.03       /* a draft must promise this much more throughput */
+#define SPEC_PRIOR_ROW 0.10    /* unmeasured extra row: this fraction of a 1-row step */
 
 /* One sequence's drafting state (lives in the scheduler's struct seq). */
 struct spec_state {
@@ -56,6 +67,9 @@ struct spec_state {
     int limit;                 /* current draft length limit, 1..SPEC_MAX_DRAFT */
     int misses;                /* consecutive verifications that accepted nothing */
     int cooldown;              /* steps left before the next lookup */
+    int idle;                  /* steps the cost model kept it from drafting (probe at
+                                * SPEC_MAX_COOLDOWN) */
+    double tested, accepted;   /* decaying counts of draft tokens verified / accepted */
     /* per step */
     int n_draft;               /* drafts fed after the decode row (0: a plain decode row) */
     int n_emit;                /* tokens spec_verify sampled: accepted drafts + 1 */
@@ -78,6 +92,22 @@ int spec_budget(struct spec_state *st, int room);
 
 /* Adapt after a verification of `drafted` drafts of which `accepted` were accepted. */
 void spec_feedback(struct spec_state *st, int drafted, int accepted);
+
+/* The acceptance probability estimate of one draft token (a prior of 1/2 worth 2 tokens). */
+double spec_alpha(const struct spec_state *st);
+
+/* Step seconds by rows, measured (scheduler thread). */
+struct spec_cost {
+    double t[SPEC_COST_ROWS + 1];   /* EMA of the wall seconds of steps with n rows */
+    int seen[SPEC_COST_ROWS + 1];   /* observations */
+};
+void spec_cost_observe(struct spec_cost *c, int rows, double seconds);
+/* Estimated seconds of a step with `rows` rows: measured, interpolated between measured
+ * neighbours, or extrapolated at SPEC_PRIOR_ROW per row; 0 when nothing is measured. */
+double spec_cost_est(const struct spec_cost *c, int rows);
+/* Draft length in 0..kmax for a sequence with acceptance estimate alpha joining a step of
+ * `rows` rows expected to yield `tokens` tokens (the sequence's own one included). */
+int spec_choose(const struct spec_cost *c, int rows, double tokens, double alpha, int kmax);
 
 /* What spec_verify reads. hist[n_hist .. n_hist + n_draft) holds the drafts; logits holds
  * n_draft + 1 rows (the decode row, then one row per draft), which sampling modifies. */
