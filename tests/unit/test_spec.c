@@ -83,6 +83,35 @@ static void test_backoff(void) {
     T_ASSERT(st.misses == 0 && st.cooldown == 0 && st.limit == 2);
 }
 
+/* The cost model: estimates from measured step times, and draft lengths that pay. */
+static void test_cost_model(void) {
+    struct spec_cost c;
+    memset(&c, 0, sizeof(c));
+    T_ASSERT(spec_cost_est(&c, 1) == 0);
+    T_ASSERT(spec_choose(&c, 1, 1.0, 0.99, 8) == 0); /* nothing measured: no drafts */
+    spec_cost_observe(&c, 1, 0.010);
+    /* Unmeasured bigger steps: SPEC_PRIOR_ROW of a 1-row step per extra row. */
+    T_ASSERT(fabs(spec_cost_est(&c, 5) - 0.010 * (1 + 4 * SPEC_PRIOR_ROW)) < 1e-12);
+    spec_cost_observe(&c, 9, 0.020);
+    T_ASSERT(fabs(spec_cost_est(&c, 5) - 0.015) < 1e-12); /* interpolated */
+    T_ASSERT(fabs(spec_cost_est(&c, 9) - 0.020) < 1e-12);
+    spec_cost_observe(&c, 9, 0.030); /* an EMA, not the last value */
+    T_ASSERT(spec_cost_est(&c, 9) > 0.020 && spec_cost_est(&c, 9) < 0.030);
+    /* Linear costs 10 ms + 1 ms per extra row. */
+    memset(&c, 0, sizeof(c));
+    for (int n = 1; n <= SPEC_COST_ROWS; n++) spec_cost_observe(&c, n, 0.010 + 0.001 * (n - 1));
+    T_ASSERT(spec_choose(&c, 1, 1.0, 0.95, 8) == 8);  /* near-certain drafts: all of them */
+    T_ASSERT(spec_choose(&c, 1, 1.0, 0.02, 8) == 0);  /* hopeless ones: none */
+    int k = spec_choose(&c, 1, 1.0, 0.5, 8);
+    T_ASSERT(k >= 1 && k <= 4);                       /* half: a few */
+    /* Joining a 16-row step (25 ms, 0.64 tokens per ms), an extra row (1 ms) must beat the
+     * other rows' throughput: a fair draft no longer pays, a near-certain one does. */
+    T_ASSERT(spec_choose(&c, 16, 16.0, 0.5, 8) == 0);
+    T_ASSERT(spec_choose(&c, 16, 16.0, 0.98, 8) >= 4);
+    /* Rows beyond the table are priced as the last one. */
+    T_ASSERT(spec_cost_est(&c, 1000) == spec_cost_est(&c, SPEC_COST_ROWS));
+}
+
 #define NV 64
 
 static void fill_rows(float *rows, int n, uint64_t *rs) {
@@ -233,6 +262,7 @@ static void test_rollback_ring(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {T_CASE(test_lookup), T_CASE(test_backoff),
+                                          T_CASE(test_cost_model),
                                           T_CASE(test_verify_equals_plain),
                                           T_CASE(test_verify_stops_at_end),
                                           T_CASE(test_rollback_ring), {0}};
