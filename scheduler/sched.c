@@ -140,7 +140,8 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     }
     /* Drafts are verified against rows computed in a bigger batch than a plain decode's:
      * exact only where a row's bits do not depend on its batch. */
-    s->spec_on = o->speculative && (fwd_device(s->fwd) == FWD_DEVICE_CPU || o->deterministic);
+    s->spec_on = fwd_device(s->fwd) == FWD_DEVICE_CPU || o->deterministic ? o->speculative
+                                                                          : SPEC_MODE_OFF;
     s->n_smp = fwd_threads(s->fwd);
     s->smp = calloc((size_t)s->n_smp, sizeof(*s->smp));
     if (!s->smp) goto fail_mem;

@@ -44,9 +44,10 @@ struct sched_opts {
     int prefix_cache;         /* 1: reuse cached prefix blocks */
     double session_ttl_s;     /* keep a finished session's blocks warm this long */
     int deterministic;        /* batch- and thread-invariant results */
-    int speculative;          /* 1: prompt-lookup speculative decoding (scheduler/spec.h);
-                               * used where results are batch-invariant: the CPU backend, or
-                               * any backend with deterministic = 1 */
+    int speculative;          /* enum spec_mode: 0 off, 1 adaptive, 2 always (prompt-lookup
+                               * speculative decoding, scheduler/spec.h); used where results
+                               * are batch-invariant: the CPU backend, or any backend with
+                               * deterministic = 1 */
     enum fwd_device device;
 };
 /* Fills o from the defaults table (config/defaults.h). */

@@ -121,7 +121,7 @@ struct sched {
     struct prom_hist h_batch, h_tokens, h_step;
     uint64_t spec_total[3];      /* draft tokens, accepted drafts, verified sequence-steps */
     /* Scheduler thread: */
-    int spec_on;                 /* drafting allowed (setting on, batch-invariant backend) */
+    int spec_on;                 /* enum spec_mode in effect (OFF unless batch-invariant) */
     uint64_t spec_pend[3];       /* this step's spec_total increments */
     struct spec_cost spec_cost;  /* step seconds by rows (steps without prefill) */
 };

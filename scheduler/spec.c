@@ -42,7 +42,7 @@ int spec_lookup(const int32_t *h, int n, int max_draft, int32_t *draft) {
 }
 
 double spec_alpha(const struct spec_state *st) {
-    return (st->accepted + 1.0) / (st->tested + 2.0);
+    return (st->accepted + 1.2) / (st->tested + 2.0);
 }
 
 void spec_cost_observe(struct spec_cost *c, int rows, double seconds) {
@@ -51,22 +51,38 @@ void spec_cost_observe(struct spec_cost *c, int rows, double seconds) {
     c->seen[rows]++;
 }
 
+/* A straight line a + b (n - 1) through the measured buckets, each weighted by its
+ * observations (at most 8), so one noisy bucket does not decide; b >= 0. With one bucket
+ * measured, b is SPEC_PRIOR_ROW of a 1-row step. */
 double spec_cost_est(const struct spec_cost *c, int rows) {
     if (rows < 1) return 0;
     if (rows > SPEC_COST_ROWS) rows = SPEC_COST_ROWS;
-    if (c->seen[rows]) return c->t[rows];
-    int lo = rows - 1, hi = rows + 1;
-    while (lo >= 1 && !c->seen[lo]) lo--;
-    while (hi <= SPEC_COST_ROWS && !c->seen[hi]) hi++;
-    if (lo >= 1 && hi <= SPEC_COST_ROWS)
-        return c->t[lo] + (c->t[hi] - c->t[lo]) * (rows - lo) / (double)(hi - lo);
-    if (lo >= 1) {
-        /* Per-row cost from the smallest measured step (a step's fixed part is in it). */
-        int first = 1;
-        while (!c->seen[first]) first++;
-        return c->t[lo] + (rows - lo) * SPEC_PRIOR_ROW * c->t[first] / first;
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int buckets = 0, first = 0;
+    for (int n = 1; n <= SPEC_COST_ROWS; n++) {
+        if (!c->seen[n]) continue;
+        if (!first) first = n;
+        double w = c->seen[n] < 8 ? c->seen[n] : 8, x = n - 1;
+        sw += w;
+        sx += w * x;
+        sy += w * c->t[n];
+        sxx += w * x * x;
+        sxy += w * x * c->t[n];
+        buckets++;
     }
-    return 0; /* only bigger steps measured: no basis for a small one */
+    if (buckets == 0 || first > rows) return 0; /* no basis for a step this small */
+    double b, a;
+    double den = sw * sxx - sx * sx;
+    if (buckets >= 2 && den > 0) {
+        b = (sw * sxy - sx * sy) / den;
+        if (b < 0) b = 0;
+        a = (sy - b * sx) / sw;
+    } else {
+        a = c->t[first] / (1 + SPEC_PRIOR_ROW * (first - 1));
+        b = SPEC_PRIOR_ROW * a;
+    }
+    double t = a + b * (rows - 1);
+    return t > 0 ? t : 0;
 }
 
 int spec_choose(const struct spec_cost *c, int rows, double tokens, double alpha, int kmax) {
@@ -161,7 +177,9 @@ void spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
         if (room > budget - used) room = budget - used;
         int k = spec_budget(&q->spec, room);
         if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
-        if (k > 0) {
+        if (k > 0 && s->spec_on == SPEC_MODE_ALWAYS) {
+            tokens += k * spec_alpha(&q->spec);
+        } else if (k > 0) {
             const double alpha = spec_alpha(&q->spec);
             int kc = spec_choose(&s->spec_cost, rows + used, tokens, alpha, k);
             if (kc == 0 && ++q->spec.idle >= SPEC_MAX_COOLDOWN) kc = 1; /* probe */

@@ -27,8 +27,9 @@
  * Adaptivity. Extra rows are not free: with a large vocabulary the LM head's cost grows with
  * the rows of a step (Gemma 3 270M on 2 cores: about 2x for 9 rows), so drafts pay only when
  * enough of them are accepted. The scheduler measures its step time per number of rows
- * (struct spec_cost, steps without prefill chunks), each sequence keeps a decaying estimate
- * of the probability that a draft token is accepted, and spec_choose picks the draft length
+ * (struct spec_cost, steps without prefill chunks; a line fitted through them), each sequence
+ * keeps a decaying estimate of the probability that a draft token is accepted (prior 0.6),
+ * and spec_choose picks the draft length
  * that maximises the step's expected tokens per second (accepted drafts are taken to be a
  * geometric run), or none when no length beats plain decoding by SPEC_MARGIN. Besides, a
  * verification that accepts nothing halves the sequence's length limit and pauses lookups
@@ -50,6 +51,10 @@
 
 #include "scheduler/sample.h"
 #include "scheduler/sched_params.h"
+
+/* sched_opts.speculative: off, adaptive (the cost model decides), or always (every draft
+ * the lookup finds, up to the length limit: tests, and hosts where extra rows cost little). */
+enum spec_mode { SPEC_MODE_OFF = 0, SPEC_MODE_ADAPTIVE = 1, SPEC_MODE_ALWAYS = 2 };
 
 #define SPEC_MAX_DRAFT 8       /* drafts per sequence and step */
 #define SPEC_START_DRAFT 4     /* initial draft length limit */
@@ -93,7 +98,7 @@ int spec_budget(struct spec_state *st, int room);
 /* Adapt after a verification of `drafted` drafts of which `accepted` were accepted. */
 void spec_feedback(struct spec_state *st, int drafted, int accepted);
 
-/* The acceptance probability estimate of one draft token (a prior of 1/2 worth 2 tokens). */
+/* The acceptance probability estimate of one draft token (a prior of 0.6 worth 2 tokens). */
 double spec_alpha(const struct spec_state *st);
 
 /* Step seconds by rows, measured (scheduler thread). */
@@ -102,8 +107,8 @@ struct spec_cost {
     int seen[SPEC_COST_ROWS + 1];   /* observations */
 };
 void spec_cost_observe(struct spec_cost *c, int rows, double seconds);
-/* Estimated seconds of a step with `rows` rows: measured, interpolated between measured
- * neighbours, or extrapolated at SPEC_PRIOR_ROW per row; 0 when nothing is measured. */
+/* Estimated seconds of a step with `rows` rows from a line through the measured ones (one
+ * measured size: SPEC_PRIOR_ROW per extra row); 0 when nothing at or below it is measured. */
 double spec_cost_est(const struct spec_cost *c, int rows);
 /* Draft length in 0..kmax for a sequence with acceptance estimate alpha joining a step of
  * `rows` rows expected to yield `tokens` tokens (the sequence's own one included). */
