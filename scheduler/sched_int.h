@@ -21,7 +21,7 @@
 #define SCHED_MOD "sched"
 #define SCHED_MAX_TOP 20
 /* Logits rows, beyond one per sequence, that the prompt chunks of prompt_logprobs requests
- * and speculative draft rows (spec.c takes its share first) may use in one step (each row is
+ * and speculative draft rows (sched_spec.c takes its share first) may use in one step (each row is
  * n_vocab floats). */
 #define SCHED_PLP_ROWS 32
 #define SCHED_MAX_SESSIONS 64
@@ -137,20 +137,20 @@ void sched_publish_counts(struct sched *s);
 /* The scheduler thread (arg = struct sched). */
 void *sched_main(void *arg);
 
-/* spec.c: the step's speculative hooks (scheduler thread). spec_plan, before the batch is
- * built: drafts for decoding sequences (q->spec.n_draft, written at hist[n_hist..]), taken
- * from the step's token budget and the extra logits rows. spec_sample, in place of one
- * sample on compute task `task`: verifies a sequence's rows. spec_accept, after sampling:
- * adapts, counts, and returns how many tokens to report (1 without drafts); spec_take(q, j)
- * loads the j-th of them into q->tok (q->logprob, q->top) before handle_token.
- * spec_publish (lock held): adds the step's counts to spec_total. spec_step_done: the
- * step's time for the cost model. */
-void spec_plan(struct sched *s, int *tokens_left, int *rows_left);
-void spec_sample(struct sched *s, struct seq *q, int task);
-int spec_accept(struct sched *s, struct seq *q);
-void spec_take(struct seq *q, int j);
-void spec_publish(struct sched *s);
-/* After a step of `rows` rows (prefill: 1 if it held a prefill chunk) that took `seconds`. */
-void spec_step_done(struct sched *s, int rows, int prefill, double seconds);
+/* sched_spec.c: the step's speculative hooks (scheduler thread). sched_spec_plan, before the
+ * batch is built: drafts for decoding sequences (q->spec.n_draft, written at hist[n_hist..]),
+ * taken from the step's token budget and the extra logits rows. sched_spec_sample, in place
+ * of one sample on compute task `task`: verifies a sequence's rows. sched_spec_accept, after
+ * sampling: adapts, counts, and returns how many tokens to report (1 without drafts);
+ * sched_spec_take(q, j) loads the j-th of them into q->tok (q->logprob, q->top) before
+ * handle_token. sched_spec_step_done: the step's time for the cost model.
+ * sched_spec_publish (lock held): adds the step's counts to spec_total. */
+void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left);
+void sched_spec_sample(struct sched *s, struct seq *q, int task);
+int sched_spec_accept(struct sched *s, struct seq *q);
+void sched_spec_take(struct seq *q, int j);
+void sched_spec_publish(struct sched *s);
+/* rows: the step's rows; prefill: 1 if it held a prefill chunk; seconds: its wall time. */
+void sched_spec_step_done(struct sched *s, int rows, int prefill, double seconds);
 
 #endif

@@ -241,7 +241,7 @@ static void sample_task(void *arg, int task, int n_tasks) {
     for (int i = task; i < J->n; i += n_tasks) {
         struct seq *q = s->sampling[i];
         if (q->spec.n_draft > 0) {
-            spec_sample(s, q, task); /* the decode row and the drafts' rows */
+            sched_spec_sample(s, q, task); /* the decode row and the drafts' rows */
             continue;
         }
         float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
@@ -364,7 +364,7 @@ static void step(struct sched *s) {
     for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
     int plp_left = SCHED_PLP_ROWS, any_hidden = 0, n_prefill = 0;
-    spec_plan(s, &prefill_budget, &plp_left);
+    sched_spec_plan(s, &prefill_budget, &plp_left);
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];
         int todo = q->n_hist - q->n_kv, n = todo;
@@ -448,7 +448,7 @@ static void step(struct sched *s) {
     for (int i = 0; i < nb; i++) {
         struct seq *q = s->batch[i];
         int pos0 = q->n_kv;
-        q->n_kv += q->step_n - q->spec.n_draft; /* drafts count once accepted (spec_take) */
+        q->n_kv += q->step_n - q->spec.n_draft; /* drafts count once accepted (sched_spec_take) */
         /* an embedding's blocks are not offered to the prefix cache: nothing of it is kept */
         if (!q->embed) kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
         if (q->lp_row0 >= 0) report_prompt(q, pos0, s, &plp_at);
@@ -468,21 +468,21 @@ static void step(struct sched *s) {
         else sample_task(&sj, 0, 1);
         for (int i = 0; i < n_sample; i++) {
             struct seq *q = s->sampling[i];
-            const int n_emit = spec_accept(s, q);
+            const int n_emit = sched_spec_accept(s, q);
             for (int j = 0; j < n_emit; j++) {
-                if (q->spec.n_draft > 0) spec_take(q, j);
+                if (q->spec.n_draft > 0) sched_spec_take(q, j);
                 if (handle_token(s, q)) break; /* finished: q is gone */
             }
         }
     }
     double dt = clock_mono_s() - t0;
-    spec_step_done(s, n_tokens, n_prefill > 0, dt);
+    sched_spec_step_done(s, n_tokens, n_prefill > 0, dt);
     pthread_mutex_lock(&s->lock);
     prom_hist_observe(&s->h_batch, nb);
     prom_hist_observe(&s->h_tokens, n_tokens);
     prom_hist_observe(&s->h_step, dt);
     s->steps++;
-    spec_publish(s);
+    sched_spec_publish(s);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -1,15 +1,10 @@
 /*
- * spec — prompt-lookup drafting, verification and back-off (see spec.h), and the scheduler's
- * hooks for it (declared in sched_int.h): plan the drafts of a step, verify a sequence's rows,
- * hand the accepted tokens to the step one by one, publish the counters.
+ * spec — prompt-lookup drafting, the cost model, verification and back-off (see spec.h). The
+ * scheduler's side (planning a step's drafts, reporting accepted tokens) is sched_spec.c.
  */
 #include "scheduler/spec.h"
 
 #include <string.h>
-
-#include "scheduler/sched_int.h"
-
-_Static_assert(SPEC_MAX_TOP == SCHED_MAX_TOP, "spec keeps as many alternatives as events carry");
 
 void spec_init(struct spec_state *st, int on) {
     memset(st, 0, sizeof(*st));
@@ -124,8 +119,8 @@ void spec_feedback(struct spec_state *st, int drafted, int accepted) {
         return;
     }
     st->misses = 0;
-    if (accepted == drafted) st->limit = 2 * st->limit < SPEC_MAX_DRAFT ? 2 * st->limit : SPEC_MAX_DRAFT;
-    else st->limit = accepted + 1;
+    if (accepted < drafted) st->limit = accepted + 1;
+    else st->limit = 2 * st->limit < SPEC_MAX_DRAFT ? 2 * st->limit : SPEC_MAX_DRAFT;
 }
 
 int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sampling *sp,
@@ -152,95 +147,4 @@ int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sam
     }
     st->n_emit = j + 1;
     return st->n_emit;
-}
-
-/* ---- the scheduler's hooks ---------------------------------------------------------- */
-
-void spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
-    int prefilling = 0;
-    for (int i = 0; i < s->n_run; i++) {
-        s->run[i]->spec.n_draft = 0;
-        prefilling |= s->run[i]->n_hist - s->run[i]->n_kv > 1;
-    }
-    if (!s->spec_on) return;
-    /* A prompt being prefilled keeps at least half of what the decode rows leave. */
-    int budget = prefilling ? *tokens_left / 2 : *tokens_left;
-    if (budget > *rows_left) budget = *rows_left;
-    int used = 0, rows = 0;
-    for (int i = 0; i < s->n_run; i++) rows += s->run[i]->n_hist - s->run[i]->n_kv == 1;
-    double tokens = rows; /* what the step is expected to yield so far */
-    for (int i = 0; i < s->n_run && used < budget; i++) {
-        struct seq *q = s->run[i];
-        if (q->n_hist - q->n_kv != 1 || q->embed || (q->prompt_lp && q->n_kv < q->n_prompt))
-            continue;
-        int room = q->max_tokens - q->n_out - 1; /* the last row's token must fit too */
-        if (room > budget - used) room = budget - used;
-        int k = spec_budget(&q->spec, room);
-        if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
-        if (k > 0 && s->spec_on == SPEC_MODE_ALWAYS) {
-            tokens += k * spec_alpha(&q->spec);
-        } else if (k > 0) {
-            const double alpha = spec_alpha(&q->spec);
-            int kc = spec_choose(&s->spec_cost, rows + used, tokens, alpha, k);
-            if (kc == 0 && ++q->spec.idle >= SPEC_MAX_COOLDOWN) kc = 1; /* probe */
-            if (kc > 0) q->spec.idle = 0;
-            double pw = 1;
-            for (int j = 0; j < kc; j++) tokens += (pw *= alpha);
-            k = kc;
-        }
-        q->spec.n_draft = k;
-        used += k;
-    }
-    *tokens_left -= used;
-    *rows_left -= used;
-}
-
-void spec_sample(struct sched *s, struct seq *q, int task) {
-    const size_t nv = (size_t)s->n_vocab;
-    struct spec_rows r = {.logits = s->logits + (size_t)q->logit_row * nv,
-                          .n_vocab = s->n_vocab,
-                          .scratch = s->scratch + (size_t)task * nv,
-                          .hist = q->hist,
-                          .n_hist = q->n_hist,
-                          .n_out = q->n_out,
-                          .n_draft = q->spec.n_draft,
-                          .ban = q->ignore_eos ? s->eog : NULL,
-                          .n_ban = q->ignore_eos ? s->n_eog : 0,
-                          .end = q->ignore_eos ? NULL : s->eog,
-                          .n_end = q->ignore_eos ? 0 : s->n_eog,
-                          .top_logprobs = q->top_logprobs};
-    spec_verify(&q->spec, s->smp[task], &q->sp, &q->rng, &r);
-}
-
-int spec_accept(struct sched *s, struct seq *q) {
-    struct spec_state *st = &q->spec;
-    if (st->n_draft == 0) return 1;
-    int accepted = st->n_emit - 1;
-    spec_feedback(st, st->n_draft, accepted);
-    s->spec_pend[0] += (uint64_t)st->n_draft;
-    s->spec_pend[1] += (uint64_t)accepted;
-    s->spec_pend[2]++;
-    return st->n_emit;
-}
-
-void spec_take(struct seq *q, int j) {
-    const struct spec_state *st = &q->spec;
-    /* Every token before this one is in the KV cache: the decode row and the j - 1 drafts
-     * accepted before it. */
-    q->n_kv = q->n_hist;
-    q->tok = st->tok[j];
-    q->logprob = st->logprob[j];
-    if (q->top_logprobs > 0)
-        memcpy(q->top, st->top[j], (size_t)q->top_logprobs * sizeof(q->top[0]));
-}
-
-void spec_step_done(struct sched *s, int rows, int prefill, double seconds) {
-    if (!prefill) spec_cost_observe(&s->spec_cost, rows, seconds);
-}
-
-void spec_publish(struct sched *s) {
-    for (int i = 0; i < 3; i++) {
-        s->spec_total[i] += s->spec_pend[i];
-        s->spec_pend[i] = 0;
-    }
 }

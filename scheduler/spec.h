@@ -39,7 +39,9 @@
  * nothing and costs only the lookup (one pass over its history).
  *
  * Not drafted: prompt-logprob scoring, embeddings, requests that opted out, and requests
- * whose sampling is constrained (grammars): the scheduler decides in sched_submit.
+ * whose sampling is constrained (grammars): the scheduler decides in sched_submit. The
+ * scheduler's side (planning a step's drafts, reporting the accepted tokens) is
+ * scheduler/sched_spec.c.
  *
  * Threads: everything runs on the scheduler thread, except spec_verify, which runs on a
  * compute thread for one sequence (distinct sequences at once, each with its own state).
@@ -131,8 +133,8 @@ struct spec_rows {
 };
 
 /* Samples positions in order with the request's sampler state until a sampled token differs
- * from its draft, ends the request, or every row is used; fills st->tok/logprob/top and st->n_emit (accepted
- * drafts + 1) and returns n_emit. */
+ * from its draft, ends the request, or every row is used; fills st->tok/logprob/top and
+ * st->n_emit (accepted drafts + 1) and returns n_emit. */
 int spec_verify(struct spec_state *st, struct smp_ctx *c, const struct sched_sampling *sp,
                 struct smp_rng *rng, const struct spec_rows *r);
 

@@ -31,12 +31,21 @@ def spec_counts(srv):
             m["gemmad_spec_verify_steps_total"])
 
 
-def complete(srv, prompt, spec, **kw):
-    body = {"prompt": prompt, "max_tokens": 64, "temperature": 0, "speculative": spec}
+def generate(srv, path, spec, **kw):
+    """POST a greedy request (64 tokens unless kw says otherwise) with speculation on/off."""
+    body = {"max_tokens": 64, "temperature": 0, "speculative": spec}
     body.update(kw)
-    r = srv.post("/v1/completions", body)
+    r = srv.post(path, body)
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def complete(srv, prompt, spec, **kw):
+    return generate(srv, "/v1/completions", spec, prompt=prompt, **kw)
+
+
+def chat(srv, messages, spec, **kw):
+    return generate(srv, "/v1/chat/completions", spec, messages=messages, **kw)
 
 
 def same_choice(a, b):
@@ -126,14 +135,6 @@ def test_seeded_sampling_same(srv, seed):
     for p in FREE[:2]:
         kw2 = dict(kw, temperature=1.0, top_k=40, top_p=1)
         same_choice(complete(srv, p, False, **kw2), complete(srv, p, True, **kw2))
-
-
-def chat(srv, messages, spec, **kw):
-    body = {"messages": messages, "max_tokens": 24, "temperature": 0, "speculative": spec}
-    body.update(kw)
-    r = srv.post("/v1/chat/completions", body)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def test_chat_same(srv):
