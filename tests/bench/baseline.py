@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 CACHE = os.environ.get("GEMMAD_CACHE") or os.path.expanduser("~/.cache/gemmad")
 
@@ -115,15 +116,20 @@ def worker_main(argv):
 
 class _Child:
     def __init__(self, config, script, name, kwargs):
+        self.err = tempfile.TemporaryFile(mode="w+")  # its stderr, for the failure message
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "worker", config, script, name,
-             json.dumps(kwargs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             json.dumps(kwargs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err, text=True)
 
     def read(self, what):
         line = self.proc.stdout.readline()
         if not line:
             rc = self.proc.wait()
-            raise BaselineFailed(f"{describe_exit(rc)} during {what}")
+            self.err.seek(0)
+            last = [x for x in self.err.read()[-2000:].splitlines() if x.strip()]
+            raise BaselineFailed(f"{describe_exit(rc)} during {what}" +
+                                 (f" ({last[-1].strip()[:200]})" if last and rc > 0 else ""))
         return json.loads(line)
 
     def call(self, method):
@@ -142,6 +148,7 @@ class _Child:
             except (subprocess.TimeoutExpired, OSError):
                 self.proc.kill()
                 self.proc.wait()
+        self.err.close()
 
 
 class LlamaPy:
