@@ -51,6 +51,7 @@ LDLIBS := -lmicrohttpd -ljansson -luv -lm -lpthread
 # Per-instruction-set kernel files get their own flags; dispatch happens at run time.
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_AMX := $(ISA_AVX512) -mamx-tile -mamx-int8
 
 ENGINE_SRC := $(wildcard engine/*.c) $(wildcard engine/kernels/*.c)
 SCHED_SRC := $(wildcard scheduler/*.c)
@@ -97,7 +98,7 @@ CUDA_BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/cuda-bench/*.
 GEN_GGUF_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/gen-gguf/*.c))
 
 # deploy/gpu-check.sh's programs, under $(BUILD)/engine-only/, linked with the engine only.
-GPU_CHECK_TESTS := test_cuda test_cuda_host
+GPU_CHECK_TESTS := test_cuda test_cuda_head test_cuda_fwd test_cuda_host
 GPU_CHECK_BINS := $(GPU_CHECK_TESTS:%=$(BUILD)/engine-only/tests/%) $(BUILD)/gen-gguf
 ifeq ($(CUDA),1)
 GPU_CHECK_BINS += $(BUILD)/engine-only/cuda-bench
@@ -122,6 +123,11 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
 
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) $(ISA_AMX) -c $< -o $@
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
@@ -131,6 +137,11 @@ $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# gemmad_build_info's version label: the commit when server/metrics_gw.o was last compiled
+# (a container build without .git passes GEMMAD_VERSION=...).
+GEMMAD_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(BUILD)/obj/server/metrics_gw.o: CFLAGS += -DGEMMAD_VERSION='"$(GEMMAD_VERSION)"'
 
 # The chat page is embedded by server/ui.c (.incbin), which -MMD cannot see.
 $(BUILD)/obj/server/ui.o: server/ui/index.html
@@ -244,6 +255,7 @@ bench: deps model all
 	$(Q)bash deploy/setup-bench.sh
 	$(Q)$(PYTHON) tests/bench/bench_engine.py --model $(MODEL)
 	$(Q)$(PYTHON) tests/bench/bench_server.py --model $(MODEL)
+	$(Q)$(PYTHON) tests/bench/bench_grammar.py --model $(MODEL)
 
 fuzz-api: deps model all
 	$(Q)$(PYTHON) -m pytest -q tests/integration/test_schema.py --fuzz-long

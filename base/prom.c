@@ -4,19 +4,37 @@
  */
 #include "base/prom.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void prom_family(struct strbuf *b, const char *name, const char *type, const char *help) {
     strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void prom_name(struct strbuf *b, const char *name, const struct prom_label *l) {
+static void prom_value(struct strbuf *b, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') strbuf_add(b, "\\", 1);
+        if (*v == '\n') strbuf_add(b, "\\n", 2);
+        else strbuf_add(b, v, 1);
+    }
+}
+
+/* name{a="x",b="y"[,le="..."]}: `le` (NULL: none) closes the set for histogram buckets. */
+static void prom_name_le(struct strbuf *b, const char *name, const struct prom_label *l,
+                         const char *le) {
     strbuf_add(b, name, strlen(name));
-    if (!l || !l->name) return;
-    strbuf_add(b, "{", 1);
-    for (int i = 0; l[i].name; i++)
-        strbuf_printf(b, "%s%s=\"%s\"", i ? "," : "", l[i].name, l[i].value);
-    strbuf_add(b, "}", 1);
+    int n = 0;
+    for (; l && l[n].name; n++) {
+        strbuf_printf(b, "%s%s=\"", n ? "," : "{", l[n].name);
+        prom_value(b, l[n].value ? l[n].value : "");
+        strbuf_add(b, "\"", 1);
+    }
+    if (le) strbuf_printf(b, "%sle=\"%s\"", n ? "," : "{", le);
+    if (n || le) strbuf_add(b, "}", 1);
+}
+
+static void prom_name(struct strbuf *b, const char *name, const struct prom_label *l) {
+    prom_name_le(b, name, l, NULL);
 }
 
 void prom_u64(struct strbuf *b, const char *name, const struct prom_label *labels, uint64_t v) {
@@ -49,15 +67,28 @@ void prom_hist_observe(struct prom_hist *h, double v) {
     h->total++;
 }
 
-void prom_hist_write(struct strbuf *b, const char *name, const char *help,
-                     const struct prom_hist *h) {
+void prom_hist_write_l(struct strbuf *b, const char *name, const char *help,
+                       const struct prom_label *labels, const struct prom_hist *h) {
+    char nm[160], le[32];
     prom_family(b, name, "histogram", help);
     uint64_t cum = 0;
-    for (int i = 0; i < h->n; i++) {
+    snprintf(nm, sizeof nm, "%s_bucket", name);
+    for (int i = 0; i <= h->n; i++) {
         cum += h->count[i];
-        strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+        if (i < h->n) snprintf(le, sizeof le, "%g", h->le[i]);
+        else snprintf(le, sizeof le, "+Inf");
+        prom_name_le(b, nm, labels, le);
+        strbuf_printf(b, " %llu\n", (unsigned long long)cum);
     }
-    strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                  (unsigned long long)h->total, name, h->sum, name,
-                  (unsigned long long)h->total);
+    snprintf(nm, sizeof nm, "%s_sum", name);
+    prom_name(b, nm, labels);
+    strbuf_printf(b, " %.6f\n", h->sum);
+    snprintf(nm, sizeof nm, "%s_count", name);
+    prom_name(b, nm, labels);
+    strbuf_printf(b, " %llu\n", (unsigned long long)h->total);
+}
+
+void prom_hist_write(struct strbuf *b, const char *name, const char *help,
+                     const struct prom_hist *h) {
+    prom_hist_write_l(b, name, help, NULL, h);
 }

@@ -4,7 +4,7 @@
  *
  * A histogram (struct prom_hist) is plain numbers: its owner observes values under whatever
  * lock guards it and may copy the struct out to render it elsewhere. Label values are
- * written as given (callers pass fixed names and numbers, nothing that needs escaping).
+ * escaped as the format asks (backslash, double quote, newline).
  * No allocation, no global state: any thread, one strbuf per writer.
  */
 #ifndef GEMMAD_BASE_PROM_H
@@ -14,7 +14,7 @@
 
 #include "base/strbuf.h"
 
-#define PROM_HIST_MAX 16 /* finite buckets per histogram */
+#define PROM_HIST_MAX 24 /* finite buckets per histogram */
 
 struct prom_hist {
     int n;                              /* finite buckets */
@@ -43,5 +43,8 @@ void prom_hist_observe(struct prom_hist *h, double v);
 /* The whole family: HELP/TYPE, cumulative _bucket lines, _sum and _count. */
 void prom_hist_write(struct strbuf *b, const char *name, const char *help,
                      const struct prom_hist *h);
+/* The same with labels on every sample (le comes last); labels may be NULL. */
+void prom_hist_write_l(struct strbuf *b, const char *name, const char *help,
+                       const struct prom_label *labels, const struct prom_hist *h);
 
 #endif

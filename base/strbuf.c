@@ -51,3 +51,15 @@ void strbuf_add(struct strbuf *b, const char *s, size_t len) {
     b->n += len;
     b->p[b->n] = 0;
 }
+
+void strbuf_vsetf(char *buf, size_t cap, const char *fmt, va_list ap) {
+    if (!buf || !cap) return;
+    vsnprintf(buf, cap, fmt, ap);
+}
+
+void strbuf_setf(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    strbuf_vsetf(buf, cap, fmt, ap);
+    va_end(ap);
+}

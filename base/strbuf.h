@@ -27,4 +27,10 @@ void strbuf_vprintf(struct strbuf *b, const char *fmt, va_list ap)
 /* Appends len bytes of s (which need not be NUL-terminated). */
 void strbuf_add(struct strbuf *b, const char *s, size_t len);
 
+/* Replaces the message in a caller's buffer buf[cap] (the `char *err, size_t errlen` pair of
+ * the loaders' APIs) with fmt, cut to fit; nothing when buf is NULL or cap is 0. */
+void strbuf_setf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void strbuf_vsetf(char *buf, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
 #endif

@@ -39,7 +39,8 @@ static const struct cfg_opt cfg_opts[] = {
      "name without .gguf)"},
     {"accept_any_model", CFG_BOOL, OFF(accept_any_model), 0, 0, 1, NULL,
      "accept any \"model\" value as the served model (off: unknown names get 404)"},
-    {"host", CFG_STR, OFF(host), SZ(host), 0, 0, NULL, "listen address"},
+    {"host", CFG_LIST, OFF(host), SZ(host), 0, 0, NULL,
+     "listen addresses, comma-separated or the flag repeated (IPv6 too: ::1, [::1], ::)"},
     {"port", CFG_INT, OFF(port), 0, 0, 65535, NULL, "listen port (0: any free port, logged)"},
     {"threads", CFG_INT, OFF(threads), 0, 0, 1024, NULL, "compute threads (0: physical cores)"},
     {"ctx_size", CFG_INT, OFF(ctx_size), 0, 16, 1 << 20, NULL,
@@ -58,10 +59,34 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds an idle connection is kept"},
     {"request_timeout_s", CFG_DBL, OFF(request_timeout_s), 0, 1, 86400, NULL,
      "total seconds one request may take, from its first byte to its last"},
+    {"header_timeout_s", CFG_DBL, OFF(header_timeout_s), 0, 0.1, 86400, NULL,
+     "seconds a connection has to send a complete request header, from its accept or the "
+     "request line of a later request on it"},
+    {"admin_port", CFG_INT, OFF(admin_port), 0, -1, 65535, NULL,
+     "port of the admin listener serving only /health, /live and /metrics (-1: off, 0: any "
+     "free port, logged)"},
+    {"admin_host", CFG_STR, OFF(admin_host), SZ(admin_host), 0, 0, NULL,
+     "listen address of the admin listener (empty: host)"},
+    {"max_conns_per_client", CFG_INT, OFF(max_conns_per_client), 0, 0, 65536, NULL,
+     "concurrent connections from one client address (0: no limit; keep 0 behind a balancer)"},
+    {"write_timeout_s", CFG_DBL, OFF(write_timeout_s), 0, 0.1, 86400, NULL,
+     "a stream whose client reads nothing for this many seconds is ended"},
+    {"stream_pause_bytes", CFG_INT, OFF(stream_pause_bytes), 0, 1024, 1 << 30, NULL,
+     "unsent bytes of a stream at which its sequences leave the batch until the client reads "
+     "(also the stream socket's send buffer)"},
+    {"group_max_seqs", CFG_INT, OFF(group_max_seqs), 0, 1, 4096, NULL,
+     "decode slots one request (or one API key) keeps while others wait; above it, it only "
+     "uses slots nobody else waits for"},
+    {"allow_control_tokens", CFG_BOOL, OFF(allow_control_tokens), 0, 0, 1, NULL,
+     "tokenize control-token text in message content and prompt strings as control tokens "
+     "(off: as ordinary text)"},
     {"sse_keepalive_s", CFG_DBL, OFF(sse_keepalive_s), 0, 0.05, 3600, NULL,
      "seconds between ': keep-alive' comments on a quiet stream"},
     {"drain_timeout_s", CFG_DBL, OFF(drain_timeout_s), 0, 0, 3600, NULL,
      "after SIGTERM, seconds running requests may take before they are ended"},
+    {"live_stall_s", CFG_DBL, OFF(live_stall_s), 0, 1, 86400, NULL,
+     "/live answers 503 when the scheduler thread made no progress for this many seconds "
+     "while requests wait or run"},
     {"max_queue", CFG_INT, OFF(max_queue), 0, 1, 1 << 20, NULL,
      "waiting requests before new ones get 429"},
     {"max_queued_tokens", CFG_INT, OFF(max_queued_tokens), 0, 1, 1 << 30, NULL,
@@ -100,6 +125,14 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds a stored response stays available (0: no limit)"},
     {"embedding_pooling", CFG_ENUM, OFF(embedding_pooling), SZ(embedding_pooling), 0, 0,
      "mean|last", "default pooling of /v1/embeddings"},
+    {"max_tools", CFG_INT, OFF(max_tools), 0, 0, 4096, NULL,
+     "function tools one request may declare"},
+    {"max_schema_bytes", CFG_INT, OFF(max_schema_bytes), 0, 1024, 1 << 26, NULL,
+     "bytes of one JSON schema, GBNF grammar or tool list"},
+    {"grammar_max_stacks", CFG_INT, OFF(grammar_max_stacks), 0, 16, 1 << 20, NULL,
+     "parser stacks a grammar may hold at once (a grammar past it fails: 400 or error)"},
+    {"grammar_max_elems", CFG_INT, OFF(grammar_max_elems), 0, 1024, 1 << 26, NULL,
+     "grammar elements after expanding repetitions (past it: 400)"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 

@@ -21,7 +21,8 @@ struct config {
     char model_alias[1024];             /* ids served by /v1/models, comma-separated (the first
                                          * is the main one); "" = file name stem */
     int accept_any_model;               /* 1: any "model" value names the served model */
-    char host[256];                     /* listen address */
+    char host[256];                     /* listen addresses, comma-separated (IPv4, IPv6,
+                                         * names; "[::1]" or "::1") */
     int port;                           /* listen port */
     int threads;                        /* compute threads; 0 = physical cores */
     int ctx_size;                       /* positions per sequence (prompt + output) */
@@ -32,8 +33,18 @@ struct config {
     int max_connections;                /* concurrent TCP connections */
     double connection_timeout_s;        /* idle connection timeout */
     double request_timeout_s;           /* total deadline per request, upload to last byte */
+    double header_timeout_s;            /* seconds to a complete request header */
+    int admin_port;                     /* admin listener port; -1 off, 0 any free port */
+    char admin_host[256];               /* admin listen address; "" = host */
+    int max_conns_per_client;           /* connections per client address; 0 = no limit */
+    double write_timeout_s;             /* a stream not read for this long is ended */
+    int stream_pause_bytes;             /* unsent stream bytes that pause its sequences */
+    int group_max_seqs;                 /* decode slots per request/API key while others wait */
+    int allow_control_tokens;           /* 1: control-token text in content is special */
     double sse_keepalive_s;             /* ": keep-alive" comment period on idle streams */
     double drain_timeout_s;             /* SIGTERM: how long running streams may finish */
+    double live_stall_s;                /* /live fails when the scheduler made no progress
+                                         * this long with work pending */
     int max_queue;                      /* waiting requests before 429 */
     int max_queued_tokens;              /* waiting prompt tokens before 429 */
     int max_seqs;                       /* sequences running at once */
@@ -54,6 +65,10 @@ struct config {
     int responses_store;                /* stored /v1/responses conversations kept at most */
     double responses_ttl_s;             /* and for at most this long */
     char embedding_pooling[8];          /* mean | last: /v1/embeddings' default pooling */
+    int max_tools;                      /* function tools in one request */
+    int max_schema_bytes;               /* bytes of one schema, grammar or tool list */
+    int grammar_max_stacks;             /* matcher stacks at once (a grammar past it: 400) */
+    int grammar_max_elems;              /* grammar size after expansion (past it: 400) */
 };
 
 enum config_status {

@@ -23,8 +23,16 @@
     X(int, max_connections, 512)                                                             \
     X(double, connection_timeout_s, 60)                                                      \
     X(double, request_timeout_s, 600)                                                        \
+    X(double, header_timeout_s, 10)                                                          \
+    X(int, admin_port, -1)                                                                   \
+    X(int, max_conns_per_client, 0)                                                          \
+    X(double, write_timeout_s, 30)                                                           \
+    X(int, stream_pause_bytes, 65536)                                                        \
+    X(int, group_max_seqs, 4)                                                                \
+    X(int, allow_control_tokens, 0)                                                          \
     X(double, sse_keepalive_s, 15)                                                           \
     X(double, drain_timeout_s, 30)                                                           \
+    X(double, live_stall_s, 120)                                                             \
     X(int, max_queue, 256)                                                                   \
     X(int, max_queued_tokens, 262144)                                                        \
     X(int, max_seqs, 16)                                                                     \
@@ -39,12 +47,17 @@
     X(int, accept_any_model, 0)                                                              \
     X(int, no_ui, 0)                                                                         \
     X(int, responses_store, 256)                                                             \
-    X(double, responses_ttl_s, 3600)
+    X(double, responses_ttl_s, 3600)                                                         \
+    X(int, max_tools, 128)                                                                   \
+    X(int, max_schema_bytes, 262144)                                                         \
+    X(int, grammar_max_stacks, 1024)                                                         \
+    X(int, grammar_max_elems, 200000)
 
 #define GEMMAD_DEFAULTS_STR(X)                                                               \
     X(model, "")                                                                             \
     X(model_alias, "")                                                                       \
     X(host, "127.0.0.1")                                                                     \
+    X(admin_host, "")                                                                        \
     X(kv_dtype, "f16")                                                                       \
     X(device, "auto")                                                                        \
     X(api_keys_file, "")                                                                     \

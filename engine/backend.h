@@ -115,6 +115,19 @@ struct be_desc {
  * set_tap() installs the per-layer hook (fn NULL: none), which the backend calls after each
  * layer with all rows and once after the output norm (layer == n_layer) with the selected
  * rows; destroy(NULL) is a no-op. */
+/* Operation classes of a profiled step (be_ops.set_profile). */
+enum be_prof { BE_PROF_MATMUL, BE_PROF_ATTN, BE_PROF_NORM, BE_PROF_OTHER, BE_PROF_HEAD, BE_PROF_N };
+
+/* A run's device times in ms: copies to the device, kernels, copies back; with profiling on,
+ * the kernel time split by class (matmuls of the layers; KV store + attention; norms and
+ * residual adds; embedding, RoPE, activations; final norm + LM head + softcap); graph: 1 when
+ * the kernels ran as one replayed CUDA graph. */
+struct be_step_times {
+    double h2d_ms, gpu_ms, d2h_ms;
+    double class_ms[BE_PROF_N];
+    int profiled, graph;
+};
+
 struct be_ops {
     const char *name;
     int (*available)(char *why, size_t whylen);
@@ -122,9 +135,15 @@ struct be_ops {
     int (*run)(void *b, const struct be_seq *seqs, int n_seqs, float *logits);
     int (*set_tap)(void *b, be_tap_fn fn, void *user);
     void (*destroy)(void *b);
-    /* Optional (NULL: the backend does not time its steps): the last run's device times in
-     * ms: ms[0] host-to-device copies, ms[1] kernels, ms[2] device-to-host copies. */
-    int (*step_times)(void *b, double ms[3]);
+    /* Optional (NULL: the backend does not time its steps): the last run's device times. */
+    int (*step_times)(void *b, struct be_step_times *t);
+    /* Optional (NULL: no profiling): 1 times every operation class of later runs with device
+     * events (slower; no graphs), 0 stops. */
+    int (*set_profile)(void *b, int on);
+    /* Optional (NULL: never reduces): run() that may return flagged logit rows as their
+     * argmax only (forward.h fwd_run_greedy's contract; greedy non-NULL). */
+    int (*run_greedy)(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                      const uint8_t *greedy, int32_t *ids);
 };
 
 /* Fault injection for tests (forward.h's fwd_set_fail_at): be_fault() is 1 when this

@@ -19,6 +19,8 @@ struct sink {
     char *out;  /* may be NULL when cap == 0 */
     size_t cap; /* bytes */
     size_t len; /* bytes produced so far (may exceed cap) */
+    struct tok_span *spans; /* where message content landed (NULL: not wanted) */
+    int cap_spans, n_spans; /* n_spans counts them all, even past cap_spans */
 };
 
 static void put(struct sink *s, const char *p, size_t n) {
@@ -29,6 +31,22 @@ static void put(struct sink *s, const char *p, size_t n) {
     s->len += n;
 }
 static void puts_(struct sink *s, const char *p) { put(s, p, strlen(p)); }
+
+/* Message content: recorded as a span (joined to the previous one when adjacent). */
+static void put_content(struct sink *s, const char *p, size_t n) {
+    if (!n) return;
+    if (s->spans) {
+        struct tok_span *last = s->n_spans && s->n_spans <= s->cap_spans
+                                    ? &s->spans[s->n_spans - 1] : NULL;
+        if (last && last->off + last->len == s->len) {
+            last->len += n;
+        } else {
+            if (s->n_spans < s->cap_spans) s->spans[s->n_spans] = (struct tok_span){s->len, n};
+            s->n_spans++;
+        }
+    }
+    put(s, p, n);
+}
 
 static int is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -116,10 +134,10 @@ static int render_gemma(const struct chat_msg *msgs, int n_msgs, int add_gen, st
         trim(&c, &n);
         puts_(s, want == CHAT_ROLE_USER ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
         if (i == first && sys_len) {
-            put(s, sys, sys_len);
+            put_content(s, sys, sys_len);
             puts_(s, "\n\n");
         }
-        put(s, c, n);
+        put_content(s, c, n);
         puts_(s, "<end_of_turn>\n");
     }
     if (add_gen) puts_(s, "<start_of_turn>model\n");
@@ -170,7 +188,7 @@ static void put_model_content(struct sink *s, const char *p, size_t n) {
     q = p, qn = n;
     while ((kn = next_kept(&q, &qn, &k)) >= 0) {
         const char *a = k < lo ? lo : k, *b = k + kn > hi ? hi : k + kn;
-        if (a < b) put(s, a, (size_t)(b - a));
+        if (a < b) put_content(s, a, (size_t)(b - a));
     }
 }
 
@@ -183,7 +201,7 @@ static int render_gemma4(const struct chat_msg *msgs, int n_msgs, int add_gen, s
         const char *c = content_of(&msgs[0], &n);
         trim(&c, &n);
         puts_(s, "<|turn>system\n");
-        put(s, c, n);
+        put_content(s, c, n);
         puts_(s, "<turn|>\n");
         first = 1;
     }
@@ -198,7 +216,7 @@ static int render_gemma4(const struct chat_msg *msgs, int n_msgs, int add_gen, s
         } else {
             trim(&c, &n);
             puts_(s, "<|turn>user\n");
-            put(s, c, n);
+            put_content(s, c, n);
         }
         puts_(s, "<turn|>\n");
     }
@@ -209,7 +227,16 @@ static int render_gemma4(const struct chat_msg *msgs, int n_msgs, int add_gen, s
 int chat_render(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
                 int add_generation_prompt, char *out, size_t cap, size_t *out_len, char *err,
                 size_t errlen) {
-    struct sink s = {out, out ? cap : 0, 0};
+    return chat_render_spans(style, msgs, n_msgs, add_generation_prompt, out, cap, out_len,
+                             NULL, 0, NULL, err, errlen);
+}
+
+int chat_render_spans(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
+                      int add_generation_prompt, char *out, size_t cap, size_t *out_len,
+                      struct tok_span *spans, int cap_spans, int *n_spans, char *err,
+                      size_t errlen) {
+    struct sink s = {out, out ? cap : 0, 0, spans, spans ? cap_spans : 0, 0};
+    if (n_spans) *n_spans = 0;
     if (err && errlen) err[0] = 0;
     if (out_len) *out_len = 0;
     int rc = check_roles(msgs, n_msgs, err, errlen);
@@ -220,6 +247,7 @@ int chat_render(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
         rc = render_gemma(msgs, n_msgs, add_generation_prompt, &s, err, errlen);
     if (rc) return rc;
     if (out_len) *out_len = s.len;
+    if (n_spans) *n_spans = s.n_spans;
     if (s.len > s.cap) {
         if (err && errlen)
             snprintf(err, errlen, "chat: output needs %zu bytes, buffer has %zu", s.len, cap);

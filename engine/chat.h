@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#include "engine/tokenizer.h"
+
 enum chat_role { CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT, CHAT_ROLE_TOOL };
 
 struct chat_msg {
@@ -42,5 +44,14 @@ enum chat_status {
 int chat_render(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
                 int add_generation_prompt, char *out, size_t cap, size_t *out_len, char *err,
                 size_t errlen);
+
+/* chat_render that also reports where message content landed in out: *n_spans spans
+ * (sorted, disjoint; at most n_msgs + 1; only the first cap_spans are written). Tokenize the
+ * result with tok_encode_spans(…, spans, n) so that content can never write control
+ * tokens: only the format's own text does. */
+int chat_render_spans(enum chat_style style, const struct chat_msg *msgs, int n_msgs,
+                      int add_generation_prompt, char *out, size_t cap, size_t *out_len,
+                      struct tok_span *spans, int cap_spans, int *n_spans, char *err,
+                      size_t errlen);
 
 #endif

@@ -236,9 +236,23 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user) {
 }
 
 int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out) {
-    double ms[3];
-    if (!c->be->step_times || c->be->step_times(c->b, ms) != BE_OK) return -1;
-    *out = (struct fwd_step_times){ms[0], ms[1], ms[2]};
+    struct be_step_times t;
+    if (!c->be->step_times || c->be->step_times(c->b, &t) != BE_OK) return -1;
+    *out = (struct fwd_step_times){.h2d_ms = t.h2d_ms,
+                                   .gpu_ms = t.gpu_ms,
+                                   .d2h_ms = t.d2h_ms,
+                                   .matmul_ms = t.class_ms[BE_PROF_MATMUL],
+                                   .attn_ms = t.class_ms[BE_PROF_ATTN],
+                                   .norm_ms = t.class_ms[BE_PROF_NORM],
+                                   .other_ms = t.class_ms[BE_PROF_OTHER],
+                                   .head_ms = t.class_ms[BE_PROF_HEAD],
+                                   .profiled = t.profiled,
+                                   .graph = t.graph};
+    return 0;
+}
+
+int fwd_set_profile(struct fwd_ctx *c, int on) {
+    if (!c->be->set_profile || c->be->set_profile(c->b, on) != BE_OK) return -1;
     return 0;
 }
 
@@ -310,8 +324,9 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
     return fwd_run_hidden(c, seqs, n_seqs, logits, NULL);
 }
 
-int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
-                   float *hidden) {
+/* fwd_run_hidden and fwd_run_greedy (greedy and ids NULL when not asked). */
+static int run_step(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                    float *hidden, const uint8_t *greedy, int32_t *ids) {
     int rows = 0, n_logits = 0;
     int st = validate(c, seqs, n_seqs, &rows, &n_logits);
     if (st != FWD_OK) return st;
@@ -327,5 +342,20 @@ int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, fl
                                      hidden ? hidden + row * E : NULL};
         row += (size_t)q->n_tokens;
     }
+    if (greedy && n_logits > 0) {
+        if (!ids) return FWD_EINVAL;
+        if (c->be->run_greedy) return c->be->run_greedy(c->b, c->bseq, n_seqs, logits, greedy, ids);
+        for (int r = 0; r < n_logits; r++) ids[r] = -1; /* the rows come back whole */
+    }
     return c->be->run(c->b, c->bseq, n_seqs, logits);
+}
+
+int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   float *hidden) {
+    return run_step(c, seqs, n_seqs, logits, hidden, NULL, NULL);
+}
+
+int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   const uint8_t *greedy, int32_t *ids) {
+    return run_step(c, seqs, n_seqs, logits, NULL, greedy, ids);
 }

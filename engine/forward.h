@@ -77,6 +77,16 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
 int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    float *hidden);
 
+/* fwd_run that may hand logit rows back as their greedy choice only. greedy: one flag per
+ * logit row the step returns (in logits' order); for a row flagged 1 the backend may write
+ * ids[r] = the first index of the row's largest logit (NaNs never win; 0 when nothing beats
+ * -inf: scheduler/sample.c smp_argmax's rule) and leave logits row r unwritten (the CUDA
+ * backend computes it on the device and copies one id back instead of the row). Every other
+ * row, and every row of a backend that does not reduce (the CPU), gets ids[r] = -1 and its
+ * logits as from fwd_run. greedy NULL: fwd_run (ids not touched). */
+int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   const uint8_t *greedy, int32_t *ids);
+
 /* The compute threads of the context (including the calling one), and a way to run other
  * work on them between steps (the scheduler samples its sequences there): fn(arg, task,
  * n_tasks) runs once for every task in [0, n_tasks), each task on one thread, and the call
@@ -93,12 +103,20 @@ void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
 
 /* Where the last fwd_run spent its time on the device, in milliseconds, measured with
  * device events (the CUDA backend): copies to the device, kernels, copies back. The rest of
- * the step's wall time is host work and launch overhead. 0, or -1 when the backend running
- * does not time its steps (the CPU). */
+ * the step's wall time is host work and launch overhead. graph: 1 when the step's kernels
+ * ran as a replayed CUDA graph. With fwd_set_profile(c, 1) the kernel time is also split by
+ * class (profiled = 1): layer matmuls, KV store + attention, norms + residual adds, other
+ * (embedding, RoPE, activations), and the head (final norm, LM head, softcap); profiling
+ * records an event after every operation and turns graphs off, so it measures the kernels,
+ * not the best step time. 0, or -1 when the backend running does not time its steps (the
+ * CPU). fwd_set_profile returns 0, or -1 when the backend cannot profile. */
 struct fwd_step_times {
     double h2d_ms, gpu_ms, d2h_ms;
+    double matmul_ms, attn_ms, norm_ms, other_ms, head_ms;
+    int profiled, graph;
 };
 int fwd_last_step_times(const struct fwd_ctx *c, struct fwd_step_times *out);
+int fwd_set_profile(struct fwd_ctx *c, int on);
 
 /* Test hook: when n > 0, the n-th failable step (allocation, thread start, ...) of each
  * later fwd_create fails as if out of memory; each fwd_create counts from 1 again.

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/strbuf.h"
 #include "engine/kernels/quant.h"
 
 #define GGUF_MAGIC "GGUF"
@@ -56,12 +57,13 @@ struct cursor {
 
 static void seterr(struct cursor *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void seterr(struct cursor *c, const char *fmt, ...) {
-    if (!c->err || c->errlen == 0) return;
-    int n = snprintf(c->err, c->errlen, "gguf: ");
-    if (n < 0 || (size_t)n >= c->errlen) return;
+    if (!c->err) return;
+    struct strbuf b;
+    strbuf_init(&b, c->err, c->errlen);
+    strbuf_printf(&b, "gguf: ");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+    strbuf_vprintf(&b, fmt, ap);
     va_end(ap);
 }
 

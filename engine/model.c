@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/strbuf.h"
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
-#include "base/log.h"
 #include "engine/tokenizer.h"
 
 /* Loader state: the model being built, the arch prefix for keys, the error buffer. */
@@ -32,10 +33,9 @@ struct ld {
 
 static void ld_err(struct ld *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ld_err(struct ld *L, const char *fmt, ...) {
-    if (!L->err || L->errlen == 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(L->err, L->errlen, fmt, ap);
+    strbuf_vsetf(L->err, L->errlen, fmt, ap);
     va_end(ap);
 }
 

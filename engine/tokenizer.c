@@ -9,23 +9,13 @@
 #include "engine/tokenizer.h"
 
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer_int.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- hashing ---------------------------------------------------------------------------- */
 
@@ -342,8 +332,8 @@ static int read_special(const struct gguf_file *f, const char *key, int n, int32
     int rc = gguf_get_u32(f, key, &u);
     if (rc == GGUF_ENOTFOUND) return 0;
     if (rc || u >= (uint32_t)n) {
-        set_err(err, errlen, "%s: %s (vocab has %d tokens)", key,
-                rc ? gguf_strerror(rc) : "id out of range", n);
+        strbuf_setf(err, errlen, "%s: %s (vocab has %d tokens)", key,
+                    rc ? gguf_strerror(rc) : "id out of range", n);
         return TOK_EFORMAT;
     }
     *id = (int32_t)u;
@@ -355,7 +345,7 @@ static int read_flag(const struct gguf_file *f, const char *key, int *out, char 
     int b, rc = gguf_get_bool(f, key, &b);
     if (rc == GGUF_ENOTFOUND) return 0;
     if (rc) {
-        set_err(err, errlen, "%s: %s", key, gguf_strerror(rc));
+        strbuf_setf(err, errlen, "%s: %s", key, gguf_strerror(rc));
         return TOK_EFORMAT;
     }
     *out = b;
@@ -365,12 +355,12 @@ static int read_flag(const struct gguf_file *f, const char *key, int *out, char 
 static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err, size_t errlen) {
     const struct gguf_kv *toks, *scores = NULL, *types = NULL;
     if (gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) || toks->arr_type != GGUF_VT_STRING) {
-        set_err(err, errlen, "tokenizer.ggml.tokens: missing or not an array of strings");
+        strbuf_setf(err, errlen, "tokenizer.ggml.tokens: missing or not an array of strings");
         return TOK_EFORMAT;
     }
     if (toks->arr_n == 0 || toks->arr_n > (uint64_t)INT32_MAX / 4) {
-        set_err(err, errlen, "tokenizer.ggml.tokens: bad token count %llu",
-                (unsigned long long)toks->arr_n);
+        strbuf_setf(err, errlen, "tokenizer.ggml.tokens: bad token count %llu",
+                    (unsigned long long)toks->arr_n);
         return TOK_EFORMAT;
     }
     v->n = (int)toks->arr_n;
@@ -379,22 +369,22 @@ static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err
         scores = NULL;
     else if (rc || (scores->arr_type != GGUF_VT_FLOAT32 && scores->arr_type != GGUF_VT_INT32) ||
              scores->arr_n != toks->arr_n) {
-        set_err(err, errlen, "tokenizer.ggml.scores: %s (tokens has %d entries)",
-                rc                             ? gguf_strerror(rc)
-                : scores->arr_n != toks->arr_n ? "length differs"
-                                               : "not f32/i32",
-                v->n);
+        strbuf_setf(err, errlen, "tokenizer.ggml.scores: %s (tokens has %d entries)",
+                    rc                             ? gguf_strerror(rc)
+                    : scores->arr_n != toks->arr_n ? "length differs"
+                                                   : "not f32/i32",
+                    v->n);
         return TOK_EFORMAT;
     }
     rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
     if (rc == GGUF_ENOTFOUND)
         types = NULL;
     else if (rc || types->arr_type != GGUF_VT_INT32 || types->arr_n != toks->arr_n) {
-        set_err(err, errlen, "tokenizer.ggml.token_type: %s (tokens has %d entries)",
-                rc                            ? gguf_strerror(rc)
-                : types->arr_n != toks->arr_n ? "length differs"
-                                              : "not an i32 array",
-                v->n);
+        strbuf_setf(err, errlen, "tokenizer.ggml.token_type: %s (tokens has %d entries)",
+                    rc                            ? gguf_strerror(rc)
+                    : types->arr_n != toks->arr_n ? "length differs"
+                                                  : "not an i32 array",
+                    v->n);
         return TOK_EFORMAT;
     }
 
@@ -405,7 +395,7 @@ static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err
         const char *s;
         size_t len;
         if (gguf_arr_str(toks, (uint64_t)i, &s, &len) || len > UINT32_MAX / 2) {
-            set_err(err, errlen, "tokenizer.ggml.tokens[%d]: unreadable", i);
+            strbuf_setf(err, errlen, "tokenizer.ggml.tokens[%d]: unreadable", i);
             return TOK_EFORMAT;
         }
         struct tok_entry *e = &v->tok[i];
@@ -414,13 +404,13 @@ static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err
         if (!len) n_empty++;
         e->attr = TOK_ATTR_NORMAL;
         if (scores && gguf_arr_f32(scores, (uint64_t)i, &e->score)) {
-            set_err(err, errlen, "tokenizer.ggml.scores[%d]: unreadable", i);
+            strbuf_setf(err, errlen, "tokenizer.ggml.scores[%d]: unreadable", i);
             return TOK_EFORMAT;
         }
         if (types) {
             int64_t t;
             if (gguf_arr_i64(types, (uint64_t)i, &t)) {
-                set_err(err, errlen, "tokenizer.ggml.token_type[%d]: unreadable", i);
+                strbuf_setf(err, errlen, "tokenizer.ggml.token_type[%d]: unreadable", i);
                 return TOK_EFORMAT;
             }
             e->attr = (uint8_t)attr_of_type(t);
@@ -443,8 +433,8 @@ static int load_tokens(struct tok_vocab *v, const struct gguf_file *f, char *err
     for (int i = 0; i < v->n; i++) {
         int32_t dup = piece_insert(v, i);
         if (dup >= 0) {
-            set_err(err, errlen, "tokenizer.ggml.tokens: tokens %d and %d have the same text",
-                    (int)dup, i);
+            strbuf_setf(err, errlen, "tokenizer.ggml.tokens: tokens %d and %d have the same text",
+                        (int)dup, i);
             return TOK_EFORMAT;
         }
         if (v->tok[i].len > v->max_len) v->max_len = v->tok[i].len;
@@ -456,7 +446,7 @@ static int load_model(struct tok_vocab *v, const struct gguf_file *f, char *err,
     const char *m;
     size_t mlen;
     if (gguf_get_str(f, "tokenizer.ggml.model", &m, &mlen)) {
-        set_err(err, errlen, "tokenizer.ggml.model: missing or not a string");
+        strbuf_setf(err, errlen, "tokenizer.ggml.model: missing or not a string");
         return TOK_EFORMAT;
     }
     if (mlen == 5 && !memcmp(m, "llama", 5)) {
@@ -471,8 +461,8 @@ static int load_model(struct tok_vocab *v, const struct gguf_file *f, char *err,
         v->bos = v->eos = v->unk = -1;
         v->add_space_prefix = 0;
     } else {
-        set_err(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%.*s'",
-                (int)(mlen > 64 ? 64 : mlen), m);
+        strbuf_setf(err, errlen, "tokenizer.ggml.model: unsupported tokenizer '%.*s'",
+                    (int)(mlen > 64 ? 64 : mlen), m);
         return TOK_EFORMAT;
     }
     v->add_bos = 1;
@@ -509,12 +499,12 @@ int tok_create(const struct gguf_file *f, struct tok_vocab **out, char *err, siz
         if ((rc = tok_bpe_load(v, f, err, errlen))) goto fail;
     }
     if (v->add_bos && v->bos < 0) {
-        set_err(err, errlen, "tokenizer.ggml.bos_token_id: missing but add_bos_token is set");
+        strbuf_setf(err, errlen, "tokenizer.ggml.bos_token_id: missing but add_bos_token is set");
         rc = TOK_EFORMAT;
         goto fail;
     }
     if (v->add_eos && v->eos < 0) {
-        set_err(err, errlen, "tokenizer.ggml.eos_token_id: missing but add_eos_token is set");
+        strbuf_setf(err, errlen, "tokenizer.ggml.eos_token_id: missing but add_eos_token is set");
         rc = TOK_EFORMAT;
         goto fail;
     }
@@ -544,7 +534,7 @@ int tok_create(const struct gguf_file *f, struct tok_vocab **out, char *err, siz
     *out = v;
     return 0;
 fail:
-    if (rc == TOK_ENOMEM) set_err(err, errlen, "tokenizer: out of memory");
+    if (rc == TOK_ENOMEM) strbuf_setf(err, errlen, "tokenizer: out of memory");
     tok_destroy(v);
     return rc;
 }

@@ -58,6 +58,23 @@ int32_t tok_lookup(const struct tok_vocab *v, const char *text, size_t len);
 int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
                int parse_special, int32_t *ids, int cap);
 
+/* A lower bound on the ids any len bytes of text encode to (without BOS): no id stands for
+ * more input bytes than the longest piece has (a piece's text is never shorter than the
+ * input it covers: escaping and byte fallback only lengthen it). */
+size_t tok_min_tokens(const struct tok_vocab *v, size_t len);
+
+/* A byte range of the text. */
+struct tok_span {
+    size_t off, len;
+};
+
+/* tok_encode with parse_special, except that no control (or unknown) token is split out of
+ * text overlapping the text_only spans (sorted, disjoint): there its text is ordinary text.
+ * The chat format uses it so that message content cannot write control tokens. */
+int tok_encode_spans(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
+                     int parse_special, const struct tok_span *text_only, int n_text_only,
+                     int32_t *ids, int cap);
+
 /* Bytes of one token's text: NORMAL pieces with U+2581 -> ' ', BYTE tokens -> the raw byte,
  * CONTROL tokens only when `special` (else empty). Writes at most cap bytes; returns the
  * full length, or < 0 for an id out of range. */

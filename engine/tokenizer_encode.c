@@ -175,8 +175,20 @@ static int cmp_match(const void *a, const void *b) {
  * here: per length (descending), collect the occurrences of that length's special tokens and
  * accept them in (token, position) order when none of their bytes is taken yet.
  * mark[i] = 0 free, id + 1 at the start of an accepted token, -1 inside one. */
+/* 1 when [p, p + L) overlaps one of the sorted, disjoint spans. */
+static int in_spans(const struct tok_span *sp, int n, size_t p, size_t L) {
+    int lo = 0, hi = n;
+    while (lo < hi) { /* first span ending after p */
+        int mid = (lo + hi) / 2;
+        if (sp[mid].off + sp[mid].len <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && sp[lo].off < p + L;
+}
+
 static void partition(const struct tok_vocab *v, const char *text, uint32_t len, int parse_special,
-                      int32_t *mark, struct tok_match *mt) {
+                      const struct tok_span *text_only, int n_text_only, int32_t *mark,
+                      struct tok_match *mt) {
     const struct tok_slen *sl = parse_special ? v->slen_all : v->slen_ud;
     int nsl = parse_special ? v->n_slen_all : v->n_slen_ud;
     memset(mark, 0, (size_t)len * sizeof(*mark));
@@ -193,6 +205,9 @@ static void partition(const struct tok_vocab *v, const char *text, uint32_t len,
             int a = v->tok[id].attr;
             if (!(a & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN))) continue;
             if (!parse_special && (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+            if (n_text_only && (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) &&
+                in_spans(text_only, n_text_only, p, L))
+                continue;
             mt[nm++] = (struct tok_match){id, p};
         }
         if (nm > 1) qsort(mt, nm, sizeof(*mt), cmp_match);
@@ -209,8 +224,19 @@ static void partition(const struct tok_vocab *v, const char *text, uint32_t len,
     }
 }
 
+size_t tok_min_tokens(const struct tok_vocab *v, size_t len) {
+    size_t m = v->max_len ? v->max_len : 1;
+    return (len + m - 1) / m;
+}
+
 int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
                int parse_special, int32_t *ids, int cap) {
+    return tok_encode_spans(v, text, len, add_bos, parse_special, NULL, 0, ids, cap);
+}
+
+int tok_encode_spans(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
+                     int parse_special, const struct tok_span *text_only, int n_text_only,
+                     int32_t *ids, int cap) {
     if (len >= TOK_MAX_INPUT || cap < 0) return TOK_ERANGE;
     struct tok_out o = {ids, cap, 0};
     if (add_bos && v->add_bos) tok_out_push(&o, v->bos);
@@ -232,7 +258,7 @@ int tok_encode(const struct tok_vocab *v, const char *text, size_t len, int add_
         s.heap = (struct tok_pair *)(s.sym + nsym);
         s.heap_cap = 3 * nsym;
         s.buf = (char *)(s.heap + s.heap_cap);
-        partition(v, text, (uint32_t)len, parse_special, mark, mt);
+        partition(v, text, (uint32_t)len, parse_special, text_only, n_text_only, mark, mt);
         int prev_special = 1; /* the start of text counts as "after a special token" */
         uint32_t p = 0;
         while (p < len && rc == 0) {

@@ -47,7 +47,9 @@ struct kvcache {
     uint64_t tmask;
     struct kv_session *sess; /* [max_sessions] */
     long long queries, hits, hit_tokens, evictions;
+    long long query_tokens;       /* prompt positions looked up (vLLM's prefix-cache queries) */
     int last_counted, last_reuse; /* what the last kvcache_seq_attach added to the counters */
+    int last_query;
 };
 
 /* ---- hashing ------------------------------------------------------------------------ */
@@ -437,6 +439,8 @@ int kvcache_seq_attach(struct kvcache *c, struct kvcache_seq *s, const int32_t *
     c->last_counted = 0;
     if (!c->o.prefix_cache && !ss) return 0;
     c->queries++;
+    c->query_tokens += n;
+    c->last_query = n;
     c->last_counted = 1;
     if (max_reuse > n) max_reuse = n;
     if (max_reuse > c->o.max_seq_blocks * bs) max_reuse = c->o.max_seq_blocks * bs;
@@ -496,6 +500,7 @@ void kvcache_uncount_attach(struct kvcache *c) {
     if (!c->last_counted) return;
     c->last_counted = 0;
     c->queries--;
+    c->query_tokens -= c->last_query;
     if (c->last_reuse > 0) {
         c->hits--;
         c->hit_tokens -= c->last_reuse;
@@ -612,6 +617,7 @@ void kvcache_get_stats(const struct kvcache *c, struct kvcache_stats *out) {
     out->queries = c->queries;
     out->hits = c->hits;
     out->hit_tokens = c->hit_tokens;
+    out->query_tokens = c->query_tokens;
     out->evictions = c->evictions;
     out->sessions = kvcache_session_count(c);
 }

@@ -110,6 +110,7 @@ struct kvcache_stats {
     int cached[2];       /* in the prefix cache (referenced or not) */
     int free[2];         /* neither referenced nor cached */
     long long queries, hits, hit_tokens, evictions;
+    long long query_tokens; /* prompt positions looked up */
     int sessions;
 };
 void kvcache_get_stats(const struct kvcache *c, struct kvcache_stats *out);

@@ -4,6 +4,8 @@
  */
 #include "scheduler/sched_int.h"
 
+#include "scheduler/grammar.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->deterministic = d->deterministic;
     o->speculative = d->speculative;
     o->device = sched_device_parse(d->device);
+    o->group_max_seqs = d->group_max_seqs;
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -149,6 +152,8 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         if (smp_ctx_create(s->n_vocab, &s->smp[i])) goto fail_mem;
     s->logits =
         malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * (size_t)s->n_vocab * sizeof(float));
+    s->greedy = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS));
+    s->gid = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * sizeof(int32_t));
     s->n_embd = m->cfg.n_embd;
     s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)s->n_embd * sizeof(float));
     const size_t nplp = (size_t)(o->max_seqs + SCHED_PLP_ROWS);
@@ -166,7 +171,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->run = calloc((size_t)o->max_seqs, sizeof(*s->run));
     s->batch = calloc((size_t)o->max_seqs, sizeof(*s->batch));
     s->eog = malloc(64 * sizeof(int32_t));
-    if (!s->logits || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
+    if (!s->logits || !s->greedy || !s->gid || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
         !s->batch || !s->eog)
         goto fail_mem;
     for (int32_t t = 0; t < s->n_vocab && s->n_eog < 64; t++)
@@ -180,6 +185,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     prom_hist_init(&s->h_tokens, le_tokens, 13);
     prom_hist_init(&s->h_step, le_step, 12);
     sched_publish_counts(s);
+    s->progress_at = clock_mono_s();
     if (pthread_create(&s->thread, NULL, sched_main, s)) {
         if (err) snprintf(err, errlen, "cannot start the scheduler thread");
         rc = SCHED_ENOMEM;
@@ -216,6 +222,8 @@ void sched_destroy(struct sched *s) {
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
     free(s->logits);
+    free(s->greedy);
+    free(s->gid);
     free(s->hidden);
     free(s->plp_row);
     free(s->plp_k);
@@ -229,7 +237,9 @@ void sched_destroy(struct sched *s) {
     free(s->run);
     free(s->batch);
     free(s->eog);
+    sched_gram_destroy(s);
     free(s->cancel_ids);
+    free(s->pause_ops);
     free(s->cancel_work);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -290,8 +300,15 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
     q->deadline = r->deadline;
-    /* Hook for constrained sampling: such requests come with no_speculative set. */
-    spec_init(&q->spec, !r->no_speculative && !r->embed && !r->prompt_logprobs);
+    q->group = r->group;
+    if (r->grammar && !r->embed) {
+        q->gram = gram_ref(r->grammar);
+        if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
+            goto fail;
+    }
+    /* Drafts are not checked against a grammar's mask: constrained requests never draft. */
+    spec_init(&q->spec,
+              !r->no_speculative && !r->embed && !r->prompt_logprobs && !r->grammar);
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);
@@ -308,6 +325,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     if (rc == SCHED_OK) {
         q->id = s->next_id++;
         q->order = s->next_order++;
+        if (!q->group) q->group = q->id | (1ull << 63); /* apart from callers' groups */
         uint64_t seed = r->sp.has_seed ? r->sp.seed
                                        : (uint64_t)(q->t_submit * 1e9) ^ (q->id * 0x9e3779b97f4a7c15ull);
         smp_rng_seed(&q->rng, seed);
@@ -340,6 +358,23 @@ void sched_cancel(struct sched *s, uint64_t id) {
     pthread_mutex_unlock(&s->lock);
 }
 
+void sched_pause(struct sched *s, uint64_t id, int paused) {
+    pthread_mutex_lock(&s->lock);
+    if (s->n_pause == s->cap_pause) {
+        int cap = s->cap_pause ? 2 * s->cap_pause : 64;
+        struct sched_pause_op *p = realloc(s->pause_ops, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+        s->pause_ops = p;
+        s->cap_pause = cap;
+    }
+    s->pause_ops[s->n_pause++] = (struct sched_pause_op){id, paused};
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void sched_drain(struct sched *s) {
     pthread_mutex_lock(&s->lock);
     s->draining = 1;
@@ -367,6 +402,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->prefix_queries = (uint64_t)k->queries;
     out->prefix_hits = (uint64_t)k->hits;
     out->prefix_hit_tokens = (uint64_t)k->hit_tokens;
+    out->prefix_query_tokens = (uint64_t)k->query_tokens;
     out->kv_evictions = (uint64_t)k->evictions;
     out->kv_sessions = k->sessions;
     out->preemptions = (uint64_t)s->preemptions;
@@ -378,5 +414,9 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->spec_draft_tokens = s->spec_total[0];
     out->spec_accepted_tokens = s->spec_total[1];
     out->spec_verify_steps = s->spec_total[2];
+    out->pending = s->n_waiting + s->counts.running;
+    out->loop_turns = s->loop_turns;
+    out->progress_age_s = s->idle_wait ? 0 : clock_mono_s() - s->progress_at;
+    if (out->progress_age_s < 0) out->progress_age_s = 0;
     pthread_mutex_unlock(&s->lock);
 }

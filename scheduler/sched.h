@@ -10,7 +10,7 @@
  * sequence finishes, fails or is cancelled.
  *
  * Threads: sched_create/sched_destroy from the owning (main) thread. sched_submit,
- * sched_cancel, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
+ * sched_cancel, sched_pause, sched_drain, sched_get_counts and sched_stats may be called from any thread (they take
  * the scheduler's lock, never wait for compute). on_event callbacks run on the scheduler
  * thread: they must not block, must copy what they keep (pointers inside the event are valid
  * only during the call), and must not call back into sched_* except sched_cancel.
@@ -29,6 +29,7 @@
 
 struct sched;
 struct sched_event;
+struct gram;
 
 struct sched_opts {
     int n_threads;            /* compute threads (0 = physical cores) */
@@ -49,6 +50,7 @@ struct sched_opts {
                                * are batch-invariant: the CPU backend, or any backend with
                                * deterministic = 1 */
     enum fwd_device device;
+    int group_max_seqs;       /* decode slots one group keeps while others wait (sched_fair.c) */
 };
 /* Fills o from the defaults table (config/defaults.h). */
 void sched_opts_default(struct sched_opts *o);
@@ -77,6 +79,15 @@ struct sched_req {
                                * out). Requests whose sampling is constrained (a grammar or
                                * schema mask) must set it: drafts are not checked against
                                * a mask */
+    uint64_t group;           /* fairness group (one HTTP request, or one API key): decode
+                               * slots are shared between groups (sched_fair.c); 0 = its own */
+    struct gram *grammar;     /* optional (scheduler/grammar.h): every sampled token must keep
+                               * the output a prefix of a sentence of it; end-of-generation
+                               * only where the sentence may end; the scheduler takes its own
+                               * reference */
+    const char *grammar_trigger; /* optional, with grammar: the output is free until it
+                               * contains this text; from the trigger's first byte on, the
+                               * grammar applies (a lazy grammar); copied */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
 };
@@ -137,6 +148,12 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out);
 /* Cancel a request: queued ones never run; running ones leave at the next step and get a
  * DONE event with SCHED_FINISH_CANCELLED. Unknown or finished ids: no effect. */
 void sched_cancel(struct sched *s, uint64_t id);
+/* Pause (1) or resume (0) request id: a paused request leaves the batch at the next step
+ * (its KV blocks are released, complete ones stay in the prefix cache) and waits, not
+ * admitted, until resumed; its output then continues exactly as if nothing had happened
+ * (see preemption in sched_loop.c). Its deadline still applies. Any thread; unknown or
+ * finished ids are ignored. */
+void sched_pause(struct sched *s, uint64_t id, int paused);
 /* Refuse new submissions (SCHED_EDRAIN) from now on; running requests continue. */
 void sched_drain(struct sched *s);
 /* Counts for /health and /metrics. */
@@ -149,6 +166,7 @@ struct sched_stats {
     uint64_t prefix_queries;          /* admissions that looked up the prefix cache */
     uint64_t prefix_hits;             /* admissions that reused cached blocks */
     uint64_t prefix_hit_tokens;       /* prompt positions reused */
+    uint64_t prefix_query_tokens;     /* prompt positions looked up */
     uint64_t kv_evictions;            /* cached blocks evicted (LRU) */
     int kv_sessions;                  /* warm sessions holding blocks */
     uint64_t preemptions, rejections, steps;
@@ -158,6 +176,13 @@ struct sched_stats {
     uint64_t spec_draft_tokens;       /* tokens drafted by prompt lookup and verified */
     uint64_t spec_accepted_tokens;    /* drafts accepted (tokens gained over plain decode) */
     uint64_t spec_verify_steps;       /* sequence-steps that carried drafts */
+    /* Liveness: the thread's progress. pending counts the requests it owes work to (waiting,
+     * including those submitted since it last published, plus running); progress_age_s is
+     * how long ago it last finished a loop turn (0 while it sleeps for want of work). A
+     * thread stuck inside a step shows pending > 0 with a growing progress_age_s. */
+    int pending;
+    uint64_t loop_turns;              /* loop turns finished (steps and idle turns) */
+    double progress_age_s;            /* seconds */
 };
 /* Copies the numbers under the scheduler's lock (any thread). */
 void sched_stats(struct sched *s, struct sched_stats *out);

@@ -40,6 +40,10 @@ struct seq {
     double t_submit, queue_s;    /* CLOCK_MONOTONIC seconds; wait before first admission */
     double deadline;             /* 0 = none */
     int cancel;                  /* scheduler-thread copy of a cancellation */
+    uint64_t group;              /* fairness group (sched_req.group, or the id) */
+    int paused;                  /* scheduler-thread copy of sched_pause */
+    int out_at_admit;            /* n_out when last admitted (the fairness quantum) */
+    int requeued;                /* preempted at least once (fairness) */
     struct sched_sampling sp;    /* logit_bias points at bias */
     struct sched_bias *bias;     /* [sp.n_logit_bias] copy */
     struct smp_rng rng;
@@ -56,6 +60,12 @@ struct seq {
     int n_embd;
     int hidden_row0;             /* per step: the chunk's first row of sched.hidden */
     int top_logprobs, ignore_eos;
+    struct gram *gram;           /* the request's grammar (a reference) or NULL */
+    struct gram_match *gm;       /* its matcher once active (sched_gram.c) */
+    char *trig;                  /* lazy grammar: trigger text (NUL-terminated) or NULL */
+    char *trig_buf;              /* [trig_cap] the output's last bytes while dormant */
+    int trig_n, trig_cap;
+    const char *gram_err;        /* set by the sampling task: the grammar failed */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
     struct kvcache_seq kv;            /* block tables */
@@ -85,6 +95,9 @@ struct sched {
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
     float *logits;               /* [max_seqs + SCHED_PLP_ROWS][n_vocab] */
+    uint8_t *greedy;             /* [max_seqs + SCHED_PLP_ROWS] per logits row: a plain greedy
+                                  * request's (fwd_run_greedy may return its id only) */
+    int32_t *gid;                /* [.. the same] the ids it returned, -1: the row is there */
     float *hidden;               /* [max_batch_tokens][n_embd] final hidden rows of a step
                                   * with embed sequences */
     int n_embd;
@@ -101,6 +114,9 @@ struct sched {
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
     int n_run;
     struct seq **batch;          /* [max_seqs] */
+    struct gram_vocab *gv;       /* the vocabulary trie, built with the first grammar */
+    struct gram_scratch **gx;    /* [n_smp] grammar scratch per compute thread, same */
+    uint64_t *gmask;             /* [n_smp][(n_vocab + 63) / 64] allowed-token masks */
     uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
     int cap_work;
     pthread_t thread;
@@ -113,12 +129,17 @@ struct sched {
     long long waiting_tokens;
     uint64_t *cancel_ids;        /* pending sched_cancel ids */
     int n_cancel, cap_cancel;
+    struct sched_pause_op { uint64_t id; int paused; } *pause_ops; /* pending sched_pause */
+    int n_pause, cap_pause;
     int stopping, draining;
     uint64_t next_id, next_order;
     struct sched_counts counts;
     struct kvcache_stats kst;
     long long preemptions, rejections, steps;
     struct prom_hist h_batch, h_tokens, h_step;
+    uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
+    double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */
+    int idle_wait;               /* 1 while the thread sleeps for want of work */
     uint64_t spec_total[3];      /* draft tokens, accepted drafts, verified sequence-steps */
     /* Scheduler thread: */
     int spec_on;                 /* enum spec_mode in effect (OFF unless batch-invariant) */
@@ -128,10 +149,33 @@ struct sched {
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* sched_gram.c: grammar-constrained sequences. */
+/* Scheduler thread, before a step's sampling: builds the trie and scratch on first use and
+ * the sequence's matcher when its grammar is active. 0, or -1 with *msg set. */
+int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg);
+/* Sampling task `task`: logits of tokens the grammar forbids become -inf (end-of-generation
+ * ids only where the sentence may end). Sets q->gram_err when nothing is allowed. */
+void sched_gram_mask(struct sched *s, struct seq *q, int task, float *logits);
+/* Scheduler thread, after sampling: advance the matcher (or watch for the trigger).
+ * Returns 0, 1 when the grammar allows nothing more (finish), -1 with *msg on failure. */
+int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **msg);
+/* Frees the sequence's grammar state; sched_destroy's part: sched_gram_destroy. */
+void sched_gram_seq_free(struct seq *q);
+void sched_gram_destroy(struct sched *s);
+
 /* sched_loop.c */
 void sched_seq_free(struct seq *q);
 /* Lock held. */
 void sched_wait_push_back(struct sched *s, struct seq *q);
+/* Lock held: try to admit waiting q (blocks for its tokens plus a reserve); 1 when admitted. */
+int sched_try_admit(struct sched *s, struct seq *q, double now);
+/* Lock held: running q back to the waiting list (before newcomers), its blocks released. */
+void sched_requeue(struct sched *s, struct seq *q);
+
+/* sched_fair.c, lock held: admit waiting sequences into free decode slots, fairly between
+ * groups, preempting where the policy says so. */
+void sched_fair_admit(struct sched *s, double now);
+
 /* Lock held: copies the counts /health and /metrics read. */
 void sched_publish_counts(struct sched *s);
 /* The scheduler thread (arg = struct sched). */

@@ -1,8 +1,9 @@
 /*
  * sched_loop — continuous batching on one scheduler thread. See sched.h for the contract.
  *
- * Each step: take cancellations and admit waiting requests (FCFS: the queue's head blocks
- * those behind it, so nobody starves), then build one batch in arrival order with one
+ * Each step: take cancellations and pauses, and admit waiting requests (sched_fair.c: fair
+ * between groups, arrival order within that; one that lacks KV blocks blocks those behind
+ * it, so nobody starves), then build one batch in arrival order with one
  * decode row per decoding sequence and prefill chunks from the budget left after the decode
  * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
  * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
@@ -41,6 +42,7 @@ void sched_seq_free(struct seq *q) {
     free(q->emb_out);
     kvcache_seq_free(&q->kv);
     free(q->done_text);
+    sched_gram_seq_free(q);
     free(q);
 }
 
@@ -175,7 +177,7 @@ static void wait_push_preempted(struct sched *s, struct seq *q) {
 
 /* Try to admit the waiting sequence q (lock held): attach a cached prefix or warm session,
  * check that blocks exist for the rest of its tokens plus a reserve, fill its SWA ring. */
-static int try_admit(struct sched *s, struct seq *q, double now) {
+int sched_try_admit(struct sched *s, struct seq *q, double now) {
     int bs = s->o.kv_block_size;
     /* Prompt logprobs and embeddings need every prompt row computed: no reuse. */
     int whole = q->prompt_lp || q->embed;
@@ -198,6 +200,7 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
         return 0;
     }
     q->n_kv = reuse;
+    q->out_at_admit = q->n_out;
     if (!q->admitted) {
         q->admitted = 1;
         q->cached_tokens = reuse;
@@ -208,19 +211,23 @@ static int try_admit(struct sched *s, struct seq *q, double now) {
     return 1;
 }
 
-/* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
-static void preempt_youngest(struct sched *s) {
-    struct seq *q = s->run[s->n_run - 1];
+void sched_requeue(struct sched *s, struct seq *q) {
     kvcache_seq_release(s->kv, &q->kv);
     q->n_kv = 0;
     q->step_n = 0;
+    q->requeued = 1;
     if (q->embed) memset(q->emb_acc, 0, (size_t)q->n_embd * sizeof(double));
-    s->n_run--;
-    pthread_mutex_lock(&s->lock);
+    run_remove(s, q);
     wait_push_preempted(s, q);
     s->preemptions++;
-    pthread_mutex_unlock(&s->lock);
     LOG_D(SCHED_MOD, q->id, "preempted after %d tokens", q->n_out);
+}
+
+/* Move the youngest running sequence back to the waiting queue, dropping its blocks. */
+static void preempt_youngest(struct sched *s) {
+    pthread_mutex_lock(&s->lock);
+    sched_requeue(s, s->run[s->n_run - 1]);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- one step ----------------------------------------------------------------------- */
@@ -244,11 +251,16 @@ static void sample_task(void *arg, int task, int n_tasks) {
             sched_spec_sample(s, q, task); /* the decode row and the drafts' rows */
             continue;
         }
+        if (s->gid[q->logit_row] >= 0) { /* the backend took the argmax (greedy_row) */
+            q->tok = s->gid[q->logit_row];
+            continue;
+        }
         float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
         if (q->top_logprobs >= 0) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
             l = scratch;
         }
+        if (q->gm) sched_gram_mask(s, q, task, l); /* before every other rule */
         q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
                             q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
         if (q->top_logprobs >= 0)
@@ -259,6 +271,12 @@ static void sample_task(void *arg, int task, int n_tasks) {
 /* Report the token sample_task chose. Returns 1 when the sequence finished. */
 static int handle_token(struct sched *s, struct seq *q) {
     const int32_t tok = q->tok;
+    const char *gmsg = q->gram_err;
+    const int gdone = gmsg ? -1 : sched_gram_accept(s, q, tok, &gmsg);
+    if (gdone < 0) {
+        fail_running(s, q, gmsg);
+        return 1;
+    }
     q->hist[q->n_hist++] = tok;
     q->n_out++;
     if (!q->ignore_eos && tok_is_eog(s->vocab, tok)) {
@@ -282,6 +300,10 @@ static int handle_token(struct sched *s, struct seq *q) {
     ev.text_len = len;
     emit(q, &ev);
     if (matched == 1) {
+        finish_running(s, q, SCHED_FINISH_STOP);
+        return 1;
+    }
+    if (gdone == 2) { /* the grammar allows nothing more */
         finish_running(s, q, SCHED_FINISH_STOP);
         return 1;
     }
@@ -356,6 +378,20 @@ static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
     if (q->n_kv < q->n_hist) return;
     const double div = q->pooling == SCHED_POOL_LAST ? 1.0 : (double)q->n_hist;
     for (int k = 0; k < E; k++) q->emb_out[k] = (float)(q->emb_acc[k] / div);
+}
+
+/* Greedy ids from the backend: a request whose token is exactly smp_argmax of its raw
+ * logits row (smp_sample changes nothing else for it: no bias, penalties, bans, logprobs,
+ * prompt scoring), so fwd_run_greedy may return that id instead of the row. Any new
+ * per-request change to the logits must make this 0. */
+static int greedy_row(const struct seq *q) {
+    const struct sched_sampling *sp = &q->sp;
+    return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
+           sp->frequency_penalty == 0 &&
+           !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
+           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
+           !q->gm && /* a grammar masks the row first: it needs the whole row */
+           q->spec.n_draft == 0; /* verification samples every row of the drafts */
 }
 
 static void step(struct sched *s) {
@@ -436,8 +472,12 @@ static void step(struct sched *s) {
         n_tokens += n;
     }
     if (nb == 0) return;
+    for (int r = 0; r < n_logits; r++)
+        s->greedy[r] = 0, s->gid[r] = -1;
+    for (int i = 0; i < nb; i++)
+        if (s->batch[i]->logit_row >= 0) s->greedy[s->batch[i]->logit_row] = greedy_row(s->batch[i]);
     int rc = any_hidden ? fwd_run_hidden(s->fwd, s->rows, nb, s->logits, s->hidden)
-                        : fwd_run(s->fwd, s->rows, nb, s->logits);
+                        : fwd_run_greedy(s->fwd, s->rows, nb, s->logits, s->greedy, s->gid);
     if (rc != FWD_OK) {
         LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
@@ -460,6 +500,16 @@ static void step(struct sched *s) {
         } else if (q->logit_row >= 0) {
             s->sampling[n_sample++] = q;
         }
+    }
+    if (n_sample > 0) {
+        int kept = 0; /* grammar state for constrained sequences (scheduler thread) */
+        for (int i = 0; i < n_sample; i++) {
+            struct seq *q = s->sampling[i];
+            const char *gmsg = NULL;
+            if (q->gram && sched_gram_prepare(s, q, &gmsg)) fail_running(s, q, gmsg);
+            else s->sampling[kept++] = q;
+        }
+        n_sample = kept;
     }
     if (n_sample > 0) {
         struct sample_job sj = {s, n_sample};
@@ -509,6 +559,18 @@ static struct seq *intake(struct sched *s, double now) {
         for (struct seq *q = s->wait_head; q; q = q->next)
             if (q->id == id) q->cancel = 1;
     }
+    /* Pauses: a paused running sequence leaves the batch (its client stopped reading). */
+    for (int c = 0; c < s->n_pause; c++) {
+        struct sched_pause_op op = s->pause_ops[c];
+        for (struct seq *q = s->wait_head; q; q = q->next)
+            if (q->id == op.id) q->paused = op.paused;
+        for (int i = 0; i < s->n_run; i++)
+            if (s->run[i]->id == op.id && (s->run[i]->paused = op.paused) && !s->run[i]->cancel) {
+                sched_requeue(s, s->run[i]);
+                break;
+            }
+    }
+    s->n_pause = 0;
     for (struct seq *q = s->wait_head, *nx; q; q = nx) {
         nx = q->next;
         if (q->cancel || (q->deadline > 0 && now > q->deadline)) {
@@ -518,8 +580,10 @@ static struct seq *intake(struct sched *s, double now) {
         }
     }
     kvcache_session_expire(s->kv, now);
-    while (s->wait_head && s->n_run < s->o.max_seqs && try_admit(s, s->wait_head, now)) {
-    }
+    sched_fair_admit(s, now);
+    /* Admitted sequences count as running before the step starts, so sched_stats' pending
+     * covers a step that never ends (the liveness check) from its first turn. */
+    s->counts.running = s->n_run;
     return gone;
 }
 
@@ -532,6 +596,8 @@ void sched_publish_counts(struct sched *s) {
     s->counts.waiting = s->n_waiting;
     s->counts.kv_blocks_used = st.used[KVSTORE_FULL];
     s->counts.kv_blocks_total = st.total[KVSTORE_FULL];
+    s->loop_turns++;
+    s->progress_at = clock_mono_s();
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -539,7 +605,9 @@ void *sched_main(void *arg) {
     struct sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0) {
+        while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0 &&
+               s->n_pause == 0) {
+            s->idle_wait = 1;
             if (kvcache_session_count(s->kv) > 0) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
@@ -549,6 +617,10 @@ void *sched_main(void *arg) {
             } else {
                 pthread_cond_wait(&s->cond, &s->lock);
             }
+        }
+        if (s->idle_wait) { /* progress is counted from the wake-up, not from the sleep */
+            s->idle_wait = 0;
+            s->progress_at = clock_mono_s();
         }
         if (s->stopping) {
             pthread_mutex_unlock(&s->lock);

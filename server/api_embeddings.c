@@ -23,6 +23,14 @@ static int emb_one(json_t *x, size_t i, const struct tok_vocab *v, int n_ctx, st
     if (json_is_string(x)) {
         size_t len = json_string_length(x);
         if (len == 0) return oai_fail(e, 400, "input", NULL, "input[%zu] must not be empty", i);
+        if (tok_min_tokens(v, len) > (size_t)n_ctx) { /* too long by its length alone */
+            oai_fail(e, 400, "input", NULL,
+                     "input[%zu] is %zu bytes: at least %zu tokens; this model's maximum "
+                     "context length is %d tokens",
+                     i, len, tok_min_tokens(v, len), n_ctx);
+            e->code = "context_length_exceeded";
+            return -1;
+        }
         int cap = (int)(len < (1u << 26) ? len : (1u << 26)) + 8;
         for (int attempt = 0; attempt < 2; attempt++) {
             free(ids);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -22,52 +23,11 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/api_embeddings.h"
+#include "server/api_tools.h"
+#include "server/completion_int.h"
 #include "server/openai.h"
 
 #define CMPL_MOD "gen"
-
-/* One choice of a generation request: one scheduler request. */
-struct hchoice {
-    struct hreq *hr;
-    int index;                  /* choice index in the response */
-    int prompt_idx;             /* which prompt (completions with a list) */
-    uint64_t sched_id;
-    int submitted, done;        /* submitted to the scheduler; DONE/ERROR seen */
-    enum sched_finish finish;
-    char *error;                /* ERROR message (owned) */
-    char *text;                 /* non-stream: the output so far (owned) */
-    size_t text_len, text_cap;
-    json_t *lp;                 /* non-stream logprobs entries (owned), or NULL */
-    int n_tokens;               /* TOKEN events seen */
-    int prompt_tokens, completion_tokens, cached_tokens;
-    double t_first, t_last;     /* first / latest token (monotonic s) */
-    double queue_s;
-    size_t lp_offset;           /* legacy logprobs: text offset of the next token */
-    int stop_index;             /* DONE: which stop string matched, or -1 */
-    int prompt_pending;         /* stream: the echoed prompt waits for its logprobs */
-};
-
-/* One completion request (hreq.cmpl). */
-struct cmpl {
-    struct oai_params *params;  /* parsed request (owned) */
-    struct hchoice *ch;         /* [n_ch] */
-    int n_ch;
-    int n_done;
-    int stream;
-    char *out;                  /* stream: SSE bytes not yet handed to MHD (owned) */
-    size_t out_len, out_off, out_cap;
-    int out_end;                /* stream: nothing follows what is in out */
-    double last_write;          /* stream: when bytes were last queued */
-    struct oai_resp resp;       /* id, object kind, created, model of every body */
-    char id[48];                /* "chatcmpl-…" / "cmpl-…" (resp.id) */
-    int aborted;                /* cmpl_abort ran */
-    int fail_status;            /* non-stream: HTTP status of an error outcome */
-    char fail_msg[256];
-    char model[256];            /* the model id the reply names (resp.model) */
-    struct api_shape *shape;    /* a non-OpenAI reply shape (owned), or NULL */
-    struct emb_req *emb;        /* embeddings: the inputs (owned), or NULL */
-    float *emb_vecs;            /* [emb->n][n_embd] results (owned) */
-};
 
 /* One event from the scheduler thread, copied (the event's pointers die with the call). */
 struct cmpl_event {
@@ -132,6 +92,21 @@ static int cmpl_reserve(char **buf, size_t *cap, size_t need, size_t first) {
     return 0;
 }
 
+/* Backpressure: once stream_pause_bytes wait unsent (the client stopped reading: MHD and
+ * the kernel buffers are full), the stream's choices leave the batch; they resume when the
+ * client has taken half of it. */
+static void cmpl_backpressure(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    struct cmpl *g = hr->cmpl;
+    size_t unsent = g->out_len - g->out_off, bound = (size_t)s->cfg->stream_pause_bytes;
+    int want = g->paused ? unsent > bound / 2 : unsent > bound;
+    if (want == g->paused || !s->sched) return;
+    g->paused = want;
+    for (int i = 0; i < g->n_ch; i++)
+        if (g->ch[i].submitted && !g->ch[i].done) sched_pause(s->sched, g->ch[i].sched_id, want);
+    LOG_D(CMPL_MOD, hr->id, "%s: %zu bytes unsent", want ? "paused" : "resumed", unsent);
+}
+
 static void cmpl_out(struct hreq *hr, const char *data, size_t len) {
     struct cmpl *g = hr->cmpl;
     if (g->out_end || hr->mhd_done) return;
@@ -140,6 +115,7 @@ static void cmpl_out(struct hreq *hr, const char *data, size_t len) {
     memcpy(g->out + g->out_len, data, len);
     g->out_len += len;
     g->last_write = clock_mono_s();
+    cmpl_backpressure(hr);
     conn_wake(hr);
 }
 
@@ -277,6 +253,15 @@ static void cmpl_append_text(struct hchoice *c, const char *t, size_t n) {
 
 /* ---- events on the loop thread ---------------------------------------------------------- */
 
+/* Tools stream: the output's text and call deltas, one chunk each. */
+static void cmpl_tool_deltas(struct hreq *hr, struct hchoice *c, const char *t, size_t n,
+                             int final) {
+    json_t *d = tools_out_feed(c->to, t ? t : "", n, final);
+    for (size_t i = 0; i < json_array_size(d); i++)
+        cmpl_sse(hr, tools_chunk(&hr->cmpl->resp, c->index, json_incref(json_array_get(d, i))));
+    json_decref(d);
+}
+
 static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched_event *ev,
                           double t) {
     struct cmpl *g = hr->cmpl;
@@ -291,9 +276,13 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     }
     c->t_last = t;
     c->n_tokens++;
+    m->generation_tokens++; /* per token, so a rate moves while streams run */
+    if (!hr->mhd_done) hr->completion_tokens++; /* the access log counts what went out */
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
+    } else if (g->stream && c->to) {
+        cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 0);
     } else if (g->stream) {
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
         if (ev->text_len || p->logprobs)
@@ -338,7 +327,8 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
     c->cached_tokens = ev->cached_tokens;
     c->queue_s = ev->queue_s;
     c->stop_index = ev->stop_index;
-    hr->completion_tokens += ev->completion_tokens;
+    if (!hr->mhd_done && ev->completion_tokens > c->n_tokens) /* e.g. the end-of-turn token */
+        hr->completion_tokens += ev->completion_tokens - c->n_tokens;
     if (g->emb && ev->embedding) {
         int e = ev->n_embd;
         emb_pool(ev->embedding, 1, e, EMB_POOL_MEAN, g->emb_vecs + (size_t)c->index * (size_t)e);
@@ -350,7 +340,9 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
                                                     : METRICS_FIN_ERROR;
     m->finish[fin]++;
     m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
-    m->generation_tokens += (uint64_t)(ev->completion_tokens > 0 ? ev->completion_tokens : 0);
+    /* tokens without a TOKEN event (an end-of-generation token) count at the end */
+    if (ev->completion_tokens > c->n_tokens)
+        m->generation_tokens += (uint64_t)(ev->completion_tokens - c->n_tokens);
     metrics_observe(m, METRICS_E2E, t - hr->t_start);
     metrics_observe(m, METRICS_QUEUE, ev->queue_s);
     if (ev->kind == SCHED_EV_ERROR) {
@@ -381,9 +373,14 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
             return;
         }
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
-        if (ev->text_len) cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
-        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL,
-                        oai_finish_name(c->finish));
+        const char *fname = oai_finish_name(c->finish);
+        if (c->to) {
+            cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 1);
+            fname = tools_finish(c->to, fname);
+        } else if (ev->text_len) {
+            cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
+        }
+        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL, fname);
         if (g->n_done == g->n_ch) cmpl_stream_end(hr);
     } else {
         cmpl_append_text(c, ev->text, ev->text_len);
@@ -424,7 +421,10 @@ void cmpl_process_queue(struct srv *s) {
 
 /* ---- start, resume, cancel ---------------------------------------------------------------- */
 
-int cmpl_active(const struct hreq *hr) { return hr->cmpl && hr->cmpl->n_ch; }
+int cmpl_active(const struct hreq *hr) {
+    const struct cmpl *g = hr->cmpl;
+    return g && (g->n_ch || g->parsing || g->parsed);
+}
 
 void cmpl_cancel(struct hreq *hr) {
     struct srv *s = hr->srv;
@@ -440,6 +440,11 @@ void cmpl_abort(struct hreq *hr, int status, const char *msg) {
     g->aborted = 1;
     cmpl_cancel(hr);
     LOG_W(CMPL_MOD, hr->id, "ending request: %s", msg);
+    if (!g->n_ch) { /* still being parsed: cmpl_begin answers with this */
+        g->fail_status = status;
+        snprintf(g->fail_msg, sizeof g->fail_msg, "%s", msg);
+        return;
+    }
     if (g->stream) {
         g->aborted = 0; /* let the error event through */
         cmpl_sse_error(hr, status == 504 ? "timeout_error" : "server_error", msg);
@@ -453,7 +458,18 @@ void cmpl_abort(struct hreq *hr, int status, const char *msg) {
 
 void cmpl_keepalive(struct hreq *hr, double now) {
     struct cmpl *g = hr->cmpl;
-    if (!g || !g->stream || g->out_end) return;
+    if (!g || !g->stream) return;
+    if (g->out_len > g->out_off && now - g->last_read > hr->srv->cfg->write_timeout_s &&
+        hr->hc && hr->hc->fd >= 0) {
+        /* Bytes wait and the client took none for write_timeout_s: end it. */
+        LOG_W(CMPL_MOD, hr->id, "client read nothing for %.0f s: closing the stream",
+              now - g->last_read);
+        cmpl_cancel(hr);
+        shutdown(hr->hc->fd, SHUT_RDWR);
+        g->last_read = now; /* once */
+        return;
+    }
+    if (g->out_end) return;
     if (now - g->last_write >= hr->srv->cfg->sse_keepalive_s) cmpl_out(hr, ": keep-alive\n\n", 14);
 }
 
@@ -467,6 +483,8 @@ static ssize_t cmpl_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
         memcpy(buf, g->out + g->out_off, n);
         g->out_off += n;
         if (g->out_off == g->out_len) g->out_off = g->out_len = 0;
+        g->last_read = clock_mono_s();
+        if (g->paused) cmpl_backpressure(hr);
         return (ssize_t)n;
     }
     if (hr->client_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -475,7 +493,7 @@ static ssize_t cmpl_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
     return 0;
 }
 
-static enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
+enum MHD_Result cmpl_submit_error(struct hreq *hr, int rc) {
     switch (rc) {
     case SCHED_EFULL:
         return conn_reply_error(hr, 429, NULL, NULL, NULL, "the server is busy: queue full");
@@ -507,9 +525,11 @@ static void cmpl_free(struct hreq *hr, void *arg) {
         free(g->ch[i].text);
         free(g->ch[i].error);
         json_decref(g->ch[i].lp);
+        tools_out_free(g->ch[i].to);
     }
     free(g->ch);
     oai_params_free(g->params);
+    oai_params_free(g->parsed_params);
     free(g->out);
     if (g->shape) {
         g->shape->destroy(g->shape->st);
@@ -523,8 +543,10 @@ static void cmpl_free(struct hreq *hr, void *arg) {
 }
 
 /* Submits choice c's request; on a refusal the choices already running are cancelled. */
-static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
+int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req *r) {
     r->deadline = hr->deadline;
+    /* Fairness groups: an API key's requests together, else each request on its own. */
+    r->group = hr->key >= 0 ? (uint64_t)hr->key + 1 : hr->id | (1ull << 62);
     r->on_event = cmpl_on_event;
     r->user = c;
     int rc = sched_submit(hr->srv->sched, r, &c->sched_id);
@@ -538,7 +560,7 @@ static int cmpl_submit_one(struct hreq *hr, struct hchoice *c, struct sched_req 
 }
 
 /* Submits every choice; the stream's first chunks go out before its response is queued. */
-static enum MHD_Result cmpl_submit(struct hreq *hr) {
+enum MHD_Result cmpl_submit(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
     struct oai_params *p = g->params;
     int n_ch = p->n * p->n_prompts;
@@ -563,6 +585,14 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.no_speculative = p->no_speculative;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
+        const struct tools_req *tr = p->tools;
+        if (tr) {
+            r.grammar = tr->grammar;
+            r.grammar_trigger = tr->trigger;
+            if (tr->mode != TOOLS_OFF && p->is_chat && !g->shape &&
+                !(c->to = tools_out_new(g->id)))
+                return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        }
         /* echo with max_tokens 0 scores the prompt; with logprobs the scores are reported */
         r.prompt_logprobs = p->prompt_logprobs || r.max_tokens == 0;
         if (r.prompt_logprobs && r.top_logprobs < 0) r.top_logprobs = 0;
@@ -591,7 +621,14 @@ static enum MHD_Result cmpl_submit(struct hreq *hr) {
                             NULL, NULL);
         }
     }
-    g->last_write = clock_mono_s();
+    g->last_write = g->last_read = clock_mono_s();
+    if (hr->hc && hr->hc->fd >= 0) {
+        /* Cap the kernel's send buffer too (its autotuning grows it to megabytes on a fast
+         * path): a client that stops reading is then noticed after about
+         * 3 x stream_pause_bytes + what its own receive window holds. */
+        int sb = hr->srv->cfg->stream_pause_bytes;
+        setsockopt(hr->hc->fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
+    }
     enum MHD_Result ret =
         conn_reply_stream(hr, "text/event-stream; charset=utf-8", cmpl_stream_read, hr);
     if (ret != MHD_YES) cmpl_cancel(hr);
@@ -605,11 +642,16 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .model_name = s->model ? s->model->name : NULL,
                                .aliases = (const char *const *)s->aliases,
                                .n_aliases = s->n_aliases,
-                               .accept_any_model = s->cfg->accept_any_model};
+                               .accept_any_model = s->cfg->accept_any_model,
+                               .allow_control_tokens = s->cfg->allow_control_tokens,
+                               .max_tools = s->cfg->max_tools,
+                               .max_schema_bytes = s->cfg->max_schema_bytes,
+                               .grammar_max_stacks = s->cfg->grammar_max_stacks,
+                               .grammar_max_elems = s->cfg->grammar_max_elems};
 }
 
 /* The request's completion state, its release registered with the connection layer. */
-static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
+struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     struct cmpl *g = calloc(1, sizeof *g);
     if (!g) {
         if (shape) {
@@ -625,35 +667,19 @@ static struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     return g;
 }
 
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape) {
-    struct srv *s = hr->srv;
-    struct oai_limits lim;
-    cmpl_limits(s, &lim);
-    struct oai_error e;
-    struct oai_params *p;
-    struct cmpl *g = cmpl_new(hr, shape);
-    if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    if (oai_parse(root, is_chat, &lim, &p, &e))
-        return conn_reply_error(hr, e.status, e.status == 404 ? "not_found_error" : e.type,
-                                e.param, e.code, "%s", e.msg);
-    g->params = p;
-    snprintf(g->model, sizeof g->model, "%s", p->model);
-    g->stream = p->stream;
-    snprintf(g->id, sizeof g->id, "%s-%" PRIx64 "%08x", is_chat ? "chatcmpl" : "cmpl", hr->id,
-             (unsigned)((uint64_t)s->created * 2654435761u));
-    g->resp = (struct oai_resp){.id = g->id, .is_chat = p->is_chat,
-                                .created = (int64_t)time(NULL), .model = g->model,
-                                .include_usage = p->include_usage};
-    return cmpl_submit(hr);
-}
-
-enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat) {
-    return cmpl_start_shape(hr, root, is_chat, NULL);
-}
-
 enum MHD_Result cmpl_resume(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
+    if (g && g->parsing) { /* woken before the parse finished */
+        if (hr->client_gone) return MHD_NO;
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    if (g && g->parsed) {
+        g->parsed = 0;
+        struct oai_params *p = g->parsed_params;
+        g->parsed_params = NULL;
+        return cmpl_begin(hr, g->parse_rc, p, &g->parse_err);
+    }
     if (!g || (!g->params && !g->emb) || hr->client_gone) return MHD_NO; /* closes it */
     struct oai_params *p = g->params;
     if (g->fail_status)
@@ -683,49 +709,16 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
             lp = p->is_chat ? oai_chat_lp(c->lp ? json_incref(c->lp) : NULL)
                             : (c->lp ? json_incref(c->lp) : oai_legacy_lp_new());
         int echo = !p->is_chat && p->echo;
+        if (c->to) {
+            json_decref(tools_out_feed(c->to, c->text ? c->text : "", c->text_len, 1));
+            json_decref(lp);
+            json_array_append_new(choices, tools_choice(c->to, i, oai_finish_name(c->finish)));
+            continue;
+        }
         json_array_append_new(
             choices, oai_choice(p->is_chat, i, echo ? p->prompt_text[c->prompt_idx] : NULL,
                                 echo ? p->prompt_text_len[c->prompt_idx] : 0, c->text,
                                 c->text_len, lp, oai_finish_name(c->finish)));
     }
     return conn_reply_json(hr, 200, oai_response(&g->resp, choices, cmpl_usage_json(hr)));
-}
-
-/* Embeddings: one prefill-only scheduler request per input, answered when all are done. */
-enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model) {
-    struct srv *s = hr->srv;
-    const int E = s->model->cfg.n_embd;
-    struct cmpl *g = cmpl_new(hr, NULL);
-    if (!g) {
-        emb_req_free(emb);
-        free(emb);
-        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    }
-    g->emb = emb;
-    snprintf(g->model, sizeof g->model, "%s", model);
-    g->ch = calloc((size_t)emb->n, sizeof *g->ch);
-    g->emb_vecs = calloc((size_t)emb->n * (size_t)E, sizeof(float));
-    if (!g->ch || !g->emb_vecs) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
-    g->n_ch = emb->n;
-    hr->prompt_tokens = emb->total;
-    for (int i = 0; i < emb->n; i++) {
-        struct hchoice *c = &g->ch[i];
-        c->hr = hr;
-        c->index = i;
-        c->prompt_idx = i;
-        struct sched_req r = {0};
-        r.prompt = emb->ids[i];
-        r.n_prompt = emb->len[i];
-        r.embed = 1;
-        r.pooling = emb->pooling == EMB_POOL_LAST ? SCHED_POOL_LAST : SCHED_POOL_MEAN;
-        r.top_logprobs = -1;
-        int rc = cmpl_submit_one(hr, c, &r);
-        if (rc == SCHED_EBACKEND)
-            return conn_reply_error(hr, 501, NULL, NULL, NULL,
-                                    "embeddings need the CPU backend (--device cpu)");
-        if (rc) return cmpl_submit_error(hr, rc);
-    }
-    hr->phase = PH_WAIT;
-    conn_suspend(hr);
-    return MHD_YES;
 }

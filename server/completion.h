@@ -3,7 +3,7 @@
  * body (openai.c), submit one scheduler request per choice, receive their events on the
  * loop thread, and answer with one JSON response or an SSE stream.
  *
- * The state of one request (struct cmpl, private) hangs off hreq.cmpl; cmpl_start_json
+ * The state of one request (struct cmpl, private) hangs off hreq.cmpl; cmpl_start_body
  * registers its release with the connection layer (cancel at close, free at cleanup), and
  * each submitted choice holds a reference on the request until its DONE/ERROR event.
  *
@@ -22,10 +22,12 @@
 struct emb_req;
 struct oai_limits;
 
-/* Parses root (borrowed) and starts the request; replies itself on every error. */
-enum MHD_Result cmpl_start_json(struct hreq *hr, json_t *root, int is_chat);
-/* The same for a request translated from another API (root: its chat request), answered in
- * that API's shape (taken over, also on errors). */
+/* Parses the raw request body (hr->body, kept unchanged until answered) as a chat or
+ * completions request and starts it; replies itself on every error. Parsing, rendering and
+ * tokenizing run off the loop thread (intake.h). */
+enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat);
+/* The same for a request translated from another API (root: its chat request, borrowed),
+ * answered in that API's shape (taken over, also on errors). */
 enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
                                  struct api_shape *shape);
 /* Embeddings: prefills each input (emb taken over), answers with emb_reply naming model. */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -76,13 +78,9 @@ enum MHD_Result conn_reply_json(struct hreq *hr, int status, json_t *body) {
     return conn_reply_text(hr, status, "application/json", text, len);
 }
 
-enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
-                                 const char *param, const char *code, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+/* The error body in the route's shape (OpenAI's unless the route set another). */
+static json_t *conn_error_json(struct hreq *hr, int status, const char *type, const char *param,
+                               const char *code, const char *msg) {
     if (!type)
         type = status == 401   ? "authentication_error"
                : status >= 500 ? (status == 503 ? "service_unavailable" : "server_error")
@@ -94,8 +92,43 @@ enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
     snprintf(e.msg, sizeof e.msg, "%s", msg);
     if (hr->map_error) hr->map_error(&e);
     LOG_D(CONN_MOD, hr->id, "%d %s: %s", status, e.param[0] ? e.param : "-", e.msg);
-    if (hr->error_body) return conn_reply_json(hr, status, hr->error_body(&e));
-    return conn_reply_json(hr, status, oai_error_body(e.msg, type, e.param, code));
+    if (hr->error_body) return hr->error_body(&e);
+    return oai_error_body(e.msg, type, e.param, code);
+}
+
+enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
+                                 const char *param, const char *code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return conn_reply_json(hr, status, conn_error_json(hr, status, type, param, code, msg));
+}
+
+/* A chunked body passed the limit. libmicrohttpd (0.9.x) refuses a response queued while a
+ * body is still arriving, and hanging up mute leaves the client guessing, so the 413 is
+ * written to the socket here, followed by a FIN (shutdown of our sending side); the rest of
+ * the body is then read and discarded (bounded, see conn_body_append) so that closing does
+ * not reset the connection under the reply. */
+static void conn_send_413_now(struct hreq *hr) {
+    if (!hr->hc || hr->hc->fd < 0) return;
+    char *body = json_dumps(conn_error_json(hr, 413, NULL, NULL, NULL, "request body over the "
+                                            "limit"), JSON_COMPACT);
+    if (!body) return;
+    char head[256];
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\nX-Request-Id: %llu\r\n\r\n",
+                      strlen(body) + 1, (unsigned long long)hr->id);
+    struct iovec iov[3] = {{head, (size_t)hl}, {body, strlen(body)}, {"\n", 1}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 3};
+    if (sendmsg(hr->hc->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+        shutdown(hr->hc->fd, SHUT_WR);
+        hr->status = 413;
+        hr->replied_raw = 1;
+    }
+    free(body);
 }
 
 enum MHD_Result conn_reply_stream(struct hreq *hr, const char *ctype,
@@ -174,7 +207,14 @@ void conn_unref(struct hreq *hr) {
 
 void *conn_uri_log(void *cls, const char *uri, struct MHD_Connection *conn) {
     struct srv *s = cls;
-    (void)conn;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct hconn *hc = ci ? ci->socket_context : NULL;
+    if (hc && !hc->line_seen) {
+        /* A later request on a kept-alive connection: its header clock starts now. */
+        hc->line_seen = 1;
+        if (hc->n_done) hc->t_phase = clock_mono_s();
+    }
     struct hreq *hr = calloc(1, sizeof *hr);
     if (!hr) return NULL;
     hr->srv = s;
@@ -183,6 +223,7 @@ void *conn_uri_log(void *cls, const char *uri, struct MHD_Connection *conn) {
     hr->t_start = clock_mono_s();
     hr->deadline = hr->t_start + s->cfg->request_timeout_s;
     hr->ttft = -1;
+    hr->key = -1;
     size_t l = strcspn(uri ? uri : "", "?");
     if (l >= sizeof hr->path) l = sizeof hr->path - 1;
     memcpy(hr->path, uri ? uri : "", l);
@@ -203,6 +244,8 @@ void conn_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr->hc) {
         hr->hc->cur = NULL;
         hr->hc->t_phase = clock_mono_s();
+        hr->hc->n_done++;
+        hr->hc->line_seen = 0;
     }
     hr->mhd_done = 1;
     hr->conn = NULL;
@@ -253,6 +296,7 @@ enum MHD_Result conn_body_append(struct hreq *hr, const char *data, size_t *size
     hr->body_seen += n;
     if (clock_mono_s() > hr->deadline) return MHD_NO; /* slow sender: close */
     if (hr->too_large || hr->body_len + n > (uint64_t)s->cfg->body_limit) {
+        if (!hr->too_large) conn_send_413_now(hr);
         hr->too_large = 1;
         /* Discard a little past the limit so the 413 can be sent, then hang up. */
         return hr->body_seen > (uint64_t)s->cfg->body_limit * 2 + (1u << 20) ? MHD_NO : MHD_YES;

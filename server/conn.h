@@ -30,6 +30,8 @@ struct hconn {
     int fd;                     /* the socket, for shutdown() past the deadline */
     double t_phase;             /* when the current request (or the idle wait) started */
     struct hreq *cur;           /* request being read or answered; NULL between requests */
+    int n_done;                 /* requests completed on this connection */
+    int line_seen;              /* the request line of the next request arrived */
 };
 
 enum hreq_phase {
@@ -65,11 +67,13 @@ struct hreq {
     int mhd_done;
     int suspended;
     int client_gone;            /* the peer closed while the request was suspended */
+    int key;                    /* index of the API key it used, -1 for none */
 
     char *body;                 /* request body (owned) */
     size_t body_len, body_cap;
     uint64_t body_seen;         /* bytes received, also those discarded */
     int too_large;
+    int replied_raw;            /* a 413 went straight to the socket (chunked body) */
 
     struct conn_hook on_close[CONN_MAX_HOOKS], cleanup[CONN_MAX_HOOKS];
     int n_on_close, n_cleanup;

@@ -8,17 +8,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Up to an hour: request_timeout_s allows 600 s and more, and a request that ran 10 minutes
+ * must land in a finite bucket rather than +Inf. */
 static const double metrics_bounds[METRICS_BUCKETS] = {
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+    5,     10,     20,    30,   60,    120,  240, 480,  960, 1920, 3600};
 
-static const char *const metrics_hist_names[METRICS_N_HIST][2] = {
+const char *const metrics_hist_names[METRICS_N_HIST][2] = {
     {"gemmad_time_to_first_token_seconds", "Time from request arrival to the first token."},
     {"gemmad_inter_token_latency_seconds", "Time between consecutive tokens of one choice."},
     {"gemmad_e2e_request_latency_seconds", "Time from request arrival to its last token."},
     {"gemmad_request_queue_time_seconds", "Time a choice waited for admission."},
 };
 
-static const char *const metrics_fin_names[METRICS_N_FIN] = {"stop", "length", "cancelled",
+const char *const metrics_fin_names[METRICS_N_FIN] = {"stop", "length", "cancelled",
                                                              "deadline", "error"};
 
 void metrics_init(struct metrics *m) {
@@ -102,6 +105,13 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
                     st->spec_accepted_tokens);
     metrics_counter(b, "gemmad_spec_verify_steps_total",
                     "Sequence-steps that carried drafted tokens.", st->spec_verify_steps);
+    metrics_counter(b, "gemmad_sched_loop_turns_total",
+                    "Scheduler loop turns finished (the liveness progress counter).",
+                    st->loop_turns);
+    prom_family(b, "gemmad_sched_progress_age_seconds", "gauge",
+                "Seconds since the scheduler thread last finished a loop turn (0 while idle); "
+                "/live fails past live_stall_s with requests pending.");
+    prom_f64(b, "gemmad_sched_progress_age_seconds", NULL, st->progress_age_s);
     prom_hist_write(b, "gemmad_sched_batch_sequences", "Sequences per step.", &st->batch_seqs);
     prom_hist_write(b, "gemmad_sched_batch_tokens",
                     "Tokens per step (decode rows plus prefill chunks).", &st->batch_tokens);
@@ -129,7 +139,8 @@ void metrics_render(const struct metrics *m, const char *const *route_names,
                  m->finish[f]);
     metrics_counter(b, "gemmad_prompt_tokens_total", "Prompt tokens of finished choices.",
                     m->prompt_tokens);
-    metrics_counter(b, "gemmad_generation_tokens_total", "Generated tokens.",
+    metrics_counter(b, "gemmad_generation_tokens_total",
+                    "Generated tokens, counted as each is produced.",
                     m->generation_tokens);
     metrics_gauge(b, "gemmad_requests_running", "Scheduler requests being decoded.",
                   st ? st->running : 0);

@@ -1,8 +1,10 @@
 /*
  * metrics — the server's Prometheus counters and histograms (requests by route and status,
  * by finish reason, token counters, latency histograms) and the rendering of /metrics,
- * which adds the scheduler's numbers (struct sched_stats) after the server's own. Updated
- * and rendered on the loop thread only, so no lock.
+ * which adds the scheduler's numbers (struct sched_stats) after the server's own, then
+ * (metrics_gw.c) the families inference gateways read under vLLM's names, build, config and
+ * state information, and the process's own numbers. Updated and rendered on the loop thread
+ * only, so no lock.
  */
 #ifndef GEMMAD_METRICS_H
 #define GEMMAD_METRICS_H
@@ -12,11 +14,12 @@
 
 #include "base/prom.h"
 #include "base/strbuf.h"
+#include "config/config.h"
 #include "scheduler/sched.h"
 
 #define METRICS_ROUTES 8
 #define METRICS_STATUSES 16
-#define METRICS_BUCKETS 16
+#define METRICS_BUCKETS 22
 
 enum metrics_hist_id {
     METRICS_TTFT = 0, METRICS_ITL, METRICS_E2E, METRICS_QUEUE, METRICS_N_HIST
@@ -43,5 +46,21 @@ void metrics_observe(struct metrics *m, enum metrics_hist_id h, double seconds);
  * then, when st is not NULL, the scheduler's. */
 void metrics_render(const struct metrics *m, const char *const *route_names,
                     const struct sched_stats *st, struct strbuf *b);
+
+/* Histogram names and help, finish-reason names (metrics.c), shared with metrics_gw.c. */
+extern const char *const metrics_hist_names[METRICS_N_HIST][2];
+extern const char *const metrics_fin_names[METRICS_N_FIN];
+
+/* What the gateway families need besides the counters. */
+struct metrics_info {
+    const char *model_name;          /* the served model id */
+    const char *state;               /* loading | ready | draining | stopping | failed */
+    const struct config *cfg;
+    double start_time;               /* unix seconds the process started */
+};
+/* Appends the vLLM-named families (with a model_name label; st NULL: scheduler gauges
+ * left out), gemmad_server_state, gemmad_build_info, gemmad_config_info and process_*. */
+void metrics_render_gw(const struct metrics *m, const struct metrics_info *inf,
+                       const struct sched_stats *st, struct strbuf *b);
 
 #endif

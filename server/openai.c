@@ -4,6 +4,7 @@
  * field. Numbers must be JSON numbers ("10" is refused), integers must be JSON integers.
  */
 #include "server/openai.h"
+#include "server/openai_int.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -250,30 +251,6 @@ static int oai_content(json_t *c, int i, char **out, size_t *len, struct oai_err
     return 0;
 }
 
-/* Tokenizes text into a fresh array. */
-static int oai_encode(const struct tok_vocab *v, const char *text, size_t len, int add_bos,
-                      int32_t **ids, int *n, const char *param, struct oai_error *e) {
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 8;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        *ids = malloc((size_t)cap * sizeof **ids);
-        if (!*ids) return oai_fail(e, 500, NULL, NULL, "out of memory");
-        int r = tok_encode(v, text, len, add_bos, 1, *ids, cap);
-        if (r < 0) {
-            free(*ids);
-            *ids = NULL;
-            return oai_fail(e, 400, param, NULL, "'%s' cannot be tokenized", param);
-        }
-        if (r <= cap) {
-            *n = r;
-            return 0;
-        }
-        free(*ids);
-        *ids = NULL;
-        cap = r;
-    }
-    return oai_fail(e, 500, NULL, NULL, "tokenizer size mismatch");
-}
-
 static int oai_alloc_prompts(struct oai_params *p, int n, struct oai_error *e) {
     p->n_prompts = n;
     p->prompt = calloc((size_t)n, sizeof *p->prompt);
@@ -297,6 +274,7 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
     struct chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts);
     char *rendered = NULL;
+    struct tok_span *spans = NULL;
     int rc = -1;
     if (!cm || !texts) {
         oai_fail(e, 500, NULL, NULL, "out of memory");
@@ -341,16 +319,24 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
         cm[i].content = texts[i];
         total += cm[i].content_len + 64;
     }
+    if (oai_merge_turns(cm, texts, &n, lim->chat_style, e)) goto fail_msgs;
     size_t out_len = 0;
     char cerr[256] = "";
+    int n_spans = 0;
+    spans = malloc((n + 1) * sizeof *spans);
+    if (!spans) {
+        oai_fail(e, 500, NULL, NULL, "out of memory");
+        goto fail_msgs;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         rendered = malloc(total);
         if (!rendered) {
             oai_fail(e, 500, NULL, NULL, "out of memory");
             goto fail_msgs;
         }
-        int r = chat_render((enum chat_style)lim->chat_style, cm, (int)n, 1, rendered, total,
-                            &out_len, cerr, sizeof cerr);
+        int r = chat_render_spans((enum chat_style)lim->chat_style, cm, (int)n, 1, rendered,
+                                  total, &out_len, spans, (int)n + 1, &n_spans, cerr,
+                                  sizeof cerr);
         if (r == CHAT_OK) break;
         free(rendered);
         rendered = NULL;
@@ -362,12 +348,14 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
                  cerr[0] ? cerr : "roles must alternate user/assistant");
         goto fail_msgs;
     }
+    if (n_spans > (int)n + 1) n_spans = (int)n + 1; /* cannot happen: chat.h's bound */
     if (oai_alloc_prompts(p, 1, e)) goto fail_msgs;
-    if (oai_encode(lim->vocab, rendered, out_len, 0, &p->prompt[0], &p->prompt_len[0],
+    if (oai_encode(lim, rendered, out_len, 0, spans, n_spans, &p->prompt[0], &p->prompt_len[0],
                    "messages", e))
         goto fail_msgs;
     rc = 0;
 fail_msgs:
+    free(spans);
     free(rendered);
     if (texts)
         for (size_t i = 0; i < n; i++) free(texts[i]);
@@ -400,7 +388,7 @@ static int oai_prompts(json_t *root, const struct oai_limits *lim, struct oai_pa
     if (!pr) return oai_fail(e, 400, "prompt", NULL, "'prompt' is required");
     if (json_is_string(pr)) {
         if (oai_alloc_prompts(p, 1, e)) return -1;
-        return oai_encode(lim->vocab, json_string_value(pr), json_string_length(pr), 1,
+        return oai_encode(lim, json_string_value(pr), json_string_length(pr), 1, NULL, 0,
                           &p->prompt[0], &p->prompt_len[0], "prompt", e);
     }
     if (!json_is_array(pr) || json_array_size(pr) == 0)
@@ -418,7 +406,7 @@ static int oai_prompts(json_t *root, const struct oai_limits *lim, struct oai_pa
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(pr, i);
         if (json_is_string(x)) {
-            if (oai_encode(lim->vocab, json_string_value(x), json_string_length(x), 1,
+            if (oai_encode(lim, json_string_value(x), json_string_length(x), 1, NULL, 0,
                            &p->prompt[i], &p->prompt_len[i], "prompt", e))
                 return -1;
         } else if (json_is_array(x)) {
@@ -588,6 +576,7 @@ fail:
 
 void oai_params_free(struct oai_params *p) {
     if (!p) return;
+    if (p->tools && p->tools_free) p->tools_free(p->tools);
     free(p->bias);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->stop);

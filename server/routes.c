@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/strbuf.h"
 #include "engine/tokenizer.h"
 #include "server/completion.h"
@@ -38,6 +39,8 @@ static const struct route route_table[] = {
     {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, 1, 1, "POST", "count_tokens"},
     {"/v1/embeddings", ROUTE_EMBEDDINGS, 1, 1, "POST", "embeddings"},
     {"/", ROUTE_UI, 0, 0, "GET, HEAD", "ui"},
+    {"/live", ROUTE_LIVE, 0, 0, "GET, HEAD", "live"},
+    {"/v1/models/", ROUTE_MODEL, 0, 1, "GET, HEAD", "model"}, /* prefix: /v1/models/{id} */
 };
 #define ROUTE_N (sizeof route_table / sizeof route_table[0])
 
@@ -49,6 +52,12 @@ static int route_openai(enum route_id r) {
 }
 
 static enum route_id route_lookup(const char *path, const char **allow) {
+    const char *mp = route_table[ROUTE_MODEL].path;
+    if ((!strncmp(path, mp, strlen(mp)) && path[strlen(mp)]) ||
+        (!strncmp(path, mp + 3, strlen(mp) - 3) && path[strlen(mp) - 3])) {
+        if (allow) *allow = route_table[ROUTE_MODEL].allow;
+        return ROUTE_MODEL;
+    }
     for (size_t i = 0; i < ROUTE_N; i++)
         if (!strcmp(path, route_table[i].path) ||
             (route_openai(route_table[i].id) && !strcmp(path, route_table[i].path + 3))) {
@@ -98,6 +107,29 @@ static enum MHD_Result route_health(struct hreq *hr) {
                            json_pack("{s:s}", "status", st));
 }
 
+/* Liveness, unlike /health (readiness): 200 while loading and draining, so an orchestrator
+ * never kills a pod that is finishing its streams; 503 only when the scheduler thread has
+ * finished no loop turn for live_stall_s while requests wait or run (a stuck step). */
+static enum MHD_Result route_live(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    double age = 0;
+    int pending = 0;
+    if (s->sched) {
+        struct sched_stats st;
+        sched_stats(s->sched, &st);
+        age = st.progress_age_s;
+        pending = st.pending;
+    }
+    int stuck = pending > 0 && age > s->cfg->live_stall_s;
+    if (stuck)
+        LOG_W("http", hr->id, "/live: scheduler stuck for %.1f s with %d requests pending", age,
+              pending);
+    return conn_reply_json(hr, stuck ? 503 : 200,
+                           json_pack("{s:s,s:s,s:f,s:i}", "status", stuck ? "stuck" : "ok",
+                                     "state", srv_state_name(s->state), "progress_age_s", age,
+                                     "pending", pending));
+}
+
 /* Every served id: the aliases (the first is the main id), or the file name's stem. */
 static enum MHD_Result route_models(struct hreq *hr) {
     struct srv *s = hr->srv;
@@ -107,18 +139,39 @@ static enum MHD_Result route_models(struct hreq *hr) {
                                                    s->created, s->model ? s->cfg->ctx_size : 0));
 }
 
+/* GET /v1/models/{id}: one served id, or 404 model_not_found. */
+static enum MHD_Result route_model(struct hreq *hr) {
+    struct srv *s = hr->srv;
+    const char *id = strstr(hr->path, "/models/") + 8;
+    const char *one = s->model_id;
+    const char *const *ids = s->n_aliases ? (const char *const *)s->aliases : &one;
+    int n = s->n_aliases ? s->n_aliases : 1;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(ids[i], id) != 0) continue;
+        json_t *list = oai_model_list(&ids[i], 1, s->created, s->model ? s->cfg->ctx_size : 0);
+        json_t *m = json_incref(json_array_get(json_object_get(list, "data"), 0));
+        json_decref(list);
+        return conn_reply_json(hr, 200, m);
+    }
+    return conn_reply_error(hr, 404, NULL, "model", "model_not_found",
+                            "the model '%.200s' does not exist", id);
+}
+
 static enum MHD_Result route_metrics(struct hreq *hr) {
     struct srv *s = hr->srv;
     static const char *names[METRICS_ROUTES];
     for (int i = 0; i < METRICS_ROUTES; i++) names[i] = route_name((enum route_id)i);
     struct sched_stats st;
     if (s->sched) sched_stats(s->sched, &st);
-    size_t cap = 64 * 1024;
+    size_t cap = 256 * 1024;
     char *buf = malloc(cap);
     if (!buf) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     struct strbuf b;
     strbuf_init(&b, buf, cap);
     metrics_render(&s->metrics, names, s->sched ? &st : NULL, &b);
+    struct metrics_info inf = {.model_name = s->model_id, .state = srv_state_name(s->state),
+                               .cfg = s->cfg, .start_time = (double)s->created};
+    metrics_render_gw(&s->metrics, &inf, s->sched ? &st : NULL, &b);
     return conn_reply_text(hr, 200, "text/plain; version=0.0.4", buf, b.n);
 }
 
@@ -230,8 +283,10 @@ done:
 static enum MHD_Result route_dispatch(struct hreq *hr) {
     struct srv *s = hr->srv;
     if (hr->route == ROUTE_HEALTH) return route_health(hr);
+    if (hr->route == ROUTE_LIVE) return route_live(hr);
     if (hr->route == ROUTE_METRICS) return route_metrics(hr);
     if (hr->route == ROUTE_MODELS) return route_models(hr);
+    if (hr->route == ROUTE_MODEL) return route_model(hr);
     if (hr->route == ROUTE_UI) return route_ui(hr);
     int ready = s->state == SRV_READY;
     if (s->state == SRV_DRAINING && (hr->route == ROUTE_TOKENIZE || hr->route == ROUTE_DETOKENIZE))
@@ -241,15 +296,7 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
     case ROUTE_TOKENIZE: return route_tokenize(hr);
     case ROUTE_DETOKENIZE: return route_detokenize(hr);
     case ROUTE_CHAT:
-    case ROUTE_COMPLETIONS: {
-        enum MHD_Result ret = MHD_YES;
-        json_t *root = route_body(hr, &ret);
-        if (!root) return ret;
-        hr->body_len = 0;
-        ret = cmpl_start_json(hr, root, hr->route == ROUTE_CHAT);
-        json_decref(root);
-        return ret;
-    }
+    case ROUTE_COMPLETIONS: return cmpl_start_body(hr, hr->route == ROUTE_CHAT);
     case ROUTE_RESPONSES:
     case ROUTE_MESSAGES:
     case ROUTE_COUNT_TOKENS:
@@ -274,7 +321,8 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
 
 /* Constant-time comparison of the key (Authorization: Bearer KEY, or x-api-key: KEY as
  * Anthropic's clients send it) with every configured key. */
-static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
+static int route_auth_ok(struct srv *s, struct MHD_Connection *conn, int *key) {
+    *key = -1;
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (h && strncasecmp(h, "Bearer ", 7) == 0) {
@@ -291,6 +339,7 @@ static int route_auth_ok(struct srv *s, struct MHD_Connection *conn) {
         unsigned diff = (unsigned)(kl ^ hl);
         for (size_t j = 0; j < kl; j++) diff |= (unsigned char)s->keys[i][j] ^ (unsigned char)(j < hl ? h[j] : 0);
         ok |= diff == 0;
+        if (diff == 0) *key = i; /* the fairness group of its requests */
     }
     return ok;
 }
@@ -307,6 +356,11 @@ static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
     if (hr->hc) hr->hc->cur = hr;
     hr->route = route_lookup(hr->path, &allow);
     hr->allow = allow;
+    /* The admin listener serves the probes and the metrics only. */
+    const union MHD_ConnectionInfo *di = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+    if (s->admin && di && di->daemon == s->admin && hr->route != ROUTE_HEALTH &&
+        hr->route != ROUTE_LIVE && hr->route != ROUTE_METRICS)
+        hr->route = ROUTE_NOT_FOUND;
     hr->phase = PH_BODY;
     const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
     if (origin && strlen(origin) < sizeof hr->origin) strcpy(hr->origin, origin);
@@ -321,7 +375,7 @@ static enum MHD_Result route_first(struct hreq *hr, struct MHD_Connection *conn,
     if (!method_ok)
         return conn_reply_error(hr, 405, NULL, NULL, NULL, "method %.16s not allowed on %s; use %s",
                                 method, hr->path, allow);
-    if (route_needs_auth(hr->route) && !route_auth_ok(s, conn))
+    if (route_needs_auth(hr->route) && !route_auth_ok(s, conn, &hr->key))
         return conn_reply_error(hr, 401, NULL, NULL, "invalid_api_key",
                                 "missing or invalid API key (Authorization: Bearer KEY, or "
                                 "x-api-key: KEY)");
@@ -358,7 +412,10 @@ enum MHD_Result route_access(void *cls, struct MHD_Connection *conn, const char 
     switch (hr->phase) {
     case PH_NEW: return route_first(hr, conn, method);
     case PH_BODY:
-        if (*upload_data_size) return conn_body_append(hr, upload_data, upload_data_size);
+        if (*upload_data_size) {
+            return conn_body_append(hr, upload_data, upload_data_size);
+        }
+        if (hr->replied_raw) return MHD_NO; /* the 413 went out already: close */
         if (hr->too_large)
             return conn_reply_error(hr, 413, NULL, NULL, NULL,
                                     "request body over the limit of %lld bytes",

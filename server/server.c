@@ -32,6 +32,7 @@
 #include "server/api_responses.h"
 #include "server/completion.h"
 #include "server/conn.h"
+#include "server/intake.h"
 #include "server/routes.h"
 #include "server/state.h"
 
@@ -49,12 +50,23 @@ static void srv_on_mhd_poll(uv_poll_t *p, int status, int events) {
     srv_mhd_run(p->data);
 }
 
+/* Runs every daemon (a resumed connection may belong to any), then arms the timer for the
+ * earliest timeout among them. */
 static void srv_mhd_run(struct srv *s) {
-    if (!s->mhd) return;
-    MHD_run(s->mhd);
-    MHD_UNSIGNED_LONG_LONG to;
-    if (MHD_get_timeout(s->mhd, &to) == MHD_YES)
-        uv_timer_start(&s->mhd_timer, srv_on_mhd_timer, to > 60000 ? 60000 : to, 0);
+    MHD_UNSIGNED_LONG_LONG best = 60000;
+    int any = 0;
+    for (int i = 0; i < s->n_listen; i++) {
+        struct MHD_Daemon *d = s->listen[i].mhd;
+        if (!d) continue;
+        MHD_run(d);
+        MHD_UNSIGNED_LONG_LONG to;
+        if (MHD_get_timeout(d, &to) == MHD_YES) {
+            any = 1;
+            if (to < best) best = to;
+        }
+    }
+    if (any)
+        uv_timer_start(&s->mhd_timer, srv_on_mhd_timer, best, 0);
     else
         uv_timer_stop(&s->mhd_timer);
 }
@@ -131,10 +143,16 @@ static void srv_on_tick(uv_timer_t *t) {
         else if (now > hr->deadline + 1 && cmpl_active(hr))
             cmpl_abort(hr, 504, "request deadline exceeded");
     }
-    /* Connections that dribble headers never reach the handler: close them at the deadline. */
-    for (struct hconn *hc = s->conns; hc; hc = hc->next)
-        if (!hc->cur && hc->fd >= 0 && now - hc->t_phase > s->cfg->request_timeout_s)
+    /* Connections that dribble headers never reach the handler: a new connection, or one
+     * whose next request line arrived, gets header_timeout_s for the whole header; an idle
+     * kept-alive one is left to MHD's idle timeout (connection_timeout_s). */
+    for (struct hconn *hc = s->conns; hc; hc = hc->next) {
+        if (hc->cur || hc->fd < 0) continue;
+        int waiting_header = hc->n_done == 0 || hc->line_seen;
+        if ((waiting_header && now - hc->t_phase > s->cfg->header_timeout_s) ||
+            now - hc->t_phase > s->cfg->request_timeout_s)
             shutdown(hc->fd, SHUT_RDWR);
+    }
     if (s->state == SRV_DRAINING) {
         int live = srv_live_generation(s);
         if (live == 0) {
@@ -176,6 +194,7 @@ static void *srv_loader(void *arg) {
     o.deterministic = c->deterministic;
     o.speculative = c->speculative;
     o.device = sched_device_parse(c->device);
+    o.group_max_seqs = c->group_max_seqs;
     s->load_rc = sched_create(s->load_model, &o, &s->load_sched, s->load_err, sizeof s->load_err);
 done:
     uv_async_send(&s->load_async);
@@ -204,7 +223,7 @@ static void srv_on_loaded(uv_async_t *a) {
     LOG_I(SRV_MOD, 0,
           "try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json' "
           "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'",
-          s->cfg->host, s->port);
+          s->listen[0].addr, s->port);
 }
 
 /* ---- start-up ---------------------------------------------------------------------------- */
@@ -245,45 +264,107 @@ static void srv_mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_D("mhd", 0, "%s", buf);
 }
 
-static int srv_start_mhd(struct srv *s) {
+/* One libmicrohttpd daemon on `host` (a name or a numeric address, IPv6 with or without
+ * brackets) at `port` (0: any free port), added to s->listen[] and driven from the loop
+ * through a uv_poll on its epoll descriptor. `limit` and `per_ip` are its connection limits:
+ * the admin listener has its own, so it answers while the main ones are full. *bound gets
+ * the bound port. Returns the daemon, or NULL after logging why. */
+static struct MHD_Daemon *srv_listen(struct srv *s, const char *host, int port, unsigned limit,
+                                     unsigned per_ip, int admin, int *bound) {
+    if (s->n_listen >= (admin ? SRV_MAX_LISTEN : SRV_MAX_LISTEN - 1)) {
+        LOG_E(SRV_MOD, 0, "host: more than %d listen addresses", SRV_MAX_LISTEN - 1);
+        return NULL;
+    }
     const struct config *c = s->cfg;
+    struct srv_listener *l = &s->listen[s->n_listen];
+    char name[256], serv[16];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') host++, n -= 2;
+    snprintf(name, sizeof name, "%.*s", (int)n, host);
+    snprintf(serv, sizeof serv, "%d", port);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    char port[16];
-    snprintf(port, sizeof port, "%d", c->port);
-    int g = getaddrinfo(c->host, port, &hints, &ai);
+    int g = getaddrinfo(name, serv, &hints, &ai);
     if (g || !ai) {
-        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", c->host, gai_strerror(g));
-        return -1;
+        LOG_E(SRV_MOD, 0, "cannot resolve host '%s': %s", name, gai_strerror(g));
+        return NULL;
     }
+    char num[INET6_ADDRSTRLEN] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+    int v6 = ai->ai_family == AF_INET6;
+    snprintf(l->addr, sizeof l->addr, v6 ? "[%s]" : "%s", num);
+    /* Without MHD_USE_DUAL_STACK an IPv6 socket is IPv6-only, so "0.0.0.0,::" binds both. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+    if (v6) flags |= MHD_USE_IPv6;
+    l->mhd = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, route_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         srv_mhd_log, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(c->connection_timeout_s + 0.999), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)c->conn_memory_limit, MHD_OPTION_NOTIFY_COMPLETED, conn_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK,
-        conn_uri_log, s,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(c->connection_timeout_s + 0.999),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->conn_memory_limit,
+        MHD_OPTION_NOTIFY_COMPLETED, conn_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        conn_notify, s, MHD_OPTION_URI_LOG_CALLBACK, conn_uri_log, s,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1,
         MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!s->mhd) {
-        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", c->host, c->port, strerror(errno));
-        return -1;
+    if (!l->mhd) {
+        LOG_E(SRV_MOD, 0, "cannot listen on %s:%d: %s", l->addr, port, strerror(errno));
+        return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : c->port;
-    di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!di || uv_poll_init(s->loop, &s->mhd_poll, di->epoll_fd)) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(l->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    *bound = di ? di->port : port;
+    di = MHD_get_daemon_info(l->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!di || uv_poll_init(s->loop, &l->poll, di->epoll_fd)) {
         LOG_E(SRV_MOD, 0, "cannot watch the libmicrohttpd epoll descriptor");
+        MHD_stop_daemon(l->mhd);
+        l->mhd = NULL;
+        return NULL;
+    }
+    l->poll.data = s;
+    l->admin = admin;
+    uv_poll_start(&l->poll, UV_READABLE, srv_on_mhd_poll);
+    s->n_listen++;
+    return l->mhd;
+}
+
+/* The admin listener keeps a few connections of its own for probes and scrapers. */
+#define SRV_ADMIN_CONNECTIONS 64
+
+/* Every address of the host list, then the admin listener when admin_port >= 0. With port 0
+ * the first daemon picks a free port and the others take the same one, so all addresses
+ * serve one port. */
+static int srv_start_mhd(struct srv *s) {
+    const struct config *c = s->cfg;
+    const char *p = c->host;
+    while (*p) {
+        size_t n = strcspn(p, ","), m = n;
+        const char *q = p;
+        while (m && *q == ' ') q++, m--;
+        while (m && q[m - 1] == ' ') m--;
+        if (m) {
+            char host[256];
+            int bound;
+            snprintf(host, sizeof host, "%.*s", (int)m, q);
+            if (!srv_listen(s, host, s->n_listen ? s->port : c->port,
+                            (unsigned)c->max_connections, (unsigned)c->max_conns_per_client, 0,
+                            &bound))
+                return -1;
+            if (s->n_listen == 1) s->port = bound;
+        }
+        p += n + (p[n] == ',');
+    }
+    if (!s->n_listen) {
+        LOG_E(SRV_MOD, 0, "host: no listen address");
         return -1;
     }
-    s->mhd_poll.data = s;
-    uv_poll_start(&s->mhd_poll, UV_READABLE, srv_on_mhd_poll);
+    if (c->admin_port < 0) return 0;
+    const char *ah = c->admin_host[0] ? c->admin_host : s->listen[0].addr;
+    s->admin = srv_listen(s, ah, c->admin_port, SRV_ADMIN_CONNECTIONS, 0, 1, &s->admin_port);
+    if (!s->admin) return -1;
+    LOG_I(SRV_MOD, 0, "admin listener on http://%s:%d (/health, /live, /metrics)",
+          s->listen[s->n_listen - 1].addr, s->admin_port);
     return 0;
 }
 
@@ -383,8 +464,10 @@ int server_run(const struct config *cfg) {
     if (tick > 0.25) tick = 0.25;
     if (tick < 0.01) tick = 0.01;
     uv_timer_start(&s->tick, srv_on_tick, (uint64_t)(tick * 1000), (uint64_t)(tick * 1000));
-    LOG_I(SRV_MOD, 0, "listening on http://%s:%d (model %s loading)", cfg->host, s->port,
-          s->model_id);
+    for (int i = 0; i < s->n_listen; i++)
+        if (!s->listen[i].admin)
+            LOG_I(SRV_MOD, 0, "listening on http://%s:%d (model %s loading)", s->listen[i].addr,
+                  s->port, s->model_id);
     if (pthread_create(&s->load_thread, NULL, srv_loader, s)) {
         LOG_E(SRV_MOD, 0, "cannot start the loader thread");
         goto fail_handles;
@@ -400,16 +483,19 @@ int server_run(const struct config *cfg) {
 fail_handles:
     /* Resume every suspended connection, then stop MHD: completed callbacks cancel the rest. */
     for (struct hreq *hr = s->reqs; hr; hr = hr->next) conn_wake(hr);
-    if (s->mhd) {
-        uv_poll_stop(&s->mhd_poll);
-        MHD_stop_daemon(s->mhd);
-        s->mhd = NULL;
+    for (int i = 0; i < s->n_listen; i++) {
+        if (!s->listen[i].mhd) continue;
+        uv_poll_stop(&s->listen[i].poll);
+        MHD_stop_daemon(s->listen[i].mhd);
+        s->listen[i].mhd = NULL;
     }
+    s->admin = NULL;
     if (s->sched) {
         sched_destroy(s->sched); /* delivers DONE(CANCELLED) for everything still running */
         s->sched = NULL;
     }
     cmpl_process_queue(s);
+    intake_wait(s); /* parses in flight hold their requests */
     while (s->reqs) { /* requests whose scheduler events never came (none expected) */
         struct hreq *hr = s->reqs;
         hr->refs = 1;
@@ -418,6 +504,7 @@ fail_handles:
     uv_walk(&loop, srv_close_walk, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
+    intake_free(s);
 fail_loop:
     if (s->model) model_free(s->model);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);

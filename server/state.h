@@ -22,31 +22,45 @@
 #include "server/cors.h"
 #include "server/metrics.h"
 
+#define SRV_MAX_LISTEN 9 /* listen addresses (the host setting: 8) + the admin listener */
+
 enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_STOPPING, SRV_FAILED };
+static inline const char *srv_state_name(enum srv_state st) {
+    static const char *const n[] = {"loading", "ready", "draining", "stopping", "failed"};
+    return (unsigned)st < sizeof n / sizeof n[0] ? n[st] : "unknown";
+}
 
 /* Routes, indexed into metrics tables. */
 enum route_id {
     ROUTE_CHAT = 0, ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
     ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_RESPONSES, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-    ROUTE_EMBEDDINGS, ROUTE_UI, ROUTE_NOT_FOUND, ROUTE_COUNT
+    ROUTE_EMBEDDINGS, ROUTE_UI, ROUTE_LIVE, ROUTE_MODEL, ROUTE_NOT_FOUND, ROUTE_COUNT
 };
 
 struct hreq;
 struct hconn;
 struct cmpl_event;
 struct resp_store;
+struct intake_lane;
 
 struct srv {
     const struct config *cfg;
     uv_loop_t *loop;
-    struct MHD_Daemon *mhd;
-    uv_poll_t mhd_poll;         /* readable when MHD's epoll set has events */
-    uv_timer_t mhd_timer;       /* MHD_get_timeout() */
+    struct srv_listener {       /* one libmicrohttpd daemon per listen address */
+        struct MHD_Daemon *mhd;
+        uv_poll_t poll;         /* readable when the daemon's epoll set has events */
+        char addr[64];          /* numeric address, for logs */
+        int admin;              /* 1: the admin listener (/health, /live, /metrics only) */
+    } listen[SRV_MAX_LISTEN];
+    int n_listen;
+    uv_timer_t mhd_timer;       /* the earliest MHD_get_timeout() of the daemons */
     uv_timer_t tick;            /* keep-alives, deadlines, drain */
     uv_async_t async;           /* scheduler events ready in the queue */
     uv_async_t load_async;      /* the model loader finished */
     uv_signal_t sigint, sigterm;
     int port;                   /* bound port */
+    struct MHD_Daemon *admin;   /* the admin listener's daemon (one of listen[]), or NULL */
+    int admin_port;             /* its bound port, 0 when off */
 
     pthread_mutex_t qlock;      /* guards qhead/qtail */
     struct cmpl_event *qhead, *qtail;
@@ -75,6 +89,8 @@ struct srv {
     char **keys;                /* API keys (NULL: open) */
     int n_keys;
 
+    int n_intake;               /* requests being parsed off the loop (intake.c) */
+    struct intake_lane *intake_lane; /* intake's thread for large bodies, or NULL */
     struct hreq *reqs;          /* live requests (doubly linked) */
     struct hconn *conns;        /* open connections */
     uint64_t next_id;           /* request ids */

@@ -7,7 +7,8 @@ Layers (a file may include headers of its own layer and of the layers listed for
     tools/, tests/  -> anything below
     server/         -> scheduler/, engine/ (public headers), config/, base/
     scheduler/      -> engine/ (public headers), config/, base/
-    engine/         -> engine/kernels/, engine/cuda/ (only its registration header), base/
+    engine/         -> engine/kernels/, base/   (never engine/cuda/: the CUDA backend
+                       registers as be_cuda, declared in engine/backend.h)
     engine/cuda/    -> engine/backend.h, engine/kernels/quant.h, base/   (a leaf)
     engine/kernels/ -> base/                                           (a leaf)
     config/         -> base/                                           (a leaf)
@@ -47,8 +48,6 @@ ALLOWED = {
     "tools/": ["tools/", "server/", "scheduler/", "engine/", "config/", "base/"],
     "tests/": [""],
 }
-# engine/ may reach into engine/cuda/ only through the backend registration header.
-ENGINE_CUDA_ENTRY = "engine/cuda/cuda_backend.h"
 # Nothing outside tests/ and tools/ may include engine-internal headers of another layer.
 
 
@@ -72,7 +71,7 @@ def allowed(src, target):
     if layer is None:
         return True  # files outside the known layers (none today) are not checked
     if layer == "engine/" and target.startswith("engine/cuda/"):
-        return target == ENGINE_CUDA_ENTRY
+        return False  # the backend table (engine/backend.h) is the only way in
     for prefix in ALLOWED[layer]:
         if target == prefix or target.startswith(prefix):
             # engine/ (not engine/cuda or engine/kernels) as a prefix must not admit

@@ -4,23 +4,11 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-#define CF_GELU_COEF_A 0.044715f
-#define CF_SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+#include "engine/cuda/cuda_gelu.cuh"
 
 static unsigned cf_blocks(size_t n, unsigned thr) {
     size_t g = (n + thr - 1) / thr;
     return (unsigned)(g > 65535 ? 65535 : (g ? g : 1));
-}
-
-/* GELU-tanh as ggml's CPU table gives it (and engine/kernels/vec.h): the input rounded to fp16,
- * the result rounded to fp16, 0 at or below -10 and the identity at or above 10. */
-__device__ __forceinline__ float cf_gelu(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float xh = __half2float(__float2half_rn(x));
-    const float g =
-        0.5f * xh * (1.0f + tanhf(CF_SQRT_2_OVER_PI * xh * (1.0f + CF_GELU_COEF_A * xh * xh)));
-    return __half2float(__float2half_rn(g));
 }
 
 __global__ void cf_geglu_kernel(float *g, int ld_g, const float *__restrict__ u, int ld_u, int n) {

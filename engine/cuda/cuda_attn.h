@@ -11,9 +11,16 @@
  * then computes, for every row and query head, softmax(scale·q·k [softcapped]) · v over the
  * keys of its sequence at positions max(0, p - window + 1) … p (window 0: all of 0 … p),
  * where q·scale is rounded to fp16 first (as llama.cpp's CPU path does with an F16 cache),
- * with online softmax. GQA: query head h reads KV head h / (n_head / n_kv). One block of
- * fixed shape per (row, head) and a fixed key order: a row's result does not depend on the
- * other rows in the step, nor on how its prompt was cut into chunks.
+ * with online softmax. GQA: query head h reads KV head h / (n_head / n_kv).
+ *
+ * Split keys (flash-decoding): a row's keys are cut at absolute positions into splits of
+ * CF_ATT_SPLIT; one block per (row, head, split) computes that split's partial softmax into
+ * the caller's scratch, and a merge kernel combines a row's splits in order. A single decode
+ * row at a long context thus spreads over many multiprocessors. The split boundaries and
+ * every summation order depend only on the row's position and window: a row's result does
+ * not depend on the other rows in the step, on how its prompt was cut into chunks, nor on
+ * n_split (blocks past a row's last split do nothing), so a CUDA graph can be captured with
+ * the largest n_split the context allows and replayed at any position.
  *
  * Asynchronous on the given stream; device pointers.
  */
@@ -58,13 +65,36 @@ struct cf_attn {
     int window;    /* > 0: only keys with p - j < window are visible (sliding layer) */
 };
 
+#define CF_ATT_SPLIT 64 /* keys per split */
+
+/* Device scratch for the split partials: per (row, head, split) a (max, sum) pair and an
+ * unnormalised accumulator of acc_ld floats (>= hd_v). Rows that do not fit at once are run
+ * in several launches. */
+struct cf_att_scratch {
+    float *ml;      /* [n_parts][2] */
+    float *acc;     /* [n_parts][acc_ld] */
+    size_t n_parts; /* >= n_head * n_split (one row) */
+    int acc_ld;
+};
+
+/* The splits a row at position <= max_pos needs with this window (0: none): the n_split to
+ * pass to cf_attention. */
+static inline int cf_attn_splits(int max_pos, int window) {
+    const int all = max_pos / CF_ATT_SPLIT + 1;
+    const int win = (window + CF_ATT_SPLIT - 1) / CF_ATT_SPLIT + 1;
+    return window > 0 && win < all ? win : all;
+}
+
 /* k: [n_rows][ld_k] rows of n_kv*hd; v: [n_rows][ld_v] rows of n_kv*hd_v. */
 int cf_kv_store(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
                 const float *k, int ld_k, const float *v, int ld_v);
 
-/* q: [n_rows][ld_q] rows of n_head*hd; out: [n_rows][ld_out] rows of n_head*hd_v. */
+/* q: [n_rows][ld_q] rows of n_head*hd; out: [n_rows][ld_out] rows of n_head*hd_v. n_split:
+ * at least cf_attn_splits(largest position of the rows, a->window) (a row that needs more
+ * gets NaN, never a silently short sum), at most 65535. */
 int cf_attention(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
-                 const struct cf_attn *a, const float *q, int ld_q, float *out, int ld_out);
+                 const struct cf_attn *a, const float *q, int ld_q, float *out, int ld_out,
+                 const struct cf_att_scratch *sc, int n_split);
 
 #ifdef __cplusplus
 }

@@ -31,88 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cuda/cuda_act.h"
-#include "engine/cuda/cuda_attn.h"
-#include "engine/cuda/cuda_check.h"
-#include "engine/cuda/cuda_getrows.h"
-#include "engine/cuda/cuda_matmul.h"
-#include "engine/cuda/cuda_norm.h"
+#include "engine/cuda/cuda_fwd_int.h"
 #include "engine/cuda/cuda_probe.h"
-#include "engine/cuda/cuda_rope.h"
 #include "base/log.h"
-#include "engine/backend.h"
 #include "engine/kernels/quant.h"
-
-#define CF_ALIGN 256
-
-/* Device copies of one layer's weights. NULL / .data == NULL where the layer has none. */
-struct cf_layer {
-    const float *attn_norm, *q_norm, *k_norm; /* [n_embd], [hd], [hd] */
-    const float *post_attn_norm, *ffn_norm;   /* [n_embd] */
-    const float *post_ffw_norm, *post_norm;   /* [n_embd] */
-    const float *rope_freqs;                  /* [n_rot/2] divisors */
-    struct cf_weight wq, wk, wv, wo;          /* attention projections */
-    struct cf_weight gate, up, down;          /* FFN */
-    struct cf_weight inp_gate, proj;          /* Gemma 4 per-layer embedding */
-    struct cf_kv kv;                          /* the cache this layer reads (kv_layer's) */
-};
-
-/* One host pointer already uploaded (tied embeddings and shared rope_freqs upload once). */
-struct cf_upload {
-    const void *host;
-    size_t bytes;
-    const void *dev;
-};
-
-struct cf_fwd {
-    const struct be_model *m;
-    const struct be_kv *kvp;
-    struct be_opts o;       /* as given (max_logit_rows >= 1) */
-    cudaStream_t stream;     /* every kernel of a step runs here */
-    cublasHandle_t blas;     /* NULL when deterministic */
-    enum cf_mm_mode mm_mode; /* KERNEL when deterministic, else AUTO */
-
-    uint8_t *wmem; /* device: all weights, packed as in the GGUF */
-    size_t wmem_bytes, wmem_used;
-    struct cf_upload *ups; /* [n_ups] dedup table, create-time only */
-    int n_ups, cap_ups;
-    struct cf_weight tok_embd;             /* {n_embd, n_vocab} */
-    struct cf_weight output;               /* LM head (== tok_embd when tied) */
-    struct cf_weight pl_tok_embd, pl_proj; /* Gemma 4 PLE tables */
-    const float *output_norm, *pl_proj_norm;
-    struct cf_layer *L; /* [n_layer] */
-
-    uint8_t *kvmem; /* device: every owning layer's K and V blocks (F16) */
-    size_t kv_bytes;
-
-    uint8_t *amem;          /* device: activations, carved below */
-    float *x, *h, *t;       /* [T][n_embd] residual, normed input, sublayer output */
-    float *q, *k, *v, *att; /* [T][n_head*hd], [T][nkv*hd], [T][nkv*hd_v], [T][n_head*hd_v] */
-    float *g, *u;           /* [T][max(n_ff, n_pl)] gate / up */
-    float *ple, *ple_tmp;   /* [T][n_layer*n_pl] Gemma 4 per-layer inputs */
-    float *xsel;            /* [max_logit_rows][n_embd] */
-    float *logits;          /* [max_logit_rows][n_vocab] */
-    void *mm_scratch;       /* cuBLAS path scratch (NULL when deterministic) */
-    size_t mm_scratch_bytes;
-
-    /* Step metadata, one int32 block, host (pinned) and device copies of the same layout:
-     * tokens[T] | pos[T] | seq[T] | seq_info[S][4] | sel[Lx] | tables[tab_cap] */
-    int32_t *meta_h, *meta_d;
-    size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
-
-    /* Step timing: events before the metadata copy, after it, before the logits copy and
-     * after it; `timed` is 1 once a step recorded all four. */
-    cudaEvent_t ev[4];
-    int n_ev, timed;
-
-    be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
-    void *tap_user;
-    float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cf_fwd_set_tap */
-};
-
-static size_t cf_al(size_t n) {
-    return (n + CF_ALIGN - 1) & ~(size_t)(CF_ALIGN - 1);
-}
 
 static void cf_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -341,6 +263,39 @@ static size_t cf_kv_layout(struct cf_fwd *c) {
     return off;
 }
 
+/*
+ * Split-key attention scratch: the most splits a step can need (a power of two at least the
+ * splits of the longest context: max_ctx, else the pool's FULL capacity), and room for the
+ * partials of at least one row at that many splits, or of as many rows as fit in 64 MiB
+ * (cf_attention runs the rows in as many launches as the scratch needs).
+ */
+static void cf_att_dims(struct cf_fwd *c, size_t *parts, int *acc_ld) {
+    const struct be_model *cfg = c->m;
+    const struct be_kv *p = c->kvp;
+    long long ctx = c->o.max_ctx > 0 ? c->o.max_ctx
+                                     : (long long)p->n_blocks[BE_KV_FULL] * p->block_size;
+    if (cfg->sliding_window > 0 && ctx < (long long)cfg->sliding_window + c->o.max_tokens)
+        ctx = (long long)cfg->sliding_window + c->o.max_tokens; /* SWA-only models */
+    if (ctx > (1LL << 30)) ctx = 1LL << 30;
+    const int need = cf_attn_splits((int)ctx - 1, 0);
+    int cap = 1;
+    while (cap < need && cap < 32768)
+        cap *= 2;
+    c->split_cap = cap;
+    int nh = 1, hdv = 32;
+    for (int l = 0; l < cfg->n_layer; l++) {
+        if (cfg->layer[l].n_head > nh) nh = cfg->layer[l].n_head;
+        if (cfg->layer[l].head_dim_v > hdv) hdv = cfg->layer[l].head_dim_v;
+    }
+    *acc_ld = hdv;
+    const size_t per_row = (size_t)nh * (size_t)cap;
+    const size_t per_part = ((size_t)hdv + 2) * sizeof(float);
+    size_t rows = ((size_t)64 << 20) / (per_row * per_part);
+    if (rows > (size_t)c->o.max_tokens) rows = (size_t)c->o.max_tokens;
+    if (rows < 1) rows = 1;
+    *parts = per_row * rows;
+}
+
 /* Activation buffers, carved from one allocation; sizes the arena when amem is NULL. */
 static size_t cf_act_layout(struct cf_fwd *c) {
     const struct be_model *cfg = c->m;
@@ -359,6 +314,9 @@ static size_t cf_act_layout(struct cf_fwd *c) {
         if ((size_t)lc->n_ff > wff) wff = (size_t)lc->n_ff;
     }
     const size_t P = (size_t)cfg->n_embd_pl * (size_t)cfg->n_layer;
+    size_t parts = 0;
+    int acc_ld = 0;
+    cf_att_dims(c, &parts, &acc_ld);
     const size_t sizes[] = {T * E,
                             T * E,
                             T * E,
@@ -371,14 +329,19 @@ static size_t cf_act_layout(struct cf_fwd *c) {
                             T * P,
                             T * P,
                             Lx * E,
-                            Lx * (size_t)cfg->n_vocab};
-    float **ptrs[] = {&c->x, &c->h, &c->t,   &c->q,       &c->k,    &c->v,     &c->att,
-                      &c->g, &c->u, &c->ple, &c->ple_tmp, &c->xsel, &c->logits};
+                            Lx * (size_t)cfg->n_vocab,
+                            parts * 2,
+                            parts * (size_t)acc_ld};
+    float **ptrs[] = {&c->x,       &c->h,    &c->t,      &c->q,         &c->k,
+                      &c->v,       &c->att,  &c->g,      &c->u,         &c->ple,
+                      &c->ple_tmp, &c->xsel, &c->logits, &c->att_sc.ml, &c->att_sc.acc};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (c->amem) *ptrs[i] = sizes[i] ? (float *)(c->amem + off) : NULL;
         off += cf_al(sizes[i] * sizeof(float));
     }
+    c->att_sc.n_parts = parts;
+    c->att_sc.acc_ld = acc_ld;
     return off;
 }
 
@@ -405,7 +368,7 @@ static size_t cf_blas_scratch(const struct cf_fwd *c) {
 /*
  * Block-table entries one sequence can bring to a step: its FULL blocks up to max_ctx (the
  * pool's capacity when 0), and an SWA ring as long as a step of max_tokens rows needs (what
- * kvs_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
+ * kvstore_swa_ring_blocks gives the scheduler). The metadata buffer holds max_seqs of these, not
  * max_seqs x the whole pool, which with a large pool would be hundreds of MB.
  */
 static size_t cf_tab_per_seq(const struct be_model *m, const struct be_kv *kv,
@@ -454,6 +417,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         c->mm_mode = CF_MM_AUTO;
     }
 
+    const char *ge = getenv("GEMMAD_CUDA_GRAPHS");
+    c->graphs_off = ge && !strcmp(ge, "0");
     for (; c->n_ev < 4; c->n_ev++)
         if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
 
@@ -489,7 +454,9 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         CUDA_CHECK(cudaMalloc((void **)&c->kvmem, c->kv_bytes ? c->kv_bytes : 1)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->amem, act_bytes)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->meta_d, meta_bytes)) ||
-        CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)))
+        CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->ids_d, (size_t)o->max_logit_rows * sizeof(int32_t))) ||
+        CUDA_CHECK(cudaMallocHost((void **)&c->ids_h, (size_t)o->max_logit_rows * sizeof(int32_t))))
         goto fail_nomem;
     if (c->mm_scratch_bytes && CUDA_CHECK(cudaMalloc(&c->mm_scratch, c->mm_scratch_bytes)))
         goto fail_nomem;
@@ -503,10 +470,12 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     c->n_ups = c->cap_ups = 0;
     if (CUDA_CHECK(cudaDeviceSynchronize())) goto fail_cuda;
     LOG_I("cuda", 0,
-          "CUDA backend ready: weights %zu MiB, KV %zu MiB, activations %zu MiB, cuBLAS "
-          "scratch %zu MiB, %s matmuls",
-          c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20, c->mm_scratch_bytes >> 20,
-          c->blas ? "shape-dependent (cuBLAS for >= 64 rows)" : "batch-invariant");
+          "CUDA backend ready: weights %zu MiB, KV %zu MiB, activations %zu MiB (attention "
+          "splits up to %d), cuBLAS scratch %zu MiB, %s matmuls, decode graphs %s",
+          c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20, c->split_cap,
+          c->mm_scratch_bytes >> 20,
+          c->blas ? "shape-dependent (cuBLAS for >= 64 rows)" : "batch-invariant",
+          c->graphs_off ? "off (GEMMAD_CUDA_GRAPHS=0)" : "on");
     *out = c;
     return BE_OK;
 
@@ -527,11 +496,14 @@ fail_host:
 static void cf_fwd_destroy(struct cf_fwd *c) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    cf_step_free(c);
     if (c->blas) cublasDestroy(c->blas);
     for (int i = 0; i < c->n_ev; i++) cudaEventDestroy(c->ev[i]);
     cudaFree(c->mm_scratch);
     cudaFree(c->meta_d);
     cudaFreeHost(c->meta_h);
+    cudaFree(c->ids_d);
+    cudaFreeHost(c->ids_h);
     cudaFree(c->amem);
     cudaFree(c->kvmem);
     cudaFree(c->wmem);
@@ -540,261 +512,6 @@ static void cf_fwd_destroy(struct cf_fwd *c) {
     free(c->tap_buf);
     free(c->L);
     free(c);
-}
-
-static int cf_fwd_set_tap(struct cf_fwd *c, be_tap_fn fn, void *user) {
-    if (fn && !c->tap_buf) {
-        const size_t rows =
-            (size_t)(c->o.max_tokens > c->o.max_logit_rows ? c->o.max_tokens : c->o.max_logit_rows);
-        c->tap_buf = malloc(rows * (size_t)c->m->n_embd * sizeof(float));
-        if (!c->tap_buf) return BE_ENOMEM;
-    }
-    c->tap = fn;
-    c->tap_user = user;
-    return BE_OK;
-}
-
-/* ---- the step --------------------------------------------------------------------------- */
-
-/*
- * Checks the step like fwd_run does and fills the host metadata block. Returns BE_OK,
- * BE_EINVAL or BE_EKV, with the row and logit-row counts and the ints to copy.
- */
-static int cf_prepare(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, int *n_rows,
-                      int *n_sel, size_t *n_ints) {
-    const struct be_model *m = c->m;
-    const struct be_kv *p = c->kvp;
-    int need[2] = {0, 0};
-    for (int l = 0; l < m->n_layer; l++)
-        if (p->cls[l] >= 0) need[p->cls[l]] = 1;
-    if (!seqs || n_seqs < 1 || n_seqs > c->o.max_seqs) return BE_EINVAL;
-    const int bs = p->block_size;
-    int32_t *meta = c->meta_h;
-    int rows = 0, sel = 0;
-    size_t tab = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        const struct be_seq *q = &seqs[s];
-        if (!q->tokens || q->n_tokens < 1 || q->pos < 0) return BE_EINVAL;
-        if (q->n_tokens > c->o.max_tokens - rows) return BE_EINVAL;
-        if ((int64_t)q->pos + q->n_tokens > (int64_t)1 << 30) return BE_EINVAL;
-        if (q->logits != BE_LOGITS_NONE && q->logits != BE_LOGITS_LAST &&
-            q->logits != BE_LOGITS_ALL)
-            return BE_EINVAL;
-        const int n_lg = q->logits == BE_LOGITS_ALL    ? q->n_tokens
-                         : q->logits == BE_LOGITS_LAST ? 1
-                                                        : 0;
-        if (n_lg > c->o.max_logit_rows - sel) return BE_EINVAL;
-        for (int i = 0; i < q->n_tokens; i++) {
-            if (q->tokens[i] < 0 || q->tokens[i] >= m->n_vocab) return BE_EINVAL;
-            meta[rows + i] = q->tokens[i];
-            meta[c->off_pos + (size_t)(rows + i)] = q->pos + i;
-            meta[c->off_seq + (size_t)(rows + i)] = s;
-        }
-        for (int i = q->n_tokens - n_lg; i < q->n_tokens; i++)
-            meta[c->off_sel + (size_t)sel++] = rows + i;
-        rows += q->n_tokens;
-
-        int32_t *info = meta + c->off_info + 4 * (size_t)s;
-        info[0] = info[1] = info[2] = info[3] = 0;
-        if (need[BE_KV_FULL]) {
-            const int nb = (q->pos + q->n_tokens + bs - 1) / bs;
-            if (!q->full || q->n_full < nb || (size_t)nb > c->tab_cap - tab) return BE_EKV;
-            info[0] = (int32_t)tab;
-            info[1] = nb;
-            for (int b = 0; b < nb; b++) {
-                const int32_t id = q->full[b];
-                if (id < 0 || id >= p->n_blocks[BE_KV_FULL]) return BE_EKV;
-                meta[c->off_tab + tab++] = id;
-            }
-        }
-        if (need[BE_KV_SWA]) {
-            const int ring = (m->sliding_window + q->n_tokens - 2) / bs + 2;
-            const int ns = q->n_swa;
-            if (!q->swa || ns < ring || (size_t)ns > c->tab_cap - tab) return BE_EKV;
-            info[2] = (int32_t)tab;
-            info[3] = ns;
-            for (int b = 0; b < ns; b++) {
-                const int32_t id = q->swa[b];
-                if (id < 0 || id >= p->n_blocks[BE_KV_SWA]) return BE_EKV;
-                meta[c->off_tab + tab++] = id;
-            }
-        }
-    }
-    *n_rows = rows;
-    *n_sel = sel;
-    *n_ints = c->off_tab + tab;
-    return BE_OK;
-}
-
-static int cf_mm(struct cf_fwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
-                 int ldy) {
-    return cf_matmul(c->stream, c->blas, w, X, M, Y, ldy, c->mm_mode, c->mm_scratch,
-                     c->mm_scratch_bytes);
-}
-
-/* Hands rows of device activations to the tap (debugging only: synchronous copies). */
-static int cf_tap(struct cf_fwd *c, int layer, const float *dev, int rows) {
-    const int E = c->m->n_embd;
-    if (CUDA_CHECK(cudaMemcpyAsync(c->tap_buf, dev, (size_t)rows * E * sizeof(float),
-                                   cudaMemcpyDeviceToHost, c->stream)) ||
-        CUDA_CHECK(cudaStreamSynchronize(c->stream)))
-        return -1;
-    c->tap(c->tap_user, layer, c->tap_buf, rows, E);
-    return 0;
-}
-
-/* Gemma 4 per-layer inputs, right after the embedding (x holds x0):
- * ple = (RMS(proj(x0) / sqrt(E), per_layer_proj_norm) + e[t] * sqrt(n_pl)) / sqrt(2). */
-static int cf_ple_prepare(struct cf_fwd *c, const struct cf_rows *R, const int32_t *tok) {
-    const struct be_model *cfg = c->m;
-    const int T = R->n_rows, npl = cfg->n_embd_pl, nl = cfg->n_layer;
-    const size_t P = (size_t)npl * (size_t)nl;
-    cudaStream_t s = c->stream;
-    if (cf_get_rows(s, &c->pl_tok_embd, tok, T, sqrtf((float)npl), c->ple, (int)P) ||
-        cf_mm(c, &c->pl_proj, c->x, T, c->ple_tmp, (int)P) ||
-        cf_scale(s, c->ple_tmp, (size_t)T * P, 1.0f / sqrtf((float)cfg->n_embd)) ||
-        cf_rms_norm(s, c->ple_tmp, npl, c->pl_proj_norm, NULL, 0, c->ple_tmp, npl, npl, T * nl,
-                    cfg->eps) ||
-        cf_add_scale(s, c->ple, c->ple_tmp, c->ple, (size_t)T * P, 1.0f / sqrtf(2.0f)))
-        return -1;
-    return 0;
-}
-
-/* x = x + t, or x = x + RMS(t, w) when the layer has that post-norm. */
-static int cf_residual(struct cf_fwd *c, const float *w, int T) {
-    const int E = c->m->n_embd;
-    if (w) return cf_rms_norm(c->stream, c->t, E, w, c->x, E, c->x, E, E, T, c->m->eps);
-    return cf_add_scale(c->stream, c->x, c->x, c->t, (size_t)T * E, 1.0f);
-}
-
-static int cf_layer(struct cf_fwd *c, int l, const struct cf_rows *R) {
-    const struct be_model *cfg = c->m;
-    const struct be_layer *lc = &cfg->layer[l];
-    const struct cf_layer *L = &c->L[l];
-    cudaStream_t s = c->stream;
-    const int T = R->n_rows, E = cfg->n_embd;
-    const int hd = lc->head_dim, hdv = lc->head_dim_v;
-    const int nh = lc->n_head, nkv = lc->n_head_kv;
-    const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
-    const float eps = cfg->eps;
-
-    /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
-     * rounding q to fp16 */
-    if (cf_rms_norm(s, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T, eps) ||
-        cf_mm(c, &L->wq, c->h, T, c->q, nq))
-        return -1;
-    if (L->q_norm && cf_rms_norm(s, c->q, hd, L->q_norm, NULL, 0, c->q, hd, hd, T * nh, eps))
-        return -1;
-    if (cf_rope_neox(s, c->q, nq, nh, hd, lc->n_rot, R->pos, T, lc->rope_base, lc->rope_scale,
-                     L->rope_freqs))
-        return -1;
-    if (lc->has_kv) {
-        if (cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
-        if (lc->k_eq_v) { /* V is the raw K projection, before k_norm and RoPE */
-            if (CUDA_CHECK(cudaMemcpyAsync(c->v, c->k, (size_t)T * nv * sizeof(float),
-                                           cudaMemcpyDeviceToDevice, s)))
-                return -1;
-        } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
-            return -1;
-        }
-        if (L->k_norm && cf_rms_norm(s, c->k, hd, L->k_norm, NULL, 0, c->k, hd, hd, T * nkv, eps))
-            return -1;
-        if (cfg->v_norm && cf_rms_norm(s, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv, eps))
-            return -1;
-        if (cf_rope_neox(s, c->k, nk, nkv, hd, lc->n_rot, R->pos, T, lc->rope_base, lc->rope_scale,
-                         L->rope_freqs) ||
-            cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv))
-            return -1;
-    }
-    const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap,
-                              lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0};
-    if (cf_attention(s, R, &L->kv, &A, c->q, nq, c->att, nh * hdv) ||
-        cf_mm(c, &L->wo, c->att, T, c->t, E) || cf_residual(c, L->post_attn_norm, T))
-        return -1;
-
-    /* feed-forward */
-    const int nff = lc->n_ff;
-    if (cf_rms_norm(s, c->x, E, L->ffn_norm, NULL, 0, c->h, E, E, T, eps) ||
-        cf_mm(c, &L->gate, c->h, T, c->g, nff) || cf_mm(c, &L->up, c->h, T, c->u, nff) ||
-        cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mm(c, &L->down, c->g, T, c->t, E) ||
-        cf_residual(c, L->post_ffw_norm, T))
-        return -1;
-
-    /* Gemma 4 per-layer embedding and layer scale */
-    if (cfg->n_embd_pl > 0 && L->inp_gate.data) {
-        const int npl = cfg->n_embd_pl;
-        if (cf_mm(c, &L->inp_gate, c->x, T, c->g, npl) ||
-            cf_geglu(s, c->g, npl, c->ple + (size_t)l * npl, npl * cfg->n_layer, npl, T) ||
-            cf_mm(c, &L->proj, c->g, T, c->t, E) ||
-            cf_rms_norm(s, c->t, E, L->post_norm, c->x, E, c->x, E, E, T, eps))
-            return -1;
-    }
-    const float os = c->m->layer[l].out_scale;
-    if (os != 1.0f && cf_scale(s, c->x, (size_t)T * E, os)) return -1;
-    return 0;
-}
-
-static int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits) {
-    const struct be_model *cfg = c->m;
-    int T = 0, n_sel = 0;
-    size_t n_ints = 0;
-    int st = cf_prepare(c, seqs, n_seqs, &T, &n_sel, &n_ints);
-    if (st != BE_OK) return st;
-    if (n_sel > 0 && !logits) return BE_EINVAL;
-    cudaStream_t s = c->stream;
-    const int E = cfg->n_embd, V = cfg->n_vocab;
-    const int32_t *tok = c->meta_d;
-    const struct cf_rows R = {c->meta_d + c->off_pos, c->meta_d + c->off_seq,
-                              c->meta_d + c->off_info, c->meta_d + c->off_tab, T};
-
-    c->timed = 0;
-    if (CUDA_CHECK(cudaSetDevice(0)) || CUDA_CHECK(cudaEventRecord(c->ev[0], s)) ||
-        CUDA_CHECK(cudaMemcpyAsync(c->meta_d, c->meta_h, n_ints * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, s)) ||
-        CUDA_CHECK(cudaEventRecord(c->ev[1], s)))
-        goto fail;
-    if (cf_get_rows(s, &c->tok_embd, tok, T, cfg->embd_scale, c->x, E)) goto fail;
-    if (cfg->n_embd_pl > 0 && cf_ple_prepare(c, &R, tok)) goto fail;
-    for (int l = 0; l < cfg->n_layer; l++) {
-        if (cf_layer(c, l, &R)) goto fail;
-        if (c->tap && cf_tap(c, l, c->x, T)) goto fail;
-    }
-    if (n_sel > 0) {
-        if (cf_gather_rows(s, c->x, E, c->meta_d + c->off_sel, n_sel, E, c->xsel, E) ||
-            cf_rms_norm(s, c->xsel, E, c->output_norm, NULL, 0, c->xsel, E, E, n_sel, cfg->eps))
-            goto fail;
-        if (c->tap && cf_tap(c, cfg->n_layer, c->xsel, n_sel)) goto fail;
-        /* The LM head always uses the kernel: a cuBLAS copy of it would cost n_vocab*n_embd
-         * halves of scratch. */
-        if (cf_matmul(s, NULL, &c->output, c->xsel, n_sel, c->logits, V, CF_MM_KERNEL, NULL, 0))
-            goto fail;
-        if (cfg->final_softcap > 0.0f &&
-            cf_softcap(s, c->logits, (size_t)n_sel * V, cfg->final_softcap))
-            goto fail;
-    }
-    if (CUDA_CHECK(cudaEventRecord(c->ev[2], s))) goto fail;
-    if (n_sel > 0 &&
-        CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
-                                   cudaMemcpyDeviceToHost, s)))
-        goto fail;
-    if (CUDA_CHECK(cudaEventRecord(c->ev[3], s)) || CUDA_CHECK(cudaStreamSynchronize(s)))
-        goto fail;
-    c->timed = 1;
-    return BE_OK;
-fail:
-    LOG_E("cuda", 0, "forward step failed: %s", cf_last_error());
-    cudaStreamSynchronize(s);
-    return BE_EBACKEND;
-}
-
-static int cf_fwd_step_times(const struct cf_fwd *c, double ms[3]) {
-    if (!c->timed) return BE_EINVAL;
-    for (int i = 0; i < 3; i++) {
-        float t = 0.0f;
-        if (CUDA_CHECK(cudaEventElapsedTime(&t, c->ev[i], c->ev[i + 1]))) return BE_EBACKEND;
-        ms[i] = t;
-    }
-    return BE_OK;
 }
 
 /* ---- the backend table ---------------------------------------------------------------- */
@@ -807,7 +524,12 @@ static int cf_be_create(const struct be_desc *d, void **out, char *err, size_t e
 }
 
 static int cf_be_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits) {
-    return cf_fwd_run(b, seqs, n_seqs, logits);
+    return cf_fwd_run(b, seqs, n_seqs, logits, NULL, NULL);
+}
+
+static int cf_be_run_greedy(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                            const uint8_t *greedy, int32_t *ids) {
+    return cf_fwd_run(b, seqs, n_seqs, logits, greedy, ids);
 }
 
 static int cf_be_set_tap(void *b, be_tap_fn fn, void *user) {
@@ -818,9 +540,15 @@ static void cf_be_destroy(void *b) {
     cf_fwd_destroy(b);
 }
 
-static int cf_be_step_times(void *b, double ms[3]) {
-    return cf_fwd_step_times(b, ms);
+static int cf_be_step_times(void *b, struct be_step_times *t) {
+    return cf_fwd_step_times(b, t);
 }
 
-const struct be_ops be_cuda = {"cuda",        cf_fwd_available, cf_be_create,    cf_be_run,
-                               cf_be_set_tap, cf_be_destroy,    cf_be_step_times};
+static int cf_be_set_profile(void *b, int on) {
+    return cf_fwd_set_profile(b, on);
+}
+
+const struct be_ops be_cuda = {"cuda",          cf_fwd_available, cf_be_create,
+                               cf_be_run,       cf_be_set_tap,    cf_be_destroy,
+                               cf_be_step_times, cf_be_set_profile, cf_be_run_greedy};
+

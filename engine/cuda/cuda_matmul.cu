@@ -4,20 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "engine/cuda/cuda_dequant.cuh"
+#include "engine/cuda/cuda_mm.cuh"
 
-#define CF_MM_WARPS 8   /* output rows per block (one warp each) */
-#define CF_MM_CHUNKS 32 /* 32-element chunks per k-tile: one per lane */
-#define CF_MM_KT (CF_MM_CHUNKS * 32)
-#define CF_MM_PITCH 33 /* padded chunk stride in shared memory (no bank conflicts) */
-
-/*
- * Block (CF_MM_WARPS warps) = CF_MM_WARPS output rows × a tile of TM activation rows.
- * For each k-tile of 1024 elements the block stages X[m0..m0+TM)[kt..kt+1024) in shared
- * memory; lane l of each warp decodes chunk kt/32 + l of its weight row once and dots it with
- * every staged activation row. Per activation row the sum order is fixed (see the header), so
- * TM and M never change a result.
- */
 template <int T, int TM>
 __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     cf_mm_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int n_in, int n_out,
@@ -32,43 +20,8 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     const int m0 = (int)(blockIdx.x % n_tiles) * TM;
     const int tm = min(TM, M - m0);
     const uint8_t *row = W + (size_t)(o < n_out ? o : 0) * row_bytes;
-
     float acc[TM];
-#pragma unroll
-    for (int m = 0; m < TM; m++)
-        acc[m] = 0.0f;
-
-    for (int kt = 0; kt < n_in; kt += CF_MM_KT) {
-        const int kn = min(CF_MM_KT, n_in - kt); /* a multiple of 32 */
-        __syncthreads();                         /* the previous tile is consumed */
-        for (int i = threadIdx.x; i < tm * CF_MM_KT; i += blockDim.x) {
-            const int m = i / CF_MM_KT, k = i % CF_MM_KT;
-            const float v = k < kn ? X[(size_t)(m0 + m) * n_in + kt + k] : 0.0f;
-            xs[m][(k >> 5) * CF_MM_PITCH + (k & 31)] = v;
-        }
-        __syncthreads();
-        if (o < n_out && lane * 32 < kn) {
-            float w[32];
-            cf_dq_chunk<T>(row, (kt >> 5) + lane, w);
-#pragma unroll
-            for (int m = 0; m < TM; m++) {
-                if (m < tm) {
-                    const float *xp = &xs[m][lane * CF_MM_PITCH];
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < 32; k++)
-                        s += w[k] * xp[k];
-                    acc[m] += s;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < TM; m++) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
-    }
+    cf_mm_warp<T, TM>(row, o < n_out, n_in, X, m0, tm, xs, acc);
     if (o < n_out && lane == 0) {
 #pragma unroll
         for (int m = 0; m < TM; m++)

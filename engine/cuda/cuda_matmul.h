@@ -40,6 +40,7 @@ struct cf_weight {
 enum cf_mm_mode { CF_MM_AUTO = 0, CF_MM_KERNEL = 1, CF_MM_CUBLAS = 2 };
 
 #define CF_MM_CUBLAS_MIN_ROWS 64
+#define CF_MM_SET_MAX 3
 
 /* 1 when the kernels can decode this type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
  * IQ4_NL, Q4_K, Q5_K, Q6_K). */
@@ -53,6 +54,13 @@ size_t cf_matmul_scratch_bytes(const struct cf_weight *w, int M);
  * in cf_last_error()). */
 int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *w, const float *X,
               int M, float *Y, int ldy, enum cf_mm_mode mode, void *scratch, size_t scratch_bytes);
+
+/* Y[i] = X · W[i]ᵀ for n (<= CF_MM_SET_MAX) weights of one type and n_in over the same X, in
+ * one launch of the kernel path: each row computed exactly as cf_matmul's kernel computes it
+ * (the same bits). geglu (n == 2, gate and up of one n_out): Y[0] = gelu(X·W[0]ᵀ) · (X·W[1]ᵀ)
+ * as cf_geglu computes it from the two products; Y[1] and ldy[1] are unused. */
+int cf_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n, const float *X,
+                  int M, float *const *Y, const int *ldy, int geglu);
 
 #ifdef __cplusplus
 }

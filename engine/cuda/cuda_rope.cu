@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "engine/cuda/cuda_rope.cuh"
+
 __global__ void cf_rope_neox_kernel(float *x, int ld, int hd, int n_rot,
                                     const int32_t *__restrict__ pos, float theta_scale,
                                     float freq_scale, const float *__restrict__ freq_div) {
@@ -10,19 +12,8 @@ __global__ void cf_rope_neox_kernel(float *x, int ld, int hd, int n_rot,
     const int half = n_rot / 2;
     float *xr = x + (size_t)r * ld + (size_t)h * hd;
     const float p = (float)pos[r];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        /* theta_i = p * theta_scale^i built by repeated multiplication in f32, exactly as
-         * ggml_rope_cache_init (and engine/cpu_attn.c) do on the CPU. */
-        float theta = p;
-        for (int k = 0; k < i; k++)
-            theta *= theta_scale;
-        const float ff = freq_div ? freq_div[i] : 1.0f;
-        theta = freq_scale * (theta / ff);
-        const float c = cosf(theta), s = sinf(theta);
-        const float x0 = xr[i], x1 = xr[i + half];
-        xr[i] = x0 * c - x1 * s;
-        xr[i + half] = x0 * s + x1 * c;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        cf_rope_pair(xr, i, half, p, theta_scale, freq_scale, freq_div);
 }
 
 extern "C" int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, int hd, int n_rot,

@@ -15,8 +15,8 @@ static const struct attn_ops g_avx512 = {attn_scores_avx512, attn_softmax_avx512
                                          attn_pv_avx512, attn_cvt_f16_avx2, "avx512"};
 
 const struct attn_ops *attn_ops_for(enum kern_isa isa) {
-    if (isa == KERN_ISA_AVX512 && kern_isa_supported(KERN_ISA_AVX512)) return &g_avx512;
-    if ((isa == KERN_ISA_AVX2 || isa == KERN_ISA_AVX512) && kern_isa_supported(KERN_ISA_AVX2))
+    if (isa >= KERN_ISA_AVX512 && kern_isa_supported(KERN_ISA_AVX512)) return &g_avx512;
+    if (isa >= KERN_ISA_AVX2 && kern_isa_supported(KERN_ISA_AVX2))
         return &g_avx2;
     return &g_ref;
 }

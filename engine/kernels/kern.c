@@ -13,7 +13,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "engine/kernels/kern_impl.h"
 
@@ -32,10 +36,35 @@ const char *kern_isa_name(enum kern_isa isa) {
         return "avx2";
     case KERN_ISA_AVX512:
         return "avx512";
+    case KERN_ISA_AMX:
+        return "avx512-amx";
     default:
         return "auto";
     }
 }
+
+#if defined(__x86_64__)
+/* AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24 and 25), then the tile data state
+ * (XFEATURE_XTILEDATA, 18) requested from the kernel for this process: Linux 5.16+ leaves
+ * it off until asked, and refuses on kernels or hypervisors without it. Asked once. */
+#define KERN_ARCH_REQ_XCOMP_PERM 0x1023
+#define KERN_XFEATURE_XTILEDATA 18
+static int g_amx_ok = -1;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void kern_amx_probe(void) {
+    unsigned a, b, c, d;
+    g_amx_ok = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+        return;
+    g_amx_ok = syscall(SYS_arch_prctl, KERN_ARCH_REQ_XCOMP_PERM, KERN_XFEATURE_XTILEDATA) == 0;
+}
+
+static int kern_amx_permitted(void) {
+    pthread_once(&g_amx_once, kern_amx_probe);
+    return g_amx_ok;
+}
+#endif
 
 int kern_isa_supported(enum kern_isa isa) {
     switch (isa) {
@@ -52,6 +81,8 @@ int kern_isa_supported(enum kern_isa isa) {
                __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vnni");
+    case KERN_ISA_AMX:
+        return kern_isa_supported(KERN_ISA_AVX512) && kern_amx_permitted();
 #endif
     default:
         return 0;
@@ -123,7 +154,8 @@ static kern_dequant_fn ref_dequant(uint32_t type) {
 int kern_init(enum kern_isa force) {
     enum kern_isa isa = force;
     if (force == KERN_ISA_AUTO) {
-        isa = kern_isa_supported(KERN_ISA_AVX512) ? KERN_ISA_AVX512
+        isa = kern_isa_supported(KERN_ISA_AMX)      ? KERN_ISA_AMX
+              : kern_isa_supported(KERN_ISA_AVX512) ? KERN_ISA_AVX512
               : kern_isa_supported(KERN_ISA_AVX2) ? KERN_ISA_AVX2
                                                   : KERN_ISA_REF;
     } else if (!kern_isa_supported(force)) {
@@ -146,6 +178,9 @@ int kern_init(enum kern_isa force) {
         kern_register_avx512(&ops);
         panel_register_avx512(&ops);
     }
+#if defined(__x86_64__)
+    if (isa >= KERN_ISA_AMX) panel_register_amx(&ops);
+#endif
     g_ops = ops;
     g_isa = isa;
     g_inited = 1;

@@ -1,6 +1,7 @@
 /*
  * kern — CPU kernels the forward pass calls, with the instruction set chosen once at
- * start-up (kern_init) from the CPU's features: scalar reference, AVX2+FMA+F16C, AVX-512.
+ * start-up (kern_init) from the CPU's features: scalar reference, AVX2+FMA+F16C, AVX-512,
+ * AVX-512 with AMX tiles.
  *
  * Weights are never dequantized as a whole: kern_matmul reads the packed rows in the mmap
  * directly, or, for a weight with a panel (panel.h), the same quantized bytes repacked once
@@ -22,7 +23,16 @@
 #include "engine/kernels/pool.h"
 #include "engine/kernels/quant.h"
 
-enum kern_isa { KERN_ISA_AUTO = -1, KERN_ISA_REF = 0, KERN_ISA_AVX2 = 1, KERN_ISA_AVX512 = 2 };
+/* KERN_ISA_AMX is AVX-512 plus the AMX-INT8 tile kernels for batches of quantized panel
+ * rows (the same bits as AVX-512: kern_amx.c); it needs the CPU feature and the kernel's
+ * permission for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once. */
+enum kern_isa {
+    KERN_ISA_AUTO = -1,
+    KERN_ISA_REF = 0,
+    KERN_ISA_AVX2 = 1,
+    KERN_ISA_AVX512 = 2,
+    KERN_ISA_AMX = 3
+};
 
 /* Picks the best ISA the CPU supports, or `force` when it is supported (else -1). */
 int kern_init(enum kern_isa force);

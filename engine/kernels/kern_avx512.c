@@ -706,6 +706,57 @@ KZ_DEFINE_KQ(q4_K, KX_Q4_K)
 KZ_DEFINE_KQ(q5_K, KX_Q5_K)
 KZ_DEFINE_KQ(q6_K, KX_Q6_K)
 
+/* ---- F16 x F16 and BF16 x BF16: kx_tile_half on 16 lanes ----------------------------------
+ *
+ * kx_tile_half keeps two 8-lane accumulators per pair, for elements i..i+7 and i+8..i+15 of
+ * every 16; here they are the low and high halves of one 512-bit register, and the end
+ * (hsum8 of low + high, then the scalar tail in order) is the same, so the bits are the
+ * AVX2 kernel's (test_kern checks it) at twice the width per instruction. */
+
+KX_AI __m512 kz_load16_half(int bf, const uint16_t *p) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+              : _mm512_cvtph_ps(h);
+}
+
+KX_AI void kz_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w, size_t ws,
+                        const uint8_t *a, size_t as, float *y, size_t ldy) {
+    __m512 acc[KX_MAXR][KX_MAXC];
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[KX_MAXR];
+        KX_UNROLL(8)
+        for (int r = 0; r < NR; r++)
+            wv[r] = kz_load16_half(bf, (const uint16_t *)(w + (size_t)r * ws) + i);
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++) {
+            const __m512 av = kz_load16_half(bf, (const uint16_t *)(a + (size_t)c * as) + i);
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++)
+                acc[r][c] = _mm512_fmadd_ps(wv[r], av, acc[r][c]);
+        }
+    }
+    KX_UNROLL(8)
+    for (int r = 0; r < NR; r++) {
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++) {
+            const float s = kx_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                   _mm512_extractf32x8_ps(acc[r][c], 1)));
+            y[(size_t)c * ldy + r] = kx_half_tail(bf, s, w + (size_t)r * ws,
+                                                       a + (size_t)c * as, i, n);
+        }
+    }
+}
+
+KX_DEFINE(kz, f16, kz_tile_half, 0, 4, 4, 4)
+KX_DEFINE(kz, bf16, kz_tile_half, 1, 4, 4, 4)
+
 int kern_avx512_stream_rows(void) {
     /* Measured with bench_kern --cpu --only lm_head, one thread: on AMD Zen 4 four rows side
      * by side run the Q8_0 LM head at M = 1 in 20-23 ms and one row at a time in 8-9 ms (its
@@ -727,6 +778,8 @@ void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
         {QT_Q4_K, kz_dot_q4_K, one ? kz_gemm1r_q4_K : kz_gemm_q4_K},
         {QT_Q5_K, kz_dot_q5_K, one ? kz_gemm1r_q5_K : kz_gemm_q5_K},
         {QT_Q6_K, kz_dot_q6_K, one ? kz_gemm1r_q6_K : kz_gemm_q6_K},
+        {QT_F16, kz_dot_f16, kz_gemm_f16},
+        {QT_BF16, kz_dot_bf16, kz_gemm_bf16},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;

@@ -87,6 +87,9 @@ void kern_register_avx512(struct kern_ops *ops);
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
 /* kern_panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
 void panel_register_avx512(struct kern_ops *ops);
+/* kern_amx.c: the AMX panel kernels for 16+ activations, installed after
+ * panel_register_avx512 (whose kernels it keeps for the rest), when the ISA is KERN_ISA_AMX. */
+void panel_register_amx(struct kern_ops *ops);
 /* The active ISA's panel kernel for a weight type, or NULL (kern.c). */
 kern_panel_fn kern_panel_kernel(uint32_t type);
 int kern_avx512_stream_rows(void);

@@ -20,8 +20,8 @@
 
 #include "engine/kernels/kern_impl.h"
 #include "engine/kernels/panel.h"
+#include "engine/kernels/panel_x86.h"
 
-#define PZ_AI static inline __attribute__((always_inline))
 #define PZ_NC 8 /* most activations per pass: 8 accumulators + 8 weight registers + temps */
 
 struct pz_act {
@@ -29,44 +29,10 @@ struct pz_act {
     float d[PANEL_NB_MAX];      /* the block's scale */
 };
 
-PZ_AI void pz_prep(int off, int64_t nb, const struct block_q8_0 *ab, struct pz_act *o) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++) {
-        /* sum(a) = sum(a ^ 0x80 as unsigned) - 32 * 128 */
-        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)ab[b].qs), flip);
-        const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
-        const __m128i s2 =
-            _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-        const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
-        o->corr[b] = (int32_t)(-off * sum);
-        o->d[b] = _cvtsh_ss(ab[b].d);
-    }
-}
-
 PZ_AI __m512i pz_grp(const struct block_q8_0 *ab, int g) {
     int32_t v;
     memcpy(&v, ab->qs + 4 * g, 4);
     return _mm512_set1_epi32(v);
-}
-
-/* Block h of a record as eight registers of unsigned weights [16 rows x 4 bytes]. */
-PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
-    if (type == QT_Q8_0) {
-        const __m512i *q = (const __m512i *)(rec + 64 + h * 512);
-        for (int g = 0; g < 8; g++)
-            w[g] = _mm512_load_si512(q + g);
-        return;
-    }
-    const __m512i *x = (const __m512i *)(rec + 192 + h * 256);
-    const uint64_t *hb = (const uint64_t *)(rec + 64 + h * 64);
-    const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
-    for (int g = 0; g < 4; g++) {
-        const __m512i v = _mm512_load_si512(x + g);
-        w[g] = _mm512_mask_add_epi8(_mm512_and_si512(v, m4), (__mmask64)hb[g],
-                                    _mm512_and_si512(v, m4), b16);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        w[g + 4] = _mm512_mask_add_epi8(hi, (__mmask64)hb[g + 4], hi, b16);
-    }
 }
 
 /* NC activations (prepared in A, bytes in act[c]) against one panel: acc[c] = 16 rows. */
@@ -133,7 +99,7 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
         const int nc = na - c0 < G ? na - c0 : G;
         for (int c = 0; c < nc; c++) {
             ap[c] = (const struct block_q8_0 *)((const uint8_t *)act + (size_t)(c0 + c) * as);
-            pz_prep(off, nb, ap[c], &A[c]);
+            pz_prep(off, nb, ap[c], A[c].corr, A[c].d);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
         /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-8 go unused) */

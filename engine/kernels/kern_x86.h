@@ -602,6 +602,16 @@ KX_AI __m256 kx_load8_bf16(const uint16_t *p) {
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
+/* The scalar tail of a half-precision dot: elements [i, n) fused into s in order. */
+KX_AI float kx_half_tail(int bf, float s, const uint8_t *w, const uint8_t *a, int64_t i,
+                         int64_t n) {
+    const uint16_t *pw = (const uint16_t *)w, *pa = (const uint16_t *)a;
+    for (int64_t j = i; j < n; j++)
+        s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
+               : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
+    return s;
+}
+
 /* n elements; the vector part covers multiples of 16, a scalar tail the rest (in order). */
 KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w, size_t ws,
                         const uint8_t *a, size_t as, float *y, size_t ldy) {
@@ -639,13 +649,9 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
     for (int r = 0; r < NR; r++) {
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
-            float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
-            const uint16_t *pw = (const uint16_t *)(w + (size_t)r * ws);
-            const uint16_t *pa = (const uint16_t *)(a + (size_t)c * as);
-            for (int64_t j = i; j < n; j++)
-                s = bf ? fmaf(quant_bf16_to_f32(pw[j]), quant_bf16_to_f32(pa[j]), s)
-                       : fmaf(kx_h2f(pw[j]), kx_h2f(pa[j]), s);
-            y[(size_t)c * ldy + r] = s;
+            const float s = kx_hsum8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+            y[(size_t)c * ldy + r] = kx_half_tail(bf, s, w + (size_t)r * ws,
+                                                       a + (size_t)c * as, i, n);
         }
     }
 }

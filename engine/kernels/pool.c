@@ -129,8 +129,8 @@ int pool_create(int n_threads, struct pool **out) {
     int started = 0;
     for (; started < n_threads - 1; started++) {
         if ((rc = pthread_create(&p->threads[started], NULL, pool_worker, p))) break;
-        char name[16];
-        snprintf(name, sizeof(name), "gemmad-w%d", started + 1);
+        char name[16]; /* Linux thread names hold 15 bytes: "gemmad-w" + up to 7 digits */
+        snprintf(name, sizeof(name), "gemmad-w%d", (started + 1) % 10000000);
         pthread_setname_np(p->threads[started], name);
     }
     if (started < n_threads - 1) {

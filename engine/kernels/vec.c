@@ -2,8 +2,8 @@
 #include "engine/kernels/vec.h"
 
 const struct vec_ops *vec_ops_for(enum kern_isa isa) {
-    if (isa == KERN_ISA_AVX512 && kern_isa_supported(KERN_ISA_AVX512)) return &vec_ops_avx512;
-    if ((isa == KERN_ISA_AVX2 || isa == KERN_ISA_AVX512) && kern_isa_supported(KERN_ISA_AVX2))
+    if (isa >= KERN_ISA_AVX512 && kern_isa_supported(KERN_ISA_AVX512)) return &vec_ops_avx512;
+    if (isa >= KERN_ISA_AVX2 && kern_isa_supported(KERN_ISA_AVX2))
         return &vec_ops_avx2;
     return &vec_ops_ref;
 }

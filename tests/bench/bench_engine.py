@@ -16,6 +16,9 @@ What it measures (see docs/BENCHMARKS.md for how to read the output):
 llama.cpp runs in a child process in the first configuration that works on this host
 (tests/bench/baseline.py: the library's defaults, else use_extra_bufts = False), and the
 table says which one ran; a baseline that cannot run is printed as FAILED (exit status 1).
+With --formats it instead requantizes the model into every weight format (or --format-list)
+with llama.cpp's llama-quantize and prints prefill, decode and a greedy cross-check per
+format for gemmad and llama.cpp (tests/bench/bench_formats.py).
 The machine is shared and noisy: gemmad and llama.cpp runs are interleaved, each figure is
 the median of --runs runs, and the ratios are ratios of medians. Results go to stdout (a
 table) and to build/bench/engine.json.
@@ -38,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The same natural text gemmad-cli bench repeats to build its prompt.
 BENCH_TEXT = ("The history of the printing press begins in the fifteenth century, when movable "
               "type changed how books were made, sold and read across Europe and beyond. ")
-LDLIBS = ["-lmicrohttpd", "-ljansson", "-luv", "-lopenblas", "-lm", "-lpthread", "-ldl"]
+LDLIBS = ["-lmicrohttpd", "-ljansson", "-luv", "-lm", "-lpthread", "-ldl"]
 
 
 def log(*a):
@@ -204,6 +207,14 @@ def main():
     ap.add_argument("--gemmad-arg", action="append", default=[],
                     help="extra argument for gemmad-cli bench (repeatable)")
     ap.add_argument("--out", default=None, help="JSON output (default BUILD/bench/engine.json)")
+    ap.add_argument("--formats", action="store_true",
+                    help="every weight format: requantize with llama-quantize, bench each")
+    ap.add_argument("--format-list", default=None,
+                    help="--formats: comma-separated llama-quantize types (default: all eleven)")
+    ap.add_argument("--check-tokens", type=int, default=24,
+                    help="--formats: greedy tokens compared between gemmad and llama.cpp")
+    ap.add_argument("--no-speed", action="store_true",
+                    help="--formats: the greedy cross-check only, no timing")
     args = ap.parse_args()
     os.chdir(ROOT)
     runs = max(3, args.runs)
@@ -212,6 +223,21 @@ def main():
         sys.exit(f"bench_engine: {cli} not found (run make first)")
     if not os.path.exists(args.model):
         sys.exit(f"bench_engine: {args.model} not found (make model)")
+
+    if args.formats:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_formats
+        results = bench_formats.run(args, run_gemmad, cli,
+                                    os.path.join(args.build, "bench", "formats"))
+        out = args.out or os.path.join(args.build, "bench", "formats.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump({"model": args.model, "threads": args.threads,
+                       "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen,
+                       "load_avg": os.getloadavg(), "formats": results}, f, indent=2)
+        bench_formats.print_table(results, args)
+        print(f"\nwritten {out}")
+        return
 
     bench_kern = build_bench_kern(args.build)
     import gguf

@@ -4,7 +4,7 @@
  *
  * Built and run by tests/bench/bench_engine.py (see docs/BENCHMARKS.md):
  *   bench_kern [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json]   kernels
- *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|scalar] [--no-panels]
+ *              [--m 1,16,64] [--cpu] [--fastest] [--isa avx2|avx512|amx|scalar] [--no-panels]
  *   bench_kern --bandwidth [--threads N] [--bw-mib 1024] [--json]   read bandwidth only
  *              (best of plain loads and loads with software prefetch, median of 7 each)
  *
@@ -60,6 +60,16 @@ static uint64_t rnd64(void) {
 
 /* Random weight rows with small finite fp16 scales where the type has them. */
 static void fill_weights(uint32_t t, uint8_t *w, size_t bytes) {
+    if (t == QT_F16 || t == QT_BF16) { /* normal values in [-0.05, 0.05]: no denormals */
+        for (size_t i = 0; i + 2 <= bytes; i += 2) {
+            const float f = 0.05f * ((float)(rnd64() & 0xFFFF) / 32768.0f - 1.0f);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            const uint16_t h = t == QT_F16 ? quant_f32_to_f16(f) : (uint16_t)(u >> 16);
+            memcpy(w + i, &h, 2);
+        }
+        return;
+    }
     for (size_t i = 0; i + 8 <= bytes; i += 8) {
         uint64_t v = rnd64();
         memcpy(w + i, &v, 8);
@@ -187,7 +197,8 @@ static const struct shape shapes[] = {
     {"attn_q", QT_Q5_0, 640, 1024},    {"ffn_up/gate", QT_Q5_0, 640, 2048},
     {"ffn_down", QT_Q6_K, 2048, 640},  {"ffn_down", QT_Q4_K, 2048, 640},
     {"attn_out", QT_Q4_K, 1024, 640},  {"attn_v", QT_Q8_0, 640, 256},
-    {"lm_head", QT_Q8_0, 640, 262144},
+    {"lm_head", QT_Q8_0, 640, 262144}, {"ffn_up_f16", QT_F16, 640, 2048},
+    {"ffn_up_bf16", QT_BF16, 640, 2048},
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */
@@ -268,6 +279,7 @@ int main(int argc, char **argv) {
             i++;
             isa = !strcmp(argv[i], "avx2")     ? KERN_ISA_AVX2
                   : !strcmp(argv[i], "avx512") ? KERN_ISA_AVX512
+                  : !strcmp(argv[i], "amx")    ? KERN_ISA_AMX
                   : !strcmp(argv[i], "scalar") ? KERN_ISA_REF
                                                : KERN_ISA_AUTO;
         }

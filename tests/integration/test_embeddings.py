@@ -119,6 +119,13 @@ def test_errors(server, model_id, body, param):
     assert r.json()["error"]["param"] == param
 
 
+def test_unknown_fields_ignored(server, model_id):
+    r = server.post("/v1/embeddings", {"model": model_id, "input": "x", "user": "u1",
+                                       "some_future_field": {"a": 1}})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]["embedding"]) == 640
+
+
 def test_too_long(server, model_id):
     r = server.post("/v1/embeddings", {"model": model_id, "input": "word " * 3000})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"

@@ -7,8 +7,14 @@
 #define GEMMAD_CUDA_TEST_UTIL_H
 
 #include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
 
+#include "engine/cuda/cuda_probe.h"
+#include "engine/forward.h"
 #include "engine/kernels/kern.h"
+#include "engine/kvstore.h"
+#include "engine/tokenizer.h"
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
 #include "tests/unit/harness.h"
@@ -20,6 +26,29 @@ static inline struct model *cu_load_model(const char *path) {
     char err[512];
     T_ASSERTF(model_load(path, &m, err, sizeof err) == 0, "model_load %s: %s", path, err);
     return m;
+}
+
+static inline void cu_need_device(void) {
+    char why[256];
+    if (!cf_probe(why, sizeof why)) T_SKIP("no CUDA device: %s", why);
+}
+
+static inline void *cu_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    T_ASSERT(p);
+    return p;
+}
+
+/* max |a - b| / max(|b|), the normalised error every comparison uses (NaN: infinite). */
+static inline double cu_norm_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > md) md = d;
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    }
+    return mb > 0 ? md / mb : md;
 }
 
 static inline int cu_argmax(const float *x, int n) {
@@ -84,6 +113,110 @@ static inline void cu_each_synthetic(void (*fn)(struct model *m)) {
     }
     closedir(d);
     if (!n) T_SKIP("no .gguf files in %s", dir);
+}
+
+/*
+ * Decode steps as CUDA graphs (deterministic mode): three sequences decoded together (padded
+ * to four rows, one graph replayed per step) give the same bits as each one alone (one-row
+ * graphs) and as the same steps run kernel by kernel (GEMMAD_CUDA_GRAPHS=0 at create); each
+ * step says whether it replayed a graph. Tokens are fixed (no sampling), so the runs see the
+ * same inputs. A fourth run asks for sequences 0 and 2 as greedy ids (fwd_run_greedy): their
+ * ids are the first argmax of the first run's rows and their logit rows are left alone, and
+ * sequence 1's row comes back with the same bits (id -1).
+ */
+static inline void cu_graph_decode_check(struct model *m) {
+    enum { S = 3, NP = 12, ND = 3, BS = 16, NB = 2 };
+    const size_t V = (size_t)m->cfg.n_vocab;
+    const int ring = kvstore_swa_ring_blocks(m, BS, 32);
+    int32_t ids[S][NP + ND], full[S][NB], swa[S][64];
+    T_ASSERT(ring <= 64 && NP + ND <= NB * BS);
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < NP + ND; i++)
+            ids[s][i] = i == 0 ? tok_bos(m->vocab)
+                               : (int32_t)((977u * (uint32_t)i + 131u * (uint32_t)s) %
+                                           (uint32_t)(m->cfg.n_vocab - 10)) +
+                                     5;
+    float *out[4];
+    int32_t gid[ND][S];
+    const uint8_t greedy[S] = {1, 0, 1};
+    for (int k = 0; k < 4; k++)
+        out[k] = cu_xmalloc((size_t)ND * S * V * 4);
+    for (size_t i = 0; i < (size_t)ND * S * V; i++)
+        out[3][i] = -7.0f; /* what greedy rows must leave as it is */
+    /* 0 graphs together, 1 graphs alone, 2 no graphs, 3 graphs together with greedy ids */
+    for (int mode = 0; mode < 4; mode++) {
+        struct kvstore_pool *kv = NULL;
+        struct fwd_ctx *f = NULL;
+        char err[512];
+        T_ASSERTF(kvstore_create(m, KVSTORE_F16, BS, S * NB, S * ring, &kv, err, sizeof err) == 0,
+                  "%s", err);
+        const struct fwd_opts o = {.max_tokens = 32,
+                                   .max_seqs = 4,
+                                   .max_logit_rows = 4,
+                                   .n_threads = 2,
+                                   .device = FWD_DEVICE_CUDA,
+                                   .deterministic = 1};
+        if (mode == 2) setenv("GEMMAD_CUDA_GRAPHS", "0", 1);
+        const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
+        unsetenv("GEMMAD_CUDA_GRAPHS");
+        T_ASSERTF(rc == 0, "fwd_create (CUDA): %s", err);
+        struct kvstore_seq ks[S];
+        struct fwd_seq qs[S];
+        for (int s = 0; s < S; s++) {
+            for (int b = 0; b < NB; b++)
+                full[s][b] = s * NB + b;
+            for (int b = 0; b < ring; b++)
+                swa[s][b] = s * ring + b;
+            ks[s] = (struct kvstore_seq){full[s], NB, ring ? swa[s] : NULL, ring};
+            qs[s] = (struct fwd_seq){ids[s], NP, 0, &ks[s], FWD_LOGITS_NONE};
+            T_ASSERT(fwd_run(f, &qs[s], 1, NULL) == FWD_OK);
+        }
+        for (int t = 0; t < ND; t++) {
+            for (int s = 0; s < S; s++)
+                qs[s] = (struct fwd_seq){ids[s] + NP + t, 1, NP + t, &ks[s], FWD_LOGITS_LAST};
+            float *lg = out[mode] + (size_t)t * S * V;
+            struct fwd_step_times st;
+            if (mode == 1) {
+                for (int s = 0; s < S; s++) {
+                    T_ASSERT(fwd_run(f, &qs[s], 1, lg + s * V) == FWD_OK);
+                    T_ASSERT(fwd_last_step_times(f, &st) == 0);
+                    T_ASSERTF(st.graph == 1, "a one-row decode step did not replay a graph");
+                }
+            } else if (mode == 3) {
+                T_ASSERT(fwd_run_greedy(f, qs, S, lg, greedy, gid[t]) == FWD_OK);
+                T_ASSERT(fwd_last_step_times(f, &st) == 0);
+                T_ASSERTF(st.graph == 1, "a greedy decode step did not replay a graph");
+            } else {
+                T_ASSERT(fwd_run(f, qs, S, lg) == FWD_OK);
+                T_ASSERT(fwd_last_step_times(f, &st) == 0);
+                T_ASSERTF(st.graph == (mode == 0), "mode %d: graph %d", mode, st.graph);
+            }
+        }
+        fwd_destroy(f);
+        kvstore_destroy(kv);
+    }
+    T_ASSERTF(memcmp(out[0], out[1], (size_t)ND * S * V * 4) == 0,
+              "a padded 3-sequence graph differs from one-sequence graphs");
+    T_ASSERTF(memcmp(out[0], out[2], (size_t)ND * S * V * 4) == 0,
+              "graph replays differ from the kernels run one by one");
+    for (int t = 0; t < ND; t++)
+        for (int s = 0; s < S; s++) {
+            const float *ref = out[0] + ((size_t)t * S + s) * V, *got = out[3] + ((size_t)t * S + s) * V;
+            if (!greedy[s]) {
+                T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a full row", t, s, gid[t][s]);
+                T_ASSERTF(memcmp(ref, got, V * 4) == 0, "step %d seq %d: full row differs", t, s);
+                continue;
+            }
+            int32_t want = 0;
+            for (size_t i = 1; i < V; i++)
+                if (ref[i] > ref[want]) want = (int32_t)i;
+            T_ASSERTF(gid[t][s] == want, "step %d seq %d: greedy id %d, argmax %d", t, s,
+                      gid[t][s], want);
+            for (size_t i = 0; i < V; i++)
+                T_ASSERTF(got[i] == -7.0f, "step %d seq %d: a greedy row was written", t, s);
+        }
+    for (int k = 0; k < 4; k++)
+        free(out[k]);
 }
 
 #endif

@@ -313,6 +313,55 @@ static void test_responses_stream(void) {
     json_decref(req);
 }
 
+/* A generation that fails after its stream started ends with the API's error events:
+ * Responses "error" then "response.failed" (status failed, the message, no output item);
+ * Anthropic one "error" event in its own shape. */
+static void test_stream_failures(void) {
+    struct api_result r = {.finish = SCHED_FINISH_ERROR,
+                           .stop_index = -1,
+                           .prompt_tokens = 5,
+                           .completion_tokens = 1,
+                           .error = "compute backend failed"};
+    size_t n;
+    json_t *req = J("{\"input\":\"Hi\"}");
+    struct resp_req rq;
+    struct oai_error e;
+    T_ASSERT(resp_to_chat(req, NULL, 100, &rq, &e) == 0);
+    struct api_shape *sh = resp_shape_create(&rq, "gemma", 1700000000, NULL);
+    char *a = sh->stream_start(sh->st, 5, &n);
+    char *b = sh->stream_end(sh->st, &r, &n);
+    json_t *evs = sse_parse(b);
+    T_ASSERT(json_array_size(evs) == 2);
+    T_ASSERT(!strcmp(type_at(evs, 0), "error") && !strcmp(type_at(evs, 1), "response.failed"));
+    json_t *err = json_array_get(evs, 0);
+    T_ASSERT(!strcmp(json_string_value(json_object_get(err, "message")), r.error));
+    json_t *fin = json_object_get(json_array_get(evs, 1), "response");
+    T_ASSERT(!strcmp(json_string_value(json_object_get(fin, "status")), "failed"));
+    T_ASSERT(json_array_size(json_object_get(fin, "output")) == 0);
+    T_ASSERT(json_same(json_object_get(fin, "error"),
+                       "{\"code\":\"server_error\",\"message\":\"compute backend failed\"}"));
+    json_decref(evs);
+    free(a);
+    free(b);
+    free_shape(sh);
+    resp_req_free(&rq);
+    json_decref(req);
+
+    sh = anth_shape_create("gemma", NULL);
+    T_ASSERT(sh);
+    a = sh->stream_start(sh->st, 5, &n);
+    b = sh->stream_end(sh->st, &r, &n);
+    evs = sse_parse(b);
+    T_ASSERT(json_array_size(evs) == 1 && !strcmp(type_at(evs, 0), "error"));
+    T_ASSERT(json_same(json_array_get(evs, 0),
+                       "{\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                       "\"message\":\"compute backend failed\"}}"));
+    json_decref(evs);
+    free(a);
+    free(b);
+    free_shape(sh);
+}
+
 static void test_embedding_pool_and_base64(void) {
     const float rows[3 * 2] = {1, 0, 3, 4, 0, 2};
     float out[2];
@@ -374,6 +423,7 @@ int main(int argc, char **argv) {
                                           T_CASE(test_responses_store_chain),
                                           T_CASE(test_responses_errors),
                                           T_CASE(test_responses_stream),
+                                          T_CASE(test_stream_failures),
                                           T_CASE(test_embedding_pool_and_base64),
                                           T_CASE(test_cors),
                                           T_CASE(test_ui_embedded),

@@ -1,5 +1,5 @@
-/* test_base — the bounded string appender (truncation is sticky, always NUL-terminated) and
- * the Prometheus text writer (exact lines, cumulative buckets). */
+/* test_base — the bounded string appender (truncation is sticky, always NUL-terminated), the
+ * error-message setter, and the Prometheus text writer (exact lines, cumulative buckets). */
 #include "base/prom.h"
 #include "base/strbuf.h"
 #include "tests/unit/harness.h"
@@ -24,6 +24,17 @@ static void test_strbuf(void) {
     strbuf_init(&b, buf, 0); /* no room at all: nothing written */
     strbuf_printf(&b, "x");
     T_ASSERT(b.n == 0 && b.truncated);
+}
+
+static void test_strbuf_setf(void) {
+    char buf[6] = "old";
+    strbuf_setf(buf, sizeof buf, "%s %d", "ab", 1);
+    T_ASSERT(!strcmp(buf, "ab 1"));
+    strbuf_setf(buf, sizeof buf, "%s", "0123456789"); /* replaced and cut to fit */
+    T_ASSERT(!strcmp(buf, "01234"));
+    strbuf_setf(NULL, 0, "%s", "x"); /* no buffer: nothing happens */
+    strbuf_setf(buf, 0, "%s", "x");  /* no room: buf untouched */
+    T_ASSERT(!strcmp(buf, "01234"));
 }
 
 static void test_prom(void) {
@@ -51,7 +62,29 @@ static void test_prom(void) {
     T_ASSERTF(!strcmp(buf, want), "got:\n%s", buf);
 }
 
+/* Label values are escaped; a labelled histogram puts le last on every bucket. */
+static void test_prom_labels(void) {
+    char buf[1024];
+    struct strbuf b;
+    strbuf_init(&b, buf, sizeof buf);
+    prom_i64(&b, "i", (const struct prom_label[]){{"m", "a\"b\\c\nd"}, {0}}, 1);
+    static const double le[] = {1};
+    struct prom_hist h;
+    prom_hist_init(&h, le, 1);
+    prom_hist_observe(&h, 3);
+    prom_hist_write_l(&b, "vllm:x_seconds", "X.", (const struct prom_label[]){{"m", "g"}, {0}},
+                      &h);
+    const char *want = "i{m=\"a\\\"b\\\\c\\nd\"} 1\n"
+                       "# HELP vllm:x_seconds X.\n# TYPE vllm:x_seconds histogram\n"
+                       "vllm:x_seconds_bucket{m=\"g\",le=\"1\"} 0\n"
+                       "vllm:x_seconds_bucket{m=\"g\",le=\"+Inf\"} 1\n"
+                       "vllm:x_seconds_sum{m=\"g\"} 3.000000\nvllm:x_seconds_count{m=\"g\"} 1\n";
+    T_ASSERTF(!strcmp(buf, want), "got:\n%s", buf);
+}
+
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {T_CASE(test_strbuf), T_CASE(test_prom), {NULL, NULL}};
+    static const struct t_case cases[] = {T_CASE(test_strbuf), T_CASE(test_strbuf_setf),
+                                          T_CASE(test_prom), T_CASE(test_prom_labels),
+                                          {NULL, NULL}};
     return t_main(argc, argv, cases);
 }

@@ -32,6 +32,9 @@ static void test_host_matmul_modes(void) {
 static void test_host_kv_type_refused(void) {
     T_SKIP("built without CUDA (make CUDA=1)");
 }
+static void test_host_graph_decode(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
@@ -40,6 +43,7 @@ static void test_host_kv_type_refused(void) {
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_attn.h"
 #include "engine/cuda/cuda_getrows.h"
+#include "engine/cuda/cuda_head.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_probe.h"
@@ -52,337 +56,7 @@ static void test_host_kv_type_refused(void) {
 #include "engine/tokenizer.h"
 #include "tests/unit/cuda_test_util.h"
 
-/* ---- the CUDA runtime, on the host -------------------------------------------------------- */
-
-static char fake_stream, fake_blas;
-
-cudaError_t cudaSetDevice(int device) {
-    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
-    (void)flags;
-    *s = (cudaStream_t)(void *)&fake_stream;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-/* Events: a step's timing is zero on the host. */
-static char fake_event;
-cudaError_t cudaEventCreate(cudaEvent_t *e) {
-    *e = (cudaEvent_t)(void *)&fake_event;
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)e, (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-    (void)a, (void)b;
-    *ms = 0.0f;
-    return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    (void)e;
-    return cudaSuccess;
-}
-cudaError_t cudaDeviceSynchronize(void) {
-    return cudaSuccess;
-}
-cudaError_t cudaGetLastError(void) {
-    return cudaSuccess;
-}
-const char *cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : "error";
-}
-const char *cudaGetErrorName(cudaError_t e) {
-    return e == cudaSuccess ? "cudaSuccess" : "cudaError";
-}
-cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
-    *free_b = (size_t)16 << 30;
-    *total = (size_t)16 << 30;
-    return cudaSuccess;
-}
-/* Fresh device memory is garbage: fill it with NaN patterns so a read before a write shows. */
-cudaError_t cudaMalloc(void **p, size_t n) {
-    *p = malloc(n ? n : 1);
-    if (*p) memset(*p, 0xFF, n);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaMallocHost(void **p, size_t n) {
-    return cudaMalloc(p, n);
-}
-cudaError_t cudaFree(void *p) {
-    free(p);
-    return cudaSuccess;
-}
-cudaError_t cudaFreeHost(void *p) {
-    free(p);
-    return cudaSuccess;
-}
-cudaError_t cudaMemset(void *p, int v, size_t n) {
-    memset(p, v, n);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
-    (void)k;
-    memmove(d, s, n);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
-                            cudaStream_t st) {
-    (void)st;
-    return cudaMemcpy(d, s, n, k);
-}
-cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
-    *h = (cublasHandle_t)(void *)&fake_blas;
-    return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
-    (void)h;
-    return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
-    (void)h, (void)s;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-/* ---- the kernels' contracts, on the host ------------------------------------------------ */
-
-int cf_probe(char *why, size_t whylen) {
-    if (why && whylen) snprintf(why, whylen, "host emulation (test_cuda_host)");
-    return 1;
-}
-
-int cf_type_supported(uint32_t type) {
-    static const uint32_t ok[] = {QT_F32,  QT_F16,  QT_BF16,   QT_Q4_0, QT_Q4_1, QT_Q5_0,
-                                  QT_Q5_1, QT_Q8_0, QT_IQ4_NL, QT_Q4_K, QT_Q5_K, QT_Q6_K};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (ok[i] == type) return 1;
-    return 0;
-}
-
-/* The same sizes as cuda_matmul.cu (fp16 copy of the weight, fp16 activations). */
-size_t cf_matmul_scratch_bytes(const struct cf_weight *w, int M) {
-    const size_t wb = w->type == QT_F16 || w->type == QT_BF16 ? 0 : (size_t)w->n_out * w->n_in * 2;
-    return wb + (size_t)M * w->n_in * 2;
-}
-
-/* What the forward pass asked of cf_matmul: calls by path (KERNEL forced, AUTO with enough
- * cuBLAS scratch, AUTO without), for rows >= CF_MM_CUBLAS_MIN_ROWS and fewer. */
-static struct { int kernel, auto_blas, auto_noblas; } mm_seen[2];
-
-static float *row_buf(size_t n) {
-    static float *buf;
-    static size_t cap;
-    if (n > cap) {
-        free(buf);
-        buf = malloc(n * sizeof(float));
-        cap = n;
-    }
-    return buf;
-}
-
-/* Lane l sums chunks l, l+32, … (each chunk sequentially), then the xor butterfly. */
-int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *w, const float *X,
-              int M, float *Y, int ldy, enum cf_mm_mode mode, void *scratch, size_t sb) {
-    (void)stream;
-    if (w->n_in % 32 || ldy < w->n_out || !cf_type_supported(w->type)) return -1;
-    const int big = M >= CF_MM_CUBLAS_MIN_ROWS;
-    if (mode == CF_MM_KERNEL)
-        mm_seen[big].kernel++;
-    else if (blas && scratch && sb >= cf_matmul_scratch_bytes(w, M))
-        mm_seen[big].auto_blas++;
-    else
-        mm_seen[big].auto_noblas++;
-    float *wr = row_buf((size_t)w->n_in);
-    for (int o = 0; o < w->n_out; o++) {
-        if (quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)o * w->row_bytes, wr,
-                                  w->n_in))
-            return -1;
-        for (int m = 0; m < M; m++) {
-            const float *x = X + (size_t)m * w->n_in;
-            float lane[32] = {0};
-            for (int c = 0; c < w->n_in / 32; c++) {
-                float s = 0.0f;
-                for (int k = 0; k < 32; k++)
-                    s += wr[c * 32 + k] * x[c * 32 + k];
-                lane[c % 32] += s;
-            }
-            for (int off = 16; off > 0; off >>= 1) {
-                float t[32];
-                for (int l = 0; l < 32; l++)
-                    t[l] = lane[l] + lane[l ^ off];
-                memcpy(lane, t, sizeof t);
-            }
-            Y[(size_t)m * ldy + o] = lane[0];
-        }
-    }
-    return 0;
-}
-
-int cf_get_rows(cudaStream_t stream, const struct cf_weight *w, const int32_t *ids, int n_rows,
-                float scale, float *out, int ld_out) {
-    (void)stream;
-    for (int r = 0; r < n_rows; r++) {
-        const int64_t src = ids ? ids[r] : r;
-        float *o = out + (size_t)r * ld_out;
-        if (src < 0 || src >= w->n_out ||
-            quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)src * w->row_bytes, o,
-                                  w->n_in))
-            return -1;
-        for (int i = 0; i < w->n_in; i++)
-            o[i] = o[i] * scale;
-    }
-    return 0;
-}
-
-int cf_rms_norm(cudaStream_t stream, const float *x, int ld_x, const float *w, const float *res,
-                int ld_res, float *y, int ld_y, int n, int rows, float eps) {
-    (void)stream;
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * ld_x;
-        double s = 0;
-        for (int i = 0; i < n; i++)
-            s += (double)(xr[i] * xr[i]);
-        const float scale = 1.0f / sqrtf((float)(s / n) + eps);
-        float *yr = y + (size_t)r * ld_y;
-        for (int i = 0; i < n; i++) {
-            float v = xr[i] * scale;
-            if (w) v = v * w[i];
-            if (res) v = res[(size_t)r * ld_res + i] + v;
-            yr[i] = v;
-        }
-    }
-    return 0;
-}
-
-int cf_rope_neox(cudaStream_t stream, float *x, int ld, int n_heads, int hd, int n_rot,
-                 const int32_t *pos, int rows, float base, float freq_scale,
-                 const float *freq_div) {
-    (void)stream;
-    const float ts = powf(base, -2.0f / (float)n_rot);
-    const int half = n_rot / 2;
-    for (int r = 0; r < rows; r++)
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + (size_t)r * ld + (size_t)h * hd;
-            float theta = (float)pos[r];
-            for (int i = 0; i < half; i++) {
-                const float th = freq_scale * (theta / (freq_div ? freq_div[i] : 1.0f));
-                const float c = cosf(th), s = sinf(th), x0 = v[i], x1 = v[i + half];
-                v[i] = x0 * c - x1 * s;
-                v[i + half] = x0 * s + x1 * c;
-                theta *= ts;
-            }
-        }
-    return 0;
-}
-
-int cf_geglu(cudaStream_t stream, float *g, int ld_g, const float *u, int ld_u, int n, int rows) {
-    (void)stream;
-    for (int r = 0; r < rows; r++)
-        for (int i = 0; i < n; i++)
-            g[(size_t)r * ld_g + i] =
-                cu_ref_gelu(g[(size_t)r * ld_g + i]) * u[(size_t)r * ld_u + i];
-    return 0;
-}
-
-int cf_softcap(cudaStream_t stream, float *x, size_t count, float cap) {
-    (void)stream;
-    for (size_t i = 0; i < count; i++)
-        x[i] = cap * tanhf(x[i] * (1.0f / cap));
-    return 0;
-}
-
-int cf_scale(cudaStream_t stream, float *x, size_t count, float s) {
-    (void)stream;
-    for (size_t i = 0; i < count; i++)
-        x[i] = x[i] * s;
-    return 0;
-}
-
-int cf_add_scale(cudaStream_t stream, float *y, const float *a, const float *b, size_t count,
-                 float s) {
-    (void)stream;
-    for (size_t i = 0; i < count; i++)
-        y[i] = (a[i] + b[i]) * s;
-    return 0;
-}
-
-int cf_gather_rows(cudaStream_t stream, const float *x, int ld_x, const int32_t *idx, int n_idx,
-                   int n_cols, float *out, int ld_out) {
-    (void)stream;
-    for (int j = 0; j < n_idx; j++)
-        memcpy(out + (size_t)j * ld_out, x + (size_t)idx[j] * ld_x, (size_t)n_cols * 4);
-    return 0;
-}
-
-static int64_t kv_slot(const struct cf_rows *R, const struct cf_kv *kv, int seq, int p) {
-    const int32_t *info = R->seq_info + 4 * seq;
-    const int b = p / kv->block_size;
-    if (kv->ring)
-        T_ASSERT(info[3] > 0);
-    else
-        T_ASSERTF(b < info[1], "position %d beyond the %d FULL blocks uploaded", p, info[1]);
-    const int32_t blk = kv->ring ? R->tables[info[2] + b % info[3]] : R->tables[info[0] + b];
-    return (int64_t)blk * kv->block_size + p % kv->block_size;
-}
-
-int cf_kv_store(cudaStream_t stream, const struct cf_rows *R, const struct cf_kv *kv,
-                const float *k, int ld_k, const float *v, int ld_v) {
-    (void)stream;
-    const int nk = kv->n_kv * kv->hd, nv = kv->n_kv * kv->hd_v;
-    for (int r = 0; r < R->n_rows; r++) {
-        const int64_t slot = kv_slot(R, kv, R->seq[r], R->pos[r]);
-        uint16_t *kd = (uint16_t *)kv->k + slot * nk, *vd = (uint16_t *)kv->v + slot * nv;
-        for (int i = 0; i < nk; i++)
-            kd[i] = quant_f32_to_f16(k[(size_t)r * ld_k + i]);
-        for (int i = 0; i < nv; i++)
-            vd[i] = quant_f32_to_f16(v[(size_t)r * ld_v + i]);
-    }
-    return 0;
-}
-
-int cf_attention(cudaStream_t stream, const struct cf_rows *R, const struct cf_kv *kv,
-                 const struct cf_attn *a, const float *q, int ld_q, float *out, int ld_out) {
-    (void)stream;
-    const int g = a->n_head / kv->n_kv;
-    float qs[CF_ATT_MAX_HD], acc[CF_ATT_MAX_HD];
-    for (int r = 0; r < R->n_rows; r++) {
-        const int p = R->pos[r], seq = R->seq[r];
-        const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-        for (int h = 0; h < a->n_head; h++) {
-            const int kvh = h / g;
-            for (int d = 0; d < kv->hd; d++)
-                qs[d] = quant_f16_to_f32(
-                    quant_f32_to_f16(q[(size_t)r * ld_q + h * kv->hd + d] * a->scale));
-            float m = -INFINITY, l = 0;
-            memset(acc, 0, sizeof acc);
-            for (int j = lo; j <= p; j++) {
-                const int64_t slot = kv_slot(R, kv, seq, j);
-                const uint16_t *kr = (const uint16_t *)kv->k + (slot * kv->n_kv + kvh) * kv->hd;
-                const uint16_t *vr = (const uint16_t *)kv->v + (slot * kv->n_kv + kvh) * kv->hd_v;
-                float s = 0;
-                for (int d = 0; d < kv->hd; d++)
-                    s += qs[d] * quant_f16_to_f32(kr[d]);
-                if (a->softcap > 0) s = a->softcap * tanhf(s * (1.0f / a->softcap));
-                const float mn = m > s ? m : s, corr = expf(m - mn), pe = expf(s - mn);
-                l = l * corr + pe;
-                for (int d = 0; d < kv->hd_v; d++)
-                    acc[d] = acc[d] * corr + pe * quant_f16_to_f32(vr[d]);
-                m = mn;
-            }
-            for (int d = 0; d < kv->hd_v; d++)
-                out[(size_t)r * ld_out + h * kv->hd_v + d] = acc[d] / l;
-        }
-    }
-    return 0;
-}
+#include "tests/unit/cuda_host_emul.h"
 
 /* ---- the comparisons -------------------------------------------------------------------- */
 
@@ -521,6 +195,7 @@ static void test_host_matmul_modes(void) {
         struct fwd_ctx *g = NULL;
         T_ASSERTF(fwd_create(m, kv, &o, &g, err, sizeof err) == 0, "%s", err);
         memset(mm_seen, 0, sizeof mm_seen);
+        head_seen = 0;
         struct fwd_seq q = {ids, T, 0, &sk, FWD_LOGITS_LAST};
         T_ASSERT(fwd_run(g, &q, 1, lg) == FWD_OK);
         if (det) {
@@ -530,7 +205,7 @@ static void test_host_matmul_modes(void) {
             T_ASSERTF(mm_seen[1].auto_blas >= 7 * m->cfg.n_layer && mm_seen[1].auto_noblas == 0,
                       "64-row matmuls: %d with cuBLAS scratch, %d without", mm_seen[1].auto_blas,
                       mm_seen[1].auto_noblas);
-            T_ASSERT(mm_seen[0].kernel == 1); /* the LM head, one row */
+            T_ASSERT(mm_seen[0].kernel == 0 && head_seen == 1); /* the LM head: cf_head */
         }
         fwd_destroy(g);
     }
@@ -580,6 +255,13 @@ static void test_host_fwd_dispatch(void) {
     T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.gpu_ms >= 0 && st.h2d_ms >= 0);
     T_ASSERTF(taps == m->cfg.n_layer + 1, "%d tap calls for %d layers", taps, m->cfg.n_layer);
     T_ASSERT(!isnan(lg[0]) && !isnan(lg[cu_argmax(lg, m->cfg.n_vocab)]));
+    /* profiling: every operation timed by class (no graph), then off again */
+    T_ASSERT(fwd_set_profile(f, 1) == 0);
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.profiled == 1 && st.graph == 0);
+    T_ASSERT(fwd_set_profile(f, 0) == 0);
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.profiled == 0);
     q.pos = 40; /* beyond the two FULL blocks */
     T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_EKV);
     free(lg);
@@ -593,9 +275,9 @@ static void test_host_fwd_dispatch(void) {
  * still takes it. */
 static void test_host_kv_type_refused(void) {
     struct model *m = cu_load_model(t_model_path());
-    struct kvs_pool *kv = NULL;
+    struct kvstore_pool *kv = NULL;
     char err[512];
-    T_ASSERT(kvs_create(m, KVS_Q8_0, 16, 2, kvs_swa_ring_blocks(m, 16, 4), &kv, err,
+    T_ASSERT(kvstore_create(m, KVSTORE_Q8_0, 16, 2, kvstore_swa_ring_blocks(m, 16, 4), &kv, err,
                         sizeof err) == 0);
     struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 1,
                          .device = FWD_DEVICE_AUTO, .deterministic = 1};
@@ -615,7 +297,16 @@ static void test_host_kv_type_refused(void) {
     o.device = FWD_DEVICE_CPU;
     T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
     fwd_destroy(f);
-    kvs_destroy(kv);
+    kvstore_destroy(kv);
+    model_free(m);
+}
+
+/* Decode steps replayed as (emulated) CUDA graphs, padded or not, equal the same steps run
+ * launcher by launcher: the captured arguments hold for every later step. */
+static void test_host_graph_decode(void) {
+    struct model *m = cu_load_model(t_model_path());
+    cu_graph_decode_check(m);
+    T_ASSERT(emu_replays > 0);
     model_free(m);
 }
 
@@ -627,6 +318,7 @@ int main(int argc, char **argv) {
                                           T_CASE(test_host_matmul_modes),
                                           T_CASE(test_host_bundled_vs_cpu),
                                           T_CASE(test_host_synthetic_vs_cpu),
+                                          T_CASE(test_host_graph_decode),
                                           {0}};
     return t_main(argc, argv, cases);
 }

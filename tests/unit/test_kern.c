@@ -343,6 +343,31 @@ static void test_avx512_quant_q8_K(void) {
 static void test_avx512_vec_dot(void) {
     check_dots(KERN_ISA_AVX512);
 }
+/* The AVX-512 F16/BF16 kernels keep the AVX2 kernels' lanes and order: the same bits,
+ * including the scalar tail of a row whose length is not a multiple of 16. */
+static void test_avx512_half_equals_avx2(void) {
+    need_isa(KERN_ISA_AVX512);
+    struct kern_ops o2, o5;
+    isa_ops(KERN_ISA_AVX2, &o2);
+    isa_ops(KERN_ISA_AVX512, &o5);
+    static const uint32_t types[] = {QT_F16, QT_BF16};
+    static const int64_t ns[] = {8, 16, 40, 256, 1000, NMAX};
+    static float x[NMAX];
+    static uint8_t w[NMAX * 2], a[NMAX * 2];
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int rep = 0; rep < 20; rep++) {
+                const uint32_t t = types[ti];
+                const int64_t n = ns[ni];
+                rnd_weights(t, w, n);
+                rnd_act(x, n, rep % 3);
+                T_ASSERT(quant_act_row_ref(quant_info(t)->vec_dot_type, x, a, n) == 0);
+                const float s2 = o2.t[t].vec_dot(n, w, a), s5 = o5.t[t].vec_dot(n, w, a);
+                T_ASSERTF(memcmp(&s2, &s5, 4) == 0, "%s n=%lld: avx512 %.9g, avx2 %.9g",
+                          quant_info(t)->name, (long long)n, s5, s2);
+            }
+}
+
 /* Both streaming layouts (one row at a time, four side by side), whichever this CPU uses. */
 static void test_avx512_gemm_bitexact(void) {
     static const int rows[] = {1, 4};
@@ -402,6 +427,7 @@ int main(int argc, char **argv) {
         T_CASE(test_avx512_quant_q8_K),
         T_CASE(test_avx512_vec_dot),
         T_CASE(test_avx512_gemm_bitexact),
+        T_CASE(test_avx512_half_equals_avx2),
         T_CASE(test_matmul_batch_invariant),
         {0},
     };

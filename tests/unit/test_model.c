@@ -19,51 +19,8 @@
 #include "engine/kernels/kern.h"
 #include "engine/kvstore.h"
 #include "engine/model.h"
+#include "tests/unit/gguf_writer.h"
 #include "tests/unit/harness.h"
-
-/* ---- a minimal GGUF v3 writer (F32 tensors only) ---- */
-
-struct gb {
-    uint8_t *b;
-    size_t n, cap;
-};
-
-static void gb_put(struct gb *g, const void *p, size_t n) {
-    if (g->n + n > g->cap) {
-        g->cap = (g->n + n) * 2 + 1024;
-        g->b = realloc(g->b, g->cap);
-        T_ASSERT(g->b);
-    }
-    memcpy(g->b + g->n, p, n);
-    g->n += n;
-}
-static void gb_u32(struct gb *g, uint32_t v) { gb_put(g, &v, 4); }
-static void gb_u64(struct gb *g, uint64_t v) { gb_put(g, &v, 8); }
-static void gb_str(struct gb *g, const char *s) {
-    gb_u64(g, strlen(s));
-    gb_put(g, s, strlen(s));
-}
-static void kv_u32(struct gb *g, const char *k, uint32_t v) {
-    gb_str(g, k);
-    gb_u32(g, GGUF_VT_UINT32);
-    gb_u32(g, v);
-}
-static void kv_f32(struct gb *g, const char *k, float v) {
-    gb_str(g, k);
-    gb_u32(g, GGUF_VT_FLOAT32);
-    gb_put(g, &v, 4);
-}
-static void kv_str(struct gb *g, const char *k, const char *v) {
-    gb_str(g, k);
-    gb_u32(g, GGUF_VT_STRING);
-    gb_str(g, v);
-}
-static void kv_bool(struct gb *g, const char *k, int v) {
-    uint8_t b = (uint8_t)(v != 0);
-    gb_str(g, k);
-    gb_u32(g, GGUF_VT_BOOL);
-    gb_put(g, &b, 1);
-}
 
 #define MAX_T 600
 struct tiny {
@@ -150,90 +107,92 @@ static float frand(void) {
 
 /* Builds the GGUF into a malloc'd buffer. */
 static uint8_t *tiny_build(struct tiny *t, size_t *len) {
-    struct gb g = {0};
+    struct gw g = {0};
     char k[128];
     tiny_tensors(t);
     int n_kv = 0;
-    struct gb kv = {0};
+    struct gw kv = {0};
 #define K(s) (snprintf(k, sizeof k, "%s.%s", t->arch, s), n_kv++, k)
-    kv_str(&kv, "general.architecture", t->arch), n_kv++;
-    kv_u32(&kv, K("block_count"), (uint32_t)t->n_layer);
-    kv_u32(&kv, K("embedding_length"), (uint32_t)t->n_embd);
-    kv_u32(&kv, K("context_length"), 4096);
-    kv_u32(&kv, K("feed_forward_length"), (uint32_t)t->n_ff);
-    kv_u32(&kv, K("attention.head_count"), (uint32_t)t->n_head);
-    kv_u32(&kv, K("attention.head_count_kv"), (uint32_t)t->n_kv);
-    kv_u32(&kv, K("attention.key_length"), (uint32_t)t->hd);
-    kv_u32(&kv, K("attention.value_length"), (uint32_t)t->hd);
-    kv_f32(&kv, K("attention.layer_norm_rms_epsilon"), 1e-6f);
-    if (t->window) kv_u32(&kv, K("attention.sliding_window"), (uint32_t)t->window);
-    if (t->period) kv_u32(&kv, K("attention.sliding_window_pattern"), (uint32_t)t->period);
+    gw_kv_str(&kv, "general.architecture", t->arch), n_kv++;
+    gw_kv_u32(&kv, K("block_count"), (uint32_t)t->n_layer);
+    gw_kv_u32(&kv, K("embedding_length"), (uint32_t)t->n_embd);
+    gw_kv_u32(&kv, K("context_length"), 4096);
+    gw_kv_u32(&kv, K("feed_forward_length"), (uint32_t)t->n_ff);
+    gw_kv_u32(&kv, K("attention.head_count"), (uint32_t)t->n_head);
+    gw_kv_u32(&kv, K("attention.head_count_kv"), (uint32_t)t->n_kv);
+    gw_kv_u32(&kv, K("attention.key_length"), (uint32_t)t->hd);
+    gw_kv_u32(&kv, K("attention.value_length"), (uint32_t)t->hd);
+    gw_kv_f32(&kv, K("attention.layer_norm_rms_epsilon"), 1e-6f);
+    if (t->window) gw_kv_u32(&kv, K("attention.sliding_window"), (uint32_t)t->window);
+    if (t->period) gw_kv_u32(&kv, K("attention.sliding_window_pattern"), (uint32_t)t->period);
     if (!strcmp(t->arch, "gemma3") || !strcmp(t->arch, "gemma4"))
-        kv_f32(&kv, K("rope.freq_base"), 1e6f);
+        gw_kv_f32(&kv, K("rope.freq_base"), 1e6f);
     if (!strcmp(t->arch, "gemma4")) {
-        kv_u32(&kv, K("attention.key_length_swa"), (uint32_t)t->hd_swa);
-        kv_u32(&kv, K("attention.value_length_swa"), (uint32_t)t->hd_swa);
-        kv_u32(&kv, K("rope.dimension_count_swa"), (uint32_t)t->hd_swa);
-        kv_u32(&kv, K("attention.shared_kv_layers"), (uint32_t)t->shared);
-        kv_u32(&kv, K("embedding_length_per_layer_input"), (uint32_t)t->n_pl);
-        kv_f32(&kv, K("final_logit_softcapping"), 30.0f);
-        gb_str(&kv, K("attention.sliding_window_pattern"));
-        gb_u32(&kv, GGUF_VT_ARRAY);
-        gb_u32(&kv, GGUF_VT_BOOL);
-        gb_u64(&kv, (uint64_t)t->n_layer);
+        gw_kv_u32(&kv, K("attention.key_length_swa"), (uint32_t)t->hd_swa);
+        gw_kv_u32(&kv, K("attention.value_length_swa"), (uint32_t)t->hd_swa);
+        gw_kv_u32(&kv, K("rope.dimension_count_swa"), (uint32_t)t->hd_swa);
+        gw_kv_u32(&kv, K("attention.shared_kv_layers"), (uint32_t)t->shared);
+        gw_kv_u32(&kv, K("embedding_length_per_layer_input"), (uint32_t)t->n_pl);
+        gw_kv_f32(&kv, K("final_logit_softcapping"), 30.0f);
+        gw_str(&kv, K("attention.sliding_window_pattern"));
+        gw_u32(&kv, GGUF_VT_ARRAY);
+        gw_u32(&kv, GGUF_VT_BOOL);
+        gw_u64(&kv, (uint64_t)t->n_layer);
         for (int l = 0; l < t->n_layer; l++) {
             uint8_t b = (uint8_t)t->swa_arr[l];
-            gb_put(&kv, &b, 1);
+            gw_bytes(&kv, &b, 1);
         }
     }
 #undef K
     static const char *toks[8] = {"<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "\xe2\x96\x81",
                                   "c"};
-    kv_str(&kv, "tokenizer.ggml.model", "llama"), n_kv++;
-    gb_str(&kv, "tokenizer.ggml.tokens"), n_kv++;
-    gb_u32(&kv, GGUF_VT_ARRAY);
-    gb_u32(&kv, GGUF_VT_STRING);
-    gb_u64(&kv, 8);
-    for (int i = 0; i < 8; i++) gb_str(&kv, toks[i]);
-    gb_str(&kv, "tokenizer.ggml.scores"), n_kv++;
-    gb_u32(&kv, GGUF_VT_ARRAY);
-    gb_u32(&kv, GGUF_VT_FLOAT32);
-    gb_u64(&kv, 8);
+    gw_kv_str(&kv, "tokenizer.ggml.model", "llama"), n_kv++;
+    gw_str(&kv, "tokenizer.ggml.tokens"), n_kv++;
+    gw_u32(&kv, GGUF_VT_ARRAY);
+    gw_u32(&kv, GGUF_VT_STRING);
+    gw_u64(&kv, 8);
+    for (int i = 0; i < 8; i++)
+        gw_str(&kv, toks[i]);
+    gw_str(&kv, "tokenizer.ggml.scores"), n_kv++;
+    gw_u32(&kv, GGUF_VT_ARRAY);
+    gw_u32(&kv, GGUF_VT_FLOAT32);
+    gw_u64(&kv, 8);
     for (int i = 0; i < 8; i++) {
         float s = -(float)i;
-        gb_put(&kv, &s, 4);
+        gw_bytes(&kv, &s, 4);
     }
-    gb_str(&kv, "tokenizer.ggml.token_type"), n_kv++;
-    gb_u32(&kv, GGUF_VT_ARRAY);
-    gb_u32(&kv, GGUF_VT_INT32);
-    gb_u64(&kv, 8);
+    gw_str(&kv, "tokenizer.ggml.token_type"), n_kv++;
+    gw_u32(&kv, GGUF_VT_ARRAY);
+    gw_u32(&kv, GGUF_VT_INT32);
+    gw_u64(&kv, 8);
     for (int i = 0; i < 8; i++) {
         int32_t ty = i < 4 ? (i == 3 ? 2 : 3) : 1;
-        gb_put(&kv, &ty, 4);
+        gw_bytes(&kv, &ty, 4);
     }
-    kv_u32(&kv, "tokenizer.ggml.bos_token_id", (uint32_t)t->bos), n_kv++;
-    kv_u32(&kv, "tokenizer.ggml.eos_token_id", 1), n_kv++;
-    kv_u32(&kv, "tokenizer.ggml.unknown_token_id", 3), n_kv++;
-    kv_bool(&kv, "tokenizer.ggml.add_bos_token", 1), n_kv++;
-    kv_bool(&kv, "tokenizer.ggml.add_space_prefix", 0), n_kv++;
+    gw_kv_u32(&kv, "tokenizer.ggml.bos_token_id", (uint32_t)t->bos), n_kv++;
+    gw_kv_u32(&kv, "tokenizer.ggml.eos_token_id", 1), n_kv++;
+    gw_kv_u32(&kv, "tokenizer.ggml.unknown_token_id", 3), n_kv++;
+    gw_kv_bool(&kv, "tokenizer.ggml.add_bos_token", 1), n_kv++;
+    gw_kv_bool(&kv, "tokenizer.ggml.add_space_prefix", 0), n_kv++;
 
-    gb_put(&g, "GGUF", 4);
-    gb_u32(&g, 3);
-    gb_u64(&g, (uint64_t)t->nt);
-    gb_u64(&g, (uint64_t)n_kv);
-    gb_put(&g, kv.b, kv.n);
-    free(kv.b);
+    gw_bytes(&g, "GGUF", 4);
+    gw_u32(&g, 3);
+    gw_u64(&g, (uint64_t)t->nt);
+    gw_u64(&g, (uint64_t)n_kv);
+    gw_bytes(&g, kv.p, kv.n);
+    free(kv.p);
     uint64_t off = 0;
     for (int i = 0; i < t->nt; i++) {
-        gb_str(&g, t->names[i]);
-        gb_u32(&g, (uint32_t)t->nd[i]);
-        gb_u64(&g, (uint64_t)t->ne[i][0]);
-        if (t->nd[i] == 2) gb_u64(&g, (uint64_t)t->ne[i][1]);
-        gb_u32(&g, QT_F32);
-        gb_u64(&g, off);
+        gw_str(&g, t->names[i]);
+        gw_u32(&g, (uint32_t)t->nd[i]);
+        gw_u64(&g, (uint64_t)t->ne[i][0]);
+        if (t->nd[i] == 2) gw_u64(&g, (uint64_t)t->ne[i][1]);
+        gw_u32(&g, QT_F32);
+        gw_u64(&g, off);
         off += ((uint64_t)(t->ne[i][0] * t->ne[i][1]) * 4 + 31) & ~(uint64_t)31;
     }
-    while (g.n % 32) gb_put(&g, "", 1);
+    while (g.n % 32)
+        gw_bytes(&g, "", 1);
     for (int i = 0; i < t->nt; i++) {
         size_t n = (size_t)(t->ne[i][0] * t->ne[i][1]);
         int is_norm = t->nd[i] == 1;
@@ -241,12 +200,13 @@ static uint8_t *tiny_build(struct tiny *t, size_t *len) {
             float v = is_norm ? 1.0f + 0.1f * frand() : 0.4f * frand();
             if (!strcmp(t->names[i], "rope_freqs.weight")) v = j < n / 2 ? 1.0f : 1e30f;
             if (strstr(t->names[i], "layer_output_scale")) v = 0.9f;
-            gb_put(&g, &v, 4);
+            gw_bytes(&g, &v, 4);
         }
-        while (g.n % 32) gb_put(&g, "", 1);
+        while (g.n % 32)
+            gw_bytes(&g, "", 1);
     }
     *len = g.n;
-    return g.b;
+    return g.p;
 }
 
 static int tiny_load(struct tiny *t, struct model **m, char *err, size_t errlen,

@@ -7,9 +7,11 @@
  *     that start and end inside a panel;
  *   - panel_gemm_ref is within the kernel bound of the scalar vec_dot reference
  *     (|x - ref| / sum |w * a| < 1e-5: only the float summation order differs);
- *   - kern_matmul on a packed weight: M = 1 row by row equals one M = 13 call, 1 and 2
+ *   - the same for the AMX kernel (16+ activations on tiles, the rest VNNI): the same bits;
+ *   - kern_matmul on a packed weight: M = 1 row by row equals one M = 37 call, 1 and 2
  *     threads give the same bits.
- * The SIMD cases SKIP on a CPU without a panel kernel (AVX-512 VNNI).
+ * The SIMD cases SKIP on a CPU without a panel kernel (AVX-512 VNNI), the AMX one without
+ * AMX-INT8 or when the kernel refuses the tile state.
  */
 #include <math.h>
 #include <stdint.h>
@@ -98,14 +100,17 @@ static void test_layout(void) {
     }
 }
 
-/* The SIMD kernel against panel_gemm_ref (bits) and panel_gemm_ref against vec_dot_ref. */
-static void test_kernel_bits(void) {
-    T_ASSERT(kern_init(KERN_ISA_AUTO) == 0);
+/* The ISA's panel kernel against panel_gemm_ref (bits) and panel_gemm_ref against
+ * vec_dot_ref. AVX-512 and AMX both equal panel_gemm_ref, hence each other. */
+static void check_kernel_bits(enum kern_isa isa) {
+    if (!kern_isa_supported(isa))
+        T_SKIP("no %s on this CPU (or tile state refused)", kern_isa_name(isa));
+    T_ASSERT(kern_init(isa) == 0);
     if (!kern_panel_kernel(QT_Q8_0)) T_SKIP("no panel kernel on this CPU (needs AVX-512 VNNI)");
     enum { NA = 70, NG = 4128, LDY = 208 };
     static const int64_t ns[] = {32, 64, 96, 640, NG};
     static const int64_t outs[] = {1, 15, 16, 17, 200};
-    static const int nas[] = {1, 2, 3, 7, 8, 9, 16, 17, 64, NA};
+    static const int nas[] = {1, 2, 3, 7, 8, 9, 16, 17, 32, 47, 48, 64, NA};
     static uint8_t wbuf[200 * 34 * (NG / 32)];
     static uint8_t abuf[NA * (34 * (NG / 32) + 64)];
     static float y[NA * LDY], want[NA * LDY];
@@ -169,10 +174,25 @@ static void test_kernel_bits(void) {
             }
 }
 
-/* kern_matmul on a packed weight: batch and thread invariant. */
+static void test_kernel_bits(void) {
+    check_kernel_bits(KERN_ISA_AVX512);
+}
+
+static void test_kernel_bits_amx(void) {
+    if (kern_isa_supported(KERN_ISA_AMX)) { /* a kernel of its own, not VNNI's under its name */
+        T_ASSERT(kern_init(KERN_ISA_AVX512) == 0);
+        const kern_panel_fn vnni = kern_panel_kernel(QT_Q5_0);
+        T_ASSERT(kern_init(KERN_ISA_AMX) == 0);
+        T_ASSERT(kern_panel_kernel(QT_Q5_0) != vnni);
+    }
+    check_kernel_bits(KERN_ISA_AMX);
+}
+
+/* kern_matmul on a packed weight: batch and thread invariant (M = 37: the AMX kernel, where
+ * the CPU has it, takes two groups of 16 rows and the VNNI kernel the last 5; M = 1 is VNNI). */
 static void test_matmul_invariant(void) {
     T_ASSERT(kern_init(KERN_ISA_AUTO) == 0);
-    enum { M = 13, NIN = 1024, NOUT = 200 };
+    enum { M = 37, NIN = 1024, NOUT = 200 };
     static uint8_t wbuf[NOUT * 34 * (NIN / 32)];
     static float X[M * NIN], Y1[M * NOUT], YM[M * NOUT], Y2[M * NOUT], want[M * NOUT];
     static uint8_t scratch[M * NIN * 4 + 4096] __attribute__((aligned(64)));
@@ -194,8 +214,8 @@ static void test_matmul_invariant(void) {
             kern_matmul(p1, &w, X + m * NIN, 1, Y1 + m * NOUT, NOUT, scratch);
         kern_matmul(p2, &w, X, M, YM, NOUT, scratch);
         kern_matmul(p1, &w, X, M, Y2, NOUT, scratch);
-        T_ASSERTF(memcmp(Y1, YM, sizeof Y1) == 0, "%s: M=1 and M=13 (2 threads) differ",
-                  quant_info(t)->name);
+        T_ASSERTF(memcmp(Y1, YM, sizeof Y1) == 0, "%s: M=1 and M=%d (2 threads) differ",
+                  quant_info(t)->name, M);
         T_ASSERTF(memcmp(Y2, YM, sizeof Y2) == 0, "%s: 1 and 2 threads differ",
                   quant_info(t)->name);
         /* and the panel path is really taken: its bits are panel_gemm_ref's */
@@ -215,6 +235,7 @@ int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_layout),
         T_CASE(test_kernel_bits),
+        T_CASE(test_kernel_bits_amx),
         T_CASE(test_matmul_invariant),
         {0},
     };

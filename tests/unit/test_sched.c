@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "scheduler/sched.h"
@@ -625,9 +626,7 @@ static void test_cancel_frees_blocks(void) {
     struct result d;
     struct sched_req q = req(p, n, greedy(), 50, &d);
     q.ignore_eos = 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    q.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - 1;
+    q.deadline = clock_mono_s() - 1;
     uint64_t did;
     T_ASSERT(sched_submit(s, &q, &did) == SCHED_OK);
     res_wait(&d);
@@ -700,6 +699,163 @@ static void test_destroy_cancels(void) {
     model_free(m);
 }
 
+/* Liveness export: while the scheduler thread is held inside a step (an on_event that
+ * blocks, as a stuck forward pass would), sched_stats shows pending work and a growing
+ * progress age; once released it moves on, and an idle scheduler has age 0. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held, release;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void on_gated_event(void *user, const struct sched_event *ev) {
+    if (ev->kind == SCHED_EV_TOKEN) {
+        pthread_mutex_lock(&gate.mu);
+        if (!gate.held) {
+            gate.held = 1;
+            pthread_cond_broadcast(&gate.cv);
+            while (!gate.release) pthread_cond_wait(&gate.cv, &gate.mu);
+        }
+        pthread_mutex_unlock(&gate.mu);
+    }
+    on_event(user, ev);
+}
+
+static void test_liveness_progress(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    struct sched_stats st;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 0 && st.progress_age_s == 0, "idle: pending %d age %.3f",
+              st.pending, st.progress_age_s);
+    uint64_t turns0 = st.loop_turns;
+    int32_t p[64];
+    int n = encode(m, prompts[0], p, 64);
+    static struct result r, r2;
+    struct sched_req q = req(p, n, greedy(), 4, &r);
+    q.on_event = on_gated_event;
+    uint64_t id;
+    T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+    pthread_mutex_lock(&gate.mu);
+    while (!gate.held) pthread_cond_wait(&gate.cv, &gate.mu);
+    pthread_mutex_unlock(&gate.mu);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 1, "the held request alone: pending %d", st.pending);
+    submit(s, p, n, greedy(), 2, &r2, NULL); /* queued behind the stuck step */
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    double age1 = st.progress_age_s;
+    nanosleep(&ts, NULL);
+    nanosleep(&ts, NULL);
+    sched_stats(s, &st);
+    T_ASSERTF(st.pending == 2, "pending %d while held", st.pending);
+    T_ASSERTF(st.progress_age_s >= 0.2 && st.progress_age_s > age1,
+              "held: age %.3f after %.3f", st.progress_age_s, age1);
+    uint64_t turns_held = st.loop_turns;
+    pthread_mutex_lock(&gate.mu);
+    gate.release = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    res_wait(&r);
+    res_wait(&r2);
+    wait_kv_baseline(s);
+    for (int i = 0; i < 100; i++) {
+        sched_stats(s, &st);
+        if (st.progress_age_s == 0) break;
+        nanosleep(&ts, NULL);
+    }
+    T_ASSERTF(st.pending == 0 && st.progress_age_s == 0, "after: pending %d age %.3f",
+              st.pending, st.progress_age_s);
+    T_ASSERT(st.loop_turns > turns_held && turns_held >= turns0);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static int n_tok_of(struct result *r) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->n_tok;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+static void wait_tokens(struct result *r, int n) {
+    for (int i = 0; i < 3000 && n_tok_of(r) < n; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    T_ASSERTF(n_tok_of(r) >= n, "only %d tokens", n_tok_of(r));
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* A paused request leaves the batch and makes no tokens; resumed, its output is the same
+ * as an uninterrupted run's. */
+static void test_pause_resume(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, NULL);
+    int32_t ids[64];
+    int n = encode(m, prompts[1], ids, 64), gen = quick() ? 12 : 40;
+    static struct result a, b;
+    run_one(s, ids, n, seeded(7), gen, &a);
+    uint64_t id;
+    submit(s, ids, n, seeded(7), gen, &b, &id);
+    wait_tokens(&b, 4);
+    sched_pause(s, id, 1);
+    sleep_ms(200);
+    int k = n_tok_of(&b);
+    sleep_ms(300);
+    T_ASSERTF(n_tok_of(&b) == k && k < gen, "paused request went on: %d -> %d", k, n_tok_of(&b));
+    struct sched_counts c;
+    sched_get_counts(s, &c);
+    T_ASSERTF(c.running == 0 && c.waiting == 1, "running %d waiting %d", c.running, c.waiting);
+    sched_pause(s, id, 0);
+    res_wait(&b);
+    same(&a, &b, "paused and resumed");
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
+static void tweak_fair(struct sched_opts *o) {
+    o->max_seqs = 4;
+    o->group_max_seqs = 2;
+}
+
+/* One group holding every slot gives one to a newcomer of another group within a few
+ * steps, long before any of its own sequences ends. */
+static void test_fair_newcomer(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, tweak_fair);
+    int32_t ids[64];
+    int n = encode(m, prompts[0], ids, 64);
+    static struct result big[4], small;
+    uint64_t bid[4], sid;
+    for (int i = 0; i < 4; i++) {
+        struct sched_req q = req(ids, n, seeded(100 + (uint64_t)i), 200, &big[i]);
+        q.group = 7;
+        T_ASSERT(sched_submit(s, &q, &bid[i]) == SCHED_OK);
+    }
+    for (int i = 0; i < 4; i++) wait_tokens(&big[i], 10);
+    int before = n_tok_of(&big[3]);
+    struct sched_req q = req(ids, n, greedy(), 4, &small);
+    q.group = 9;
+    T_ASSERT(sched_submit(s, &q, &sid) == SCHED_OK);
+    res_wait(&small);
+    T_ASSERT(small.finish == SCHED_FINISH_LENGTH && small.n_tok == 4);
+    int after = n_tok_of(&big[3]);
+    T_ASSERTF(after - before < 40, "the newcomer waited %d tokens of the big group", after - before);
+    for (int i = 0; i < 4; i++) sched_cancel(s, bid[i]);
+    for (int i = 0; i < 4; i++) res_wait(&big[i]);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
 static void spec_off(struct sched_opts *o) { o->speculative = SPEC_MODE_OFF; }
 static void spec_always_tiny_kv(struct sched_opts *o) {
     tiny_kv(o);
@@ -754,7 +910,8 @@ int main(int argc, char **argv) {
         T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
-        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_spec_under_preemption),
-        {0}};
+        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress),
+        T_CASE(test_pause_resume), T_CASE(test_fair_newcomer),
+        T_CASE(test_spec_under_preemption), {0}};
     return t_main(argc, argv, cases);
 }

@@ -9,95 +9,30 @@
 
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "tests/unit/gguf_writer.h"
 #include "tests/unit/harness.h"
 
 #define FIXTURE "tests/fixtures/tokenizer/expected.json"
 #define FIXTURE_G4 "tests/fixtures/tokenizer/expected_gemma4.json"
 #define FIXTURE_G4_MODEL "tests/fixtures/tokenizer/gemma4-tiny.gguf"
 
-/* ---- a tiny GGUF writer for synthetic vocabs -------------------------------------------- */
-
-struct gbuf {
-    uint8_t *p;
-    size_t n, cap;
-    uint64_t n_kv;
-};
-
-static void gb_put(struct gbuf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        T_ASSERT(b->p);
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-static void gb_u32(struct gbuf *b, uint32_t v) {
-    gb_put(b, &v, 4);
-}
-static void gb_u64(struct gbuf *b, uint64_t v) {
-    gb_put(b, &v, 8);
-}
-static void gb_str(struct gbuf *b, const char *s, size_t n) {
-    gb_u64(b, n);
-    gb_put(b, s, n);
-}
-static void gb_key(struct gbuf *b, const char *k, uint32_t type) {
-    gb_str(b, k, strlen(k));
-    gb_u32(b, type);
-    b->n_kv++;
-}
-static void kv_str(struct gbuf *b, const char *k, const char *v) {
-    gb_key(b, k, GGUF_VT_STRING);
-    gb_str(b, v, strlen(v));
-}
-static void kv_u32(struct gbuf *b, const char *k, uint32_t v) {
-    gb_key(b, k, GGUF_VT_UINT32);
-    gb_u32(b, v);
-}
-static void kv_bool(struct gbuf *b, const char *k, int v) {
-    gb_key(b, k, GGUF_VT_BOOL);
-    uint8_t x = (uint8_t)v;
-    gb_put(b, &x, 1);
-}
-static void kv_strs(struct gbuf *b, const char *k, const char *const *s, int n) {
-    gb_key(b, k, GGUF_VT_ARRAY);
-    gb_u32(b, GGUF_VT_STRING);
-    gb_u64(b, (uint64_t)n);
-    for (int i = 0; i < n; i++)
-        gb_str(b, s[i], strlen(s[i]));
-}
-static void kv_f32s(struct gbuf *b, const char *k, const float *v, int n) {
-    gb_key(b, k, GGUF_VT_ARRAY);
-    gb_u32(b, GGUF_VT_FLOAT32);
-    gb_u64(b, (uint64_t)n);
-    gb_put(b, v, (size_t)n * 4);
-}
-static void kv_i32s(struct gbuf *b, const char *k, const int32_t *v, int n) {
-    gb_key(b, k, GGUF_VT_ARRAY);
-    gb_u32(b, GGUF_VT_INT32);
-    gb_u64(b, (uint64_t)n);
-    gb_put(b, v, (size_t)n * 4);
-}
+/* ---- synthetic vocabs (GGUF built by tests/unit/gguf_writer.h) ------------------------- */
 
 /* Wraps the kv records in a GGUF v3 header (no tensors); returns the file bytes. */
-static uint8_t *gb_file(struct gbuf *kvs, size_t *len) {
-    struct gbuf f = {0};
-    gb_put(&f, "GGUF", 4);
-    gb_u32(&f, 3);
-    gb_u64(&f, 0);
-    gb_u64(&f, kvs->n_kv);
-    gb_put(&f, kvs->p, kvs->n);
+static uint8_t *vocab_file(struct gw *kvs, size_t *len) {
+    struct gw f = {0};
+    gw_header(&f, 3, 0, kvs->n_kv);
+    gw_bytes(&f, kvs->p, kvs->n);
     free(kvs->p);
     *len = f.n;
     return f.p;
 }
 
 /* Opens a synthetic vocab; returns tok_create's status and the error text. */
-static int open_vocab(struct gbuf *kvs, struct gguf_file **gf, struct tok_vocab **v, char *err,
+static int open_vocab(struct gw *kvs, struct gguf_file **gf, struct tok_vocab **v, char *err,
                       size_t errlen) {
     size_t len;
-    uint8_t *bytes = gb_file(kvs, &len);
+    uint8_t *bytes = vocab_file(kvs, &len);
     char gerr[256];
     int rc = gguf_open_buffer(bytes, len, gf, gerr, sizeof(gerr));
     T_ASSERTF(rc == 0, "gguf_open_buffer: %s", gerr);
@@ -139,7 +74,7 @@ static const char *const spm_tokens[] = {"<pad>",
                                          "\xc3\xa9"};
 #define SPM_N ((int)(sizeof(spm_tokens) / sizeof(spm_tokens[0])))
 
-static void spm_kvs(struct gbuf *b, int n_scores, int n_types, uint32_t bos) {
+static void spm_kvs(struct gw *b, int n_scores, int n_types, uint32_t bos) {
     float sc[SPM_N + 1] = {0}; /* one spare entry for the "too long" validation case */
     int32_t ty[SPM_N + 1] = {0};
     for (int i = 0; i < SPM_N; i++) {
@@ -151,15 +86,15 @@ static void spm_kvs(struct gbuf *b, int n_scores, int n_types, uint32_t bos) {
     }
     sc[13] = 5.0f; /* "abc" beats everything */
     sc[12] = 1.0f; /* "bc" beats "ab" */
-    kv_str(b, "general.architecture", "gemma3");
-    kv_str(b, "tokenizer.ggml.model", "llama");
-    kv_strs(b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
-    kv_f32s(b, "tokenizer.ggml.scores", sc, n_scores);
-    kv_i32s(b, "tokenizer.ggml.token_type", ty, n_types);
-    kv_u32(b, "tokenizer.ggml.bos_token_id", bos);
-    kv_u32(b, "tokenizer.ggml.eos_token_id", 1);
-    kv_bool(b, "tokenizer.ggml.add_bos_token", 1);
-    kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
+    gw_kv_str(b, "general.architecture", "gemma3");
+    gw_kv_str(b, "tokenizer.ggml.model", "llama");
+    gw_kv_strs(b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
+    gw_kv_f32s(b, "tokenizer.ggml.scores", sc, n_scores);
+    gw_kv_i32s(b, "tokenizer.ggml.token_type", ty, n_types);
+    gw_kv_u32(b, "tokenizer.ggml.bos_token_id", bos);
+    gw_kv_u32(b, "tokenizer.ggml.eos_token_id", 1);
+    gw_kv_bool(b, "tokenizer.ggml.add_bos_token", 1);
+    gw_kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
 }
 
 static int enc(const struct tok_vocab *v, const char *s, int special, int32_t *ids, int cap) {
@@ -183,7 +118,7 @@ static void expect_ids(const struct tok_vocab *v, const char *s, int special, co
 }
 
 static void test_synthetic_spm(void) {
-    struct gbuf b = {0};
+    struct gw b = {0};
     spm_kvs(&b, SPM_N, SPM_N, 2);
     struct gguf_file *gf;
     struct tok_vocab *v;
@@ -228,7 +163,7 @@ static void test_synthetic_spm(void) {
     gguf_close(gf);
 }
 
-static void expect_create_error(struct gbuf *b, const char *key) {
+static void expect_create_error(struct gw *b, const char *key) {
     struct gguf_file *gf;
     struct tok_vocab *v = (struct tok_vocab *)1;
     char err[256];
@@ -239,7 +174,7 @@ static void expect_create_error(struct gbuf *b, const char *key) {
 }
 
 static void test_create_validation(void) {
-    struct gbuf b = {0};
+    struct gw b = {0};
     spm_kvs(&b, SPM_N - 1, SPM_N, 2);
     expect_create_error(&b, "tokenizer.ggml.scores");
     memset(&b, 0, sizeof(b));
@@ -249,21 +184,21 @@ static void test_create_validation(void) {
     spm_kvs(&b, SPM_N, SPM_N, SPM_N);
     expect_create_error(&b, "tokenizer.ggml.bos_token_id");
     memset(&b, 0, sizeof(b));
-    kv_str(&b, "tokenizer.ggml.model", "llama");
+    gw_kv_str(&b, "tokenizer.ggml.model", "llama");
     expect_create_error(&b, "tokenizer.ggml.tokens");
     memset(&b, 0, sizeof(b));
-    kv_str(&b, "tokenizer.ggml.model", "wordpiece-ish");
-    kv_strs(&b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
+    gw_kv_str(&b, "tokenizer.ggml.model", "wordpiece-ish");
+    gw_kv_strs(&b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
     expect_create_error(&b, "tokenizer.ggml.model");
     memset(&b, 0, sizeof(b));
     const char *dup[] = {"a", "b", "a"};
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", dup, 3);
+    gw_kv_str(&b, "tokenizer.ggml.model", "llama");
+    gw_kv_strs(&b, "tokenizer.ggml.tokens", dup, 3);
     expect_create_error(&b, "tokenizer.ggml.tokens");
     memset(&b, 0, sizeof(b));
-    kv_str(&b, "tokenizer.ggml.model", "gemma4");
-    kv_strs(&b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
-    kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
+    gw_kv_str(&b, "tokenizer.ggml.model", "gemma4");
+    gw_kv_strs(&b, "tokenizer.ggml.tokens", spm_tokens, SPM_N);
+    gw_kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
     expect_create_error(&b, "tokenizer.ggml.merges");
 }
 
@@ -302,15 +237,15 @@ static void test_synthetic_gemma4(void) {
     ty[21] = 3;
     /* Rank order: "a b" first, then "ab c", "\xe2\x96\x81 a", "b c". */
     static const char *const merges[] = {"a b", "ab c", "\xe2\x96\x81 a", "b c", "\n \n"};
-    struct gbuf b = {0};
-    kv_str(&b, "tokenizer.ggml.model", "gemma4");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, n);
-    kv_f32s(&b, "tokenizer.ggml.scores", sc, n);
-    kv_i32s(&b, "tokenizer.ggml.token_type", ty, n);
-    kv_strs(&b, "tokenizer.ggml.merges", merges, 5);
-    kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
-    kv_u32(&b, "tokenizer.ggml.eos_token_id", 1);
-    kv_bool(&b, "tokenizer.ggml.add_bos_token", 0); /* llama.cpp forces it on for gemma4 */
+    struct gw b = {0};
+    gw_kv_str(&b, "tokenizer.ggml.model", "gemma4");
+    gw_kv_strs(&b, "tokenizer.ggml.tokens", toks, n);
+    gw_kv_f32s(&b, "tokenizer.ggml.scores", sc, n);
+    gw_kv_i32s(&b, "tokenizer.ggml.token_type", ty, n);
+    gw_kv_strs(&b, "tokenizer.ggml.merges", merges, 5);
+    gw_kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
+    gw_kv_u32(&b, "tokenizer.ggml.eos_token_id", 1);
+    gw_kv_bool(&b, "tokenizer.ggml.add_bos_token", 0); /* llama.cpp forces it on for gemma4 */
     struct gguf_file *gf;
     struct tok_vocab *v;
     char err[256];

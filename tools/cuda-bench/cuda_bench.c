@@ -25,7 +25,8 @@ static int cb_argmax(const float *x, int n) {
 /* Per-step accounting of one timed run: wall time and the device's share (CUDA events). */
 struct cb_acc {
     double wall, h2d, gpu, d2h; /* seconds, summed over the run's steps */
-    int steps, timed;           /* timed: steps the backend timed */
+    double cls[5];              /* profiled runs: matmul, attn, norm, other, head (seconds) */
+    int steps, timed, graphed;  /* timed: steps the backend timed; graphed: replayed graphs */
 };
 
 /* Median of n values (sorts them). */
@@ -47,14 +48,17 @@ struct cb {
     struct kvstore_seq *seq; /* [n_seqs] */
     int32_t *ids;        /* [n_seqs][ctx] token ids */
     float *logits;       /* [n_seqs][n_vocab] */
+    uint8_t *gflag;      /* [n_seqs] decode rows asked as greedy ids (all 1), or NULL */
+    int32_t *gid;        /* [n_seqs] the ids fwd_run_greedy returned (-1: a full row) */
     int n_full, ring, ctx;
     struct cb_acc *acc;  /* where the current run's steps are counted, or NULL */
 };
 
-/* One fwd_run, counted into b->acc. */
-static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits) {
+/* One fwd_run (fwd_run_greedy with greedy flags), counted into b->acc. */
+static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits,
+                   const uint8_t *greedy) {
     const double t0 = clock_mono_s();
-    const int rc = fwd_run(b->f, q, n, logits);
+    const int rc = fwd_run_greedy(b->f, q, n, logits, greedy, b->gid);
     if (rc != FWD_OK || !b->acc) return rc;
     struct cb_acc *a = b->acc;
     a->wall += clock_mono_s() - t0;
@@ -64,6 +68,10 @@ static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits) 
         a->h2d += st.h2d_ms * 1e-3;
         a->gpu += st.gpu_ms * 1e-3;
         a->d2h += st.d2h_ms * 1e-3;
+        const double cls[5] = {st.matmul_ms, st.attn_ms, st.norm_ms, st.other_ms, st.head_ms};
+        for (int i = 0; i < 5; i++)
+            a->cls[i] += cls[i] * 1e-3;
+        a->graphed += st.graph;
         a->timed++;
     }
     return rc;
@@ -78,6 +86,8 @@ static void cb_free(struct cb *b) {
     free(b->seq);
     free(b->ids);
     free(b->logits);
+    free(b->gflag);
+    free(b->gid);
 }
 
 /* Prefills n tokens of sequence s from position 0 in steps of at most `step` tokens. */
@@ -86,24 +96,27 @@ static int cb_prefill(struct cb *b, int s, int n, int step) {
         const int k = n - done < step ? n - done : step;
         struct fwd_seq q = {b->ids + (size_t)s * b->ctx + done, k, done, &b->seq[s],
                             done + k == n ? FWD_LOGITS_LAST : FWD_LOGITS_NONE};
-        int rc = cb_step(b, &q, 1, b->logits + (size_t)s * b->m->cfg.n_vocab);
+        int rc = cb_step(b, &q, 1, b->logits + (size_t)s * b->m->cfg.n_vocab, NULL);
         if (rc != FWD_OK) return rc;
         done += k;
     }
     return FWD_OK;
 }
 
-/* n_steps greedy decode steps of sequences [0, n) together, each at its own position. */
+/* n_steps greedy decode steps of sequences [0, n) together, each at its own position. With
+ * b->gflag the steps ask for greedy ids (what the scheduler does for greedy requests), so a
+ * backend that reduces on the device copies back one id per row. */
 static int cb_decode(struct cb *b, int n, const int *pos0, int n_steps, struct fwd_seq *qs) {
     const int V = b->m->cfg.n_vocab;
     for (int t = 0; t < n_steps; t++) {
         for (int s = 0; s < n; s++) {
             int32_t *row = b->ids + (size_t)s * b->ctx;
             const int p = pos0[s] + t;
-            row[p] = cb_argmax(b->logits + (size_t)s * V, V);
+            row[p] = t > 0 && b->gflag && b->gid[s] >= 0 ? b->gid[s]
+                                                         : cb_argmax(b->logits + (size_t)s * V, V);
             qs[s] = (struct fwd_seq){row + p, 1, p, &b->seq[s], FWD_LOGITS_LAST};
         }
-        int rc = cb_step(b, qs, n, b->logits);
+        int rc = cb_step(b, qs, n, b->logits, b->gflag);
         if (rc != FWD_OK) return rc;
     }
     return FWD_OK;
@@ -133,9 +146,13 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     b.seq = calloc((size_t)S, sizeof *b.seq);
     b.ids = malloc(sizeof(int32_t) * (size_t)S * (size_t)b.ctx);
     b.logits = malloc(sizeof(float) * (size_t)S * (size_t)V);
+    b.gid = malloc(sizeof(int32_t) * (size_t)S);
+    if (!o->full_logits) b.gflag = malloc((size_t)S);
+    if (b.gflag) memset(b.gflag, 1, (size_t)S);
     qs = malloc(sizeof *qs * (size_t)S);
     pos0 = malloc(sizeof *pos0 * (size_t)S);
-    if (!b.full || !b.swa || !b.seq || !b.ids || !b.logits || !qs || !pos0) {
+    if (!b.full || !b.swa || !b.seq || !b.ids || !b.logits || !b.gid ||
+        (!o->full_logits && !b.gflag) || !qs || !pos0) {
         snprintf(err, errlen, "out of host memory");
         goto fail;
     }
@@ -181,7 +198,14 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     double rate[M_N][64], step_ms[M_N][64], host_ms[M_N][64], gpu_ms[M_N][64],
         copy_ms[M_N][64];
     int timed_all = 1;
-    for (int r = 0; r < R; r++) {
+    double graphed[M_N] = {0};
+    struct cb_acc prof[M_N];
+    memset(prof, 0, sizeof prof);
+    /* R timed repeats, then (when the backend can) one profiled pass: an event after every
+     * operation, summed per class (slower than the timed runs: no graphs). */
+    const int can_prof = fwd_set_profile(b.f, 0) == 0;
+    for (int r = 0; r < R + can_prof; r++) {
+        if (r == R) fwd_set_profile(b.f, 1);
         for (int mi = 0; mi < M_N; mi++) {
             if (mi == M_DECS) /* S prompts prefilled one by one, not timed */
                 for (int s = 0; s < S; s++) {
@@ -189,12 +213,14 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
                     pos0[s] = SP;
                 }
             struct cb_acc acc = {0};
-            b.acc = &acc;
+            b.acc = r == R ? &prof[mi] : &acc;
             if (mi == M_PREFILL) rc = cb_prefill(&b, 0, P, P);
             else if (mi == M_DEC1) pos0[0] = P, rc = cb_decode(&b, 1, pos0, G, qs);
             else rc = cb_decode(&b, S, pos0, G, qs);
             b.acc = NULL;
             if (rc != FWD_OK) goto fail_run;
+            if (r == R) continue;
+            graphed[mi] += acc.steps ? (double)acc.graphed / acc.steps / R : 0.0;
             const double toks = mi == M_PREFILL ? P : mi == M_DEC1 ? G : (double)S * G;
             rate[mi][r] = toks / acc.wall;
             step_ms[mi][r] = 1e3 * acc.wall / acc.steps;
@@ -206,10 +232,10 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     }
     size_t at = (size_t)snprintf(
         json, jsonlen,
-        "{\"model\": \"%s\", \"file\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"repeats\": %d, "
+        "{\"model\": \"%s\", \"file\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"greedy_ids\": %d, \"repeats\": %d, "
         "\"prefill_tokens\": %d, \"gen_tokens\": %d, \"n_seqs\": %d, \"seq_prompt_tokens\": %d, "
         "\"threads\": %d, \"isa\": \"%s\", \"device_timed\": %d",
-        b.m->name, o->model, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, R, P,
+        b.m->name, o->model, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, !o->full_logits, R, P,
         G, S, SP,
         o->threads, kern_isa_name(kern_active_isa()), timed_all);
     for (int mi = 0; mi < M_N && at < jsonlen; mi++) {
@@ -224,6 +250,19 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
             mname[mi], cb_median(rate[mi], R), mname[mi], mx, mname[mi],
             cb_median(step_ms[mi], R), mname[mi], cb_median(gpu_ms[mi], R), mname[mi],
             cb_median(copy_ms[mi], R), mname[mi], cb_median(host_ms[mi], R));
+    }
+    for (int mi = 0; mi < M_N && at < jsonlen; mi++) {
+        at += (size_t)snprintf(json + at, jsonlen - at, ", \"%s_graph_share\": %.2f", mname[mi],
+                               graphed[mi]);
+        const struct cb_acc *a = &prof[mi];
+        if (!can_prof || !a->steps || at >= jsonlen) continue;
+        const double k = 1e3 / a->steps; /* ms per step */
+        at += (size_t)snprintf(json + at, jsonlen - at,
+                               ", \"%s_prof_ms\": {\"gpu\": %.3f, \"matmul\": %.3f, "
+                               "\"attention\": %.3f, \"norm\": %.3f, \"other\": %.3f, "
+                               "\"head\": %.3f, \"copies\": %.3f, \"wall\": %.3f}",
+                               mname[mi], k * a->gpu, k * a->cls[0], k * a->cls[1], k * a->cls[2],
+                               k * a->cls[3], k * a->cls[4], k * (a->h2d + a->d2h), k * a->wall);
     }
     if (at < jsonlen) snprintf(json + at, jsonlen - at, "}");
     free(qs);

@@ -5,11 +5,11 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
 
@@ -30,16 +30,6 @@ struct gen_buf {
     uint64_t n_rec; /* metadata records put */
     int oom;
 };
-
-static void gen_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void gen_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void put(struct gen_buf *b, const void *src, size_t n) {
     if (b->oom) return;
@@ -288,8 +278,8 @@ static int write_tensor(FILE *fp, const struct gen_tensor *t, const struct gen_g
     uint64_t rng = name_seed(o->seed, t->name);
     for (int64_t r = 0; r < rows; r++) {
         if (gen_blocks_row(t->type, n, std, &rng, row)) {
-            gen_err(err, errlen, "%s: cannot generate %s blocks", t->name,
-                    quant_info(t->type) ? quant_info(t->type)->name : "unknown");
+            strbuf_setf(err, errlen, "%s: cannot generate %s blocks", t->name,
+                        quant_info(t->type) ? quant_info(t->type)->name : "unknown");
             return -1;
         }
         if (t->type == QT_F32 && mean != 0.0f)
@@ -298,15 +288,15 @@ static int write_tensor(FILE *fp, const struct gen_tensor *t, const struct gen_g
         size_t bytes = rb;
         if (ot != t->type) {
             if (quant_dequant_row_ref(t->type, row, frow, n)) {
-                gen_err(err, errlen, "%s: cannot dequantize %s", t->name,
-                        quant_info(t->type)->name);
+                strbuf_setf(err, errlen, "%s: cannot dequantize %s", t->name,
+                            quant_info(t->type)->name);
                 return -1;
             }
             src = frow;
             bytes = (size_t)n * sizeof(float);
         }
         if (fwrite(src, 1, bytes, fp) != bytes) {
-            gen_err(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
+            strbuf_setf(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
             return -1;
         }
     }
@@ -331,13 +321,13 @@ int gen_gguf_write(const struct gen_gguf_opts *o, char *err, size_t errlen) {
 
     if (o->from) {
         if (o->n_layer || o->n_vocab) {
-            gen_err(err, errlen, "--layers and --vocab apply to the built-in table only");
+            strbuf_setf(err, errlen, "--layers and --vocab apply to the built-in table only");
             return -1;
         }
         if (gguf_open(o->from, &src, err, errlen) != GGUF_OK) return -1;
         if (src->alignment != GEN_ALIGN) {
-            gen_err(err, errlen, "%s: alignment %u (only %d is written)", o->from,
-                    src->alignment, GEN_ALIGN);
+            strbuf_setf(err, errlen, "%s: alignment %u (only %d is written)", o->from,
+                        src->alignment, GEN_ALIGN);
             goto out;
         }
         t = calloc(src->n_tensors ? src->n_tensors : 1, sizeof *t);
@@ -355,7 +345,7 @@ int gen_gguf_write(const struct gen_gguf_opts *o, char *err, size_t errlen) {
         const int L = o->n_layer > 0 ? o->n_layer : G3_LAYERS;
         const int V = o->n_vocab > 0 ? o->n_vocab : G3_VOCAB;
         if (L > 512 || V < 107 + 256 || V > (1 << 24)) {
-            gen_err(err, errlen, "--layers 1..512, --vocab %d..%d", 107 + 256, 1 << 24);
+            strbuf_setf(err, errlen, "--layers 1..512, --vocab %d..%d", 107 + 256, 1 << 24);
             return -1;
         }
         t = calloc((size_t)(2 + 13 * L), sizeof *t);
@@ -383,7 +373,7 @@ int gen_gguf_write(const struct gen_gguf_opts *o, char *err, size_t errlen) {
 
     fp = fopen(o->out, "wb");
     if (!fp) {
-        gen_err(err, errlen, "%s: %s", o->out, strerror(errno));
+        strbuf_setf(err, errlen, "%s: %s", o->out, strerror(errno));
         goto out;
     }
     put(&hdr, "GGUF", 4);
@@ -397,27 +387,27 @@ int gen_gguf_write(const struct gen_gguf_opts *o, char *err, size_t errlen) {
              fwrite(info.p, 1, info.n, fp) == info.n &&
              fwrite(zeros, 1, al(head) - head, fp) == al(head) - head;
     if (!ok) {
-        gen_err(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
+        strbuf_setf(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
         goto out;
     }
     for (int i = 0; i < n_t; i++) {
         if (write_tensor(fp, &t[i], o, row, frow, err, errlen)) goto out;
         const uint64_t b = tensor_bytes(&t[i], o->f32);
         if (fwrite(zeros, 1, al(b) - b, fp) != al(b) - b) {
-            gen_err(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
+            strbuf_setf(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
             goto out;
         }
     }
     if (fclose(fp) != 0) {
         fp = NULL;
-        gen_err(err, errlen, "%s: close failed: %s", o->out, strerror(errno));
+        strbuf_setf(err, errlen, "%s: close failed: %s", o->out, strerror(errno));
         goto out;
     }
     fp = NULL;
     rc = 0;
     goto out;
 oom:
-    gen_err(err, errlen, "out of memory");
+    strbuf_setf(err, errlen, "out of memory");
 out:
     if (fp) fclose(fp);
     if (rc && o->out) remove(o->out);

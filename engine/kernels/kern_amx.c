@@ -1,0 +1,204 @@
+/*
+ * kern_amx — the Q8_0 / Q5_0 panel kernels (panel.h) on AMX tiles, for batches of 16 and
+ * more activation rows (prefill, multi-sequence decode). Compiled with the AVX-512 options
+ * plus -mamx-tile -mamx-int8; kern_init installs it only when kern_isa_supported(KERN_ISA_AMX)
+ * (the CPU has AMX-INT8 and the kernel granted this process the tile state).
+ *
+ * One tile product per (16 activations, 16 weight rows, block): A = the 16 activation rows'
+ * 32 quant bytes of block b, read in place from the Q8_0 rows (stride a_stride); B = the
+ * block's 8 groups x [16 rows x 4 bytes] of signed weights q, unpacked from the panel record
+ * (panel_x86.h) once per panel and chunk of blocks and shared by all the activations of the
+ * call; TDPBSSD gives C[m][i] = S, the exact integer block sum. The float steps then are the
+ * VNNI kernel's, in the same order: acc = fma((float)S, dw * da, acc) per block from acc = 0.
+ * Integer sums are exact in any order, so the result has the VNNI kernel's bits (and
+ * panel_gemm_ref's, the scalar twin): test_panel checks it bit for bit. Batch and thread
+ * invariance therefore hold whichever kernel computes a row. The tile products of up to
+ * AX_TB blocks run back to back (two in flight) before their float steps, so the tile unit
+ * and the vector units overlap.
+ *
+ * Activations beyond the last whole group of 16 go to the VNNI kernel (same bits).
+ * Tile configuration: loaded at the start of every call on the calling (pool) thread and
+ * released at its end, so no thread keeps tile state between calls.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "engine/kernels/kern_impl.h"
+#include "engine/kernels/panel.h"
+#include "engine/kernels/panel_x86.h"
+
+#define AX_G 16  /* activations per tile (A and C rows) */
+#define AX_NA 64 /* activations per call (KERN_GEMM_MAX_ACTS) handled at once */
+#define AX_KB 64 /* blocks per chunk: B tiles 32 KiB, activation scales 16 KiB */
+_Static_assert(KERN_GEMM_MAX_ACTS <= AX_NA, "a call's activations must fit the prep arrays");
+
+/* The VNNI kernels, which take the activations past the last whole group of 16. */
+static kern_panel_fn g_vnni[2];
+
+/* Tile numbers: C0, C1 accumulate two blocks in flight, A0/A1 and B0/B1 their operands.
+ * (Macros, expanded before the intrinsics paste them into the instruction text.) */
+#define AX_C0 0
+#define AX_C1 1
+#define AX_A0 2
+#define AX_A1 3
+#define AX_B0 4
+#define AX_B1 5
+#define AX_ZERO(t) _tile_zero(t)
+#define AX_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define AX_STORE(t, p, stride) _tile_stored(t, p, stride)
+#define AX_DP(c, a, b) _tile_dpbssd(c, a, b)
+
+struct ax_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static void ax_config(void) {
+    struct ax_cfg c __attribute__((aligned(64)));
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int t = AX_C0; t <= AX_C1; t++)
+        c.rows[t] = AX_G, c.colsb[t] = PANEL_ROWS * 4; /* 16 x 16 int32 */
+    for (int t = AX_A0; t <= AX_A1; t++)
+        c.rows[t] = AX_G, c.colsb[t] = 32; /* 16 activations x one block's 32 bytes */
+    for (int t = AX_B0; t <= AX_B1; t++)
+        c.rows[t] = 8, c.colsb[t] = PANEL_ROWS * 4; /* 8 groups x [16 rows x 4 bytes] */
+    _tile_loadconfig(&c);
+}
+
+/* Scales of one chunk's activation blocks: [activation][block of the chunk]. */
+struct ax_prep {
+    float d[AX_NA][AX_KB];
+};
+
+/* Blocks of a chunk that go through the tiles before their float steps (16 KiB of C). */
+#define AX_TB 16
+
+/* The float steps of one block for 16 activations: C (16 x 16 int32 = the exact sums S)
+ * converted, times dw * da, into acc. Exactly pz_panel's per-block steps. */
+static inline __attribute__((always_inline)) void ax_accum(const int32_t *cbuf, __m512 dw,
+                                                           const float *da, int kb, __m512 *acc) {
+    for (int m = 0; m < AX_G; m++) {
+        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + m * PANEL_ROWS)), d,
+                                 acc[m]);
+    }
+}
+
+static inline __attribute__((always_inline)) __m512 ax_dw(const uint8_t *pp, size_t rb, int64_t b) {
+    const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
+}
+
+/* B tiles of blocks [kb0, kb0 + kbn) of one panel as signed bytes q (the panel holds
+ * q + off): 512 bytes per block, 8 groups x [16 rows x 4 bytes]. */
+static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, int kbn,
+                      uint8_t *bbuf) {
+    const __m512i off = _mm512_set1_epi8(type == QT_Q8_0 ? (char)0x80 : 16);
+    for (int k = 0; k < kbn; k++) {
+        const int64_t b = kb0 + k;
+        __m512i w[8];
+        pz_unpack(type, pp + (size_t)(b >> 1) * rb, (int)(b & 1), w);
+        for (int g = 0; g < 8; g++)
+            _mm512_store_si512(bbuf + (size_t)k * 512 + g * 64, _mm512_sub_epi8(w[g], off));
+    }
+}
+
+/* One block's tile product for 16 activations: C = A (activations) x B (weights). */
+#define AX_BLOCK(TC, TA, TB, b)                                                                    \
+    do {                                                                                           \
+        AX_ZERO(TC);                                                                               \
+        AX_LOAD(TA, ag + (size_t)(b) * sizeof(struct block_q8_0), (long)as);                       \
+        AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                           \
+        AX_DP(TC, TA, TB);                                                                         \
+        AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64);                             \
+    } while (0)
+
+/* Rows [r0, r1) x activations [0, ng * 16) for one chunk of blocks [kb0, kb0 + kbn). */
+static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
+                     const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
+                     const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
+    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
+    const int64_t npair = (nb + 1) / 2;
+    for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+        const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
+        ax_btiles(type, pp, rb, kb0, kbn, bbuf);
+        const int64_t lo = p * PANEL_ROWS < r0 ? r0 : p * PANEL_ROWS;
+        const int64_t hi = (p + 1) * PANEL_ROWS > r1 ? r1 : (p + 1) * PANEL_ROWS;
+        const __mmask16 msk =
+            (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *ag = act + (size_t)g * AX_G * as + 2; /* past the block's scale */
+            const float *da = P->d[g * AX_G];
+            float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
+            __m512 acc[AX_G];
+            for (int m = 0; m < AX_G; m++)
+                acc[m] = kb0 == 0 ? _mm512_setzero_ps()
+                                  : _mm512_maskz_loadu_ps(msk, yg + (size_t)m * (size_t)ldy);
+            for (int64_t t0 = kb0; t0 < kb0 + kbn; t0 += AX_TB) {
+                const int64_t t1 = t0 + AX_TB < kb0 + kbn ? t0 + AX_TB : kb0 + kbn;
+                int64_t b = t0; /* the tiles first, two blocks in flight, then the floats */
+                for (; b + 1 < t1; b += 2) {
+                    AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
+                    AX_BLOCK(AX_C1, AX_A1, AX_B1, b + 1);
+                }
+                if (b < t1) AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
+                for (b = t0; b < t1; b++)
+                    ax_accum(cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS, ax_dw(pp, rb, b), da,
+                             (int)(b - kb0), acc);
+            }
+            for (int m = 0; m < AX_G; m++)
+                _mm512_mask_storeu_ps(yg + (size_t)m * (size_t)ldy, msk, acc[m]);
+        }
+    }
+}
+
+static void ax_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                    const void *act, size_t as, int na, float *y, int ldy) {
+    const kern_panel_fn vnni = g_vnni[type == QT_Q8_0 ? 0 : 1];
+    const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
+    if (ng == 0 || r1 <= r0) {
+        vnni(n, panels, r0, r1, act, as, na, y, ldy);
+        return;
+    }
+    const int done = ng * AX_G;
+    const int64_t nb = n / 32;
+    struct ax_prep P __attribute__((aligned(64)));
+    uint8_t bbuf[AX_KB * 512] __attribute__((aligned(64)));
+    int32_t cbuf[AX_TB * AX_G * PANEL_ROWS] __attribute__((aligned(64)));
+    ax_config();
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += AX_KB) {
+        const int kbn = (int)(nb - kb0 < AX_KB ? nb - kb0 : AX_KB);
+        for (int c = 0; c < done; c++) {
+            const struct block_q8_0 *ab =
+                (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as) + kb0;
+            for (int k = 0; k < kbn; k++)
+                P.d[c][k] = _cvtsh_ss(ab[k].d);
+        }
+        ax_chunk(type, nb, panels, r0, r1, act, as, ng, y, ldy, kb0, kbn, &P, bbuf, cbuf);
+    }
+    _tile_release();
+    if (na > done)
+        ax_gemm(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
+                y + (size_t)done * (size_t)ldy, ldy);
+}
+
+static void ax_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ax_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void ax_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ax_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+void panel_register_amx(struct kern_ops *ops) {
+    if (!ops->t[QT_Q8_0].panel || !ops->t[QT_Q5_0].panel) return; /* no VNNI kernel below */
+    g_vnni[0] = ops->t[QT_Q8_0].panel;
+    g_vnni[1] = ops->t[QT_Q5_0].panel;
+    ops->t[QT_Q8_0].panel = ax_gemm_q8_0;
+    ops->t[QT_Q5_0].panel = ax_gemm_q5_0;
+}
