@@ -107,6 +107,9 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds a finished session's KV blocks stay warm"},
     {"deterministic", CFG_BOOL, OFF(deterministic), 0, 0, 1, NULL,
      "batch- and thread-invariant results on CUDA too (no cuBLAS); CPU always is (1/0)"},
+    {"speculative", CFG_INT, OFF(speculative), 0, 0, 2, NULL,
+     "speculative decoding by prompt lookup, output unchanged: 0 off, 1 when it pays "
+     "(measured), 2 always"},
     {"device", CFG_ENUM, OFF(device), SZ(device), 0, 0, "auto|cpu|cuda",
      "compute device (auto: CUDA when available)"},
     {"api_keys_file", CFG_STR, OFF(api_keys_file), SZ(api_keys_file), 0, 0, NULL,

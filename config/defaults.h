@@ -43,6 +43,7 @@
     X(int, prefix_cache, 1)                                                                  \
     X(double, session_ttl_s, 300)                                                            \
     X(int, deterministic, 0)                                                                 \
+    X(int, speculative, 1)                                                                   \
     X(int, accept_any_model, 0)                                                              \
     X(int, no_ui, 0)                                                                         \
     X(int, responses_store, 256)                                                             \

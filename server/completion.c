@@ -582,6 +582,7 @@ enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.stop = (const char *const *)p->stop;
         r.n_stop = p->n_stop;
         r.ignore_eos = p->ignore_eos;
+        r.no_speculative = p->no_speculative;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
         const struct tools_req *tr = p->tools;

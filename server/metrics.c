@@ -97,6 +97,14 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
     metrics_counter(b, "gemmad_sched_queue_rejections_total",
                     "Submissions refused: queue full.", st->rejections);
     metrics_counter(b, "gemmad_sched_steps_total", "Scheduler steps (forward passes).", st->steps);
+    metrics_counter(b, "gemmad_spec_draft_tokens_total",
+                    "Tokens drafted by prompt lookup and verified (speculative decoding).",
+                    st->spec_draft_tokens);
+    metrics_counter(b, "gemmad_spec_accepted_tokens_total",
+                    "Drafted tokens accepted: tokens gained over plain decoding.",
+                    st->spec_accepted_tokens);
+    metrics_counter(b, "gemmad_spec_verify_steps_total",
+                    "Sequence-steps that carried drafted tokens.", st->spec_verify_steps);
     metrics_counter(b, "gemmad_sched_loop_turns_total",
                     "Scheduler loop turns finished (the liveness progress counter).",
                     st->loop_turns);

@@ -61,6 +61,7 @@ struct oai_params {
     char **stop;               /* [n_stop] (owned) */
     int n_stop;
     int ignore_eos;
+    int no_speculative;        /* "speculative": false: no drafted tokens for this request */
     int logprobs;              /* 1: report logprobs */
     int top_logprobs;          /* alternatives per token (0..20) */
     int echo;                  /* completions: prepend the prompt */

@@ -193,6 +193,7 @@ static void *srv_loader(void *arg) {
     o.prefix_cache = c->prefix_cache;
     o.session_ttl_s = c->session_ttl_s;
     o.deterministic = c->deterministic;
+    o.speculative = c->speculative;
     o.device = sched_device_parse(c->device);
     o.group_max_seqs = c->group_max_seqs;
     s->load_rc = sched_create(s->load_model, &o, &s->load_sched, s->load_err, sizeof s->load_err);
