@@ -9,7 +9,6 @@
 #define CF_HEAD_OT 64 /* output rows per block */
 #define CF_HEAD_KT 64 /* columns per k-tile: two 32-element chunks */
 #define CF_HEAD_P (CF_HEAD_KT + 1) /* padded shared-memory row (no bank conflicts) */
-#define CF_HEAD_RAW_MAX (64 * 1024) /* largest staged block of packed rows (bytes) */
 
 /*
  * Thread t owns outputs o0 + (t % 16) + 16 i (i < 4) × rows m0 + (t / 16) + 16 j (j < MT/16).
@@ -17,35 +16,17 @@
  * into ws, all threads stage the activation tile in xs, then every busy thread runs its fma
  * chains over the tile's columns in order. MT (16 or 64) is only a tiling choice: the chain
  * of each output is the same.
- *
- * raw_bytes > 0: the block's packed rows (contiguous in W, 16-byte aligned) are first copied
- * whole into shared memory with 16-byte loads, and the chunks are decoded from there; the
- * per-thread byte loads of the decoder then never touch global memory (scattered over 64
- * rows, they were most of the kernel's time). The decoded values are the same bits.
  */
 template <int T, int MT>
 __global__ void __launch_bounds__(CF_HEAD_THREADS)
     cf_head_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int n_in, int n_out,
-                   const float *__restrict__ X, int M, float *__restrict__ Y, int ldy,
-                   size_t raw_bytes) {
+                   const float *__restrict__ X, int M, float *__restrict__ Y, int ldy) {
     constexpr int MJ = MT / 16;
     __shared__ float ws[CF_HEAD_OT * CF_HEAD_P];
     __shared__ float xs[MT * CF_HEAD_P];
-    extern __shared__ uint4 raw[]; /* raw_bytes > 0: the block's packed rows */
     const int tid = threadIdx.x;
     const int og = tid & 15, mg = tid >> 4;
     const int o0 = (int)blockIdx.x * CF_HEAD_OT;
-    const uint8_t *src = W + (size_t)o0 * row_bytes; /* row o0 + r at src + r * row_bytes */
-    if (raw_bytes) {
-        const size_t nb = (size_t)min(CF_HEAD_OT, n_out - o0) * row_bytes;
-        const uint4 *g = reinterpret_cast<const uint4 *>(src);
-        for (size_t i = tid; i < nb / 16; i += CF_HEAD_THREADS)
-            raw[i] = g[i];
-        uint8_t *rb = reinterpret_cast<uint8_t *>(raw);
-        for (size_t i = nb / 16 * 16 + tid; i < nb; i += CF_HEAD_THREADS)
-            rb[i] = src[i];
-        src = rb; /* the first __syncthreads of the k-loop publishes it */
-    }
     for (int m0 = 0; m0 < M; m0 += MT) {
         const int mt = min(MT, M - m0);
         const bool busy = mg < mt;
@@ -62,8 +43,8 @@ __global__ void __launch_bounds__(CF_HEAD_THREADS)
                 const int r = tid >> 1, cc = tid & 1;
                 if (cc * 32 < kn) {
                     const int o = o0 + r;
-                    float v[32]; /* rows past n_out decode row o0 (never stored) */
-                    cf_dq_chunk<T>(src + (size_t)(o < n_out ? r : 0) * row_bytes, (kt >> 5) + cc,
+                    float v[32];
+                    cf_dq_chunk<T>(W + (size_t)(o < n_out ? o : 0) * row_bytes, (kt >> 5) + cc,
                                    v);
 #pragma unroll
                     for (int k = 0; k < 32; k++)
@@ -108,37 +89,17 @@ __global__ void __launch_bounds__(CF_HEAD_THREADS)
     }
 }
 
-/* Lets kernel k use CF_HEAD_RAW_MAX bytes of dynamic shared memory (once; a function
- * attribute, not a stream operation). */
-template <typename K> static int cf_head_allow_raw(K k, bool *done) {
-    if (*done) return 0;
-    if (CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        CF_HEAD_RAW_MAX)))
-        return -1;
-    *done = true;
-    return 0;
-}
-
 template <int T>
-static int cf_head_launch(cudaStream_t s, const struct cf_weight *w, const float *X, int M,
-                          float *Y, int ldy) {
-    static bool allowed16, allowed64;
+static void cf_head_launch(cudaStream_t s, const struct cf_weight *w, const float *X, int M,
+                           float *Y, int ldy) {
     const unsigned blocks = (unsigned)((w->n_out + CF_HEAD_OT - 1) / CF_HEAD_OT);
     const uint8_t *W = static_cast<const uint8_t *>(w->data);
-    /* staged rows: every block's first row is 16-byte aligned (row_bytes even, 64 rows per
-     * block) when W is; rows are padded to 16 bytes at the end */
-    const size_t blk = ((size_t)CF_HEAD_OT * w->row_bytes + 15) & ~(size_t)15;
-    size_t raw = (uintptr_t)W % 16 == 0 && w->row_bytes % 2 == 0 && blk <= CF_HEAD_RAW_MAX ? blk : 0;
-    if (M <= 16) {
-        if (raw && cf_head_allow_raw(cf_head_kernel<T, 16>, &allowed16)) raw = 0;
-        cf_head_kernel<T, 16><<<blocks, CF_HEAD_THREADS, raw, s>>>(W, w->row_bytes, w->n_in,
-                                                                    w->n_out, X, M, Y, ldy, raw);
-    } else {
-        if (raw && cf_head_allow_raw(cf_head_kernel<T, 64>, &allowed64)) raw = 0;
-        cf_head_kernel<T, 64><<<blocks, CF_HEAD_THREADS, raw, s>>>(W, w->row_bytes, w->n_in,
-                                                                    w->n_out, X, M, Y, ldy, raw);
-    }
-    return 0;
+    if (M <= 16)
+        cf_head_kernel<T, 16><<<blocks, CF_HEAD_THREADS, 0, s>>>(W, w->row_bytes, w->n_in,
+                                                                  w->n_out, X, M, Y, ldy);
+    else
+        cf_head_kernel<T, 64><<<blocks, CF_HEAD_THREADS, 0, s>>>(W, w->row_bytes, w->n_in,
+                                                                  w->n_out, X, M, Y, ldy);
 }
 
 extern "C" int cf_head(cudaStream_t stream, const struct cf_weight *w, const float *X, int M,
@@ -149,7 +110,7 @@ extern "C" int cf_head(cudaStream_t stream, const struct cf_weight *w, const flo
     switch (w->type) {
 #define CF_CASE(TT)                                                                                \
     case TT:                                                                                       \
-        if (cf_head_launch<TT>(stream, w, X, M, Y, ldy)) return -1;                                \
+        cf_head_launch<TT>(stream, w, X, M, Y, ldy);                                               \
         break;
         CF_FOR_EACH_TYPE(CF_CASE)
 #undef CF_CASE
