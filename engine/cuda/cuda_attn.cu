@@ -30,6 +30,16 @@ __global__ void cf_kv_store_kernel(struct cf_rows R, struct cf_kv kv, const floa
         vd[i] = __float2half_rn(v[(size_t)r * ld_v + i]);
 }
 
+/* One key's K and V elements of this lane (dims lane + 32 i), all loads issued together. */
+__device__ __forceinline__ void cf_attn_load_kv(const __half *kr, const __half *vr, int lane,
+                                                int nd, int nv, float *kf, float *vf) {
+#pragma unroll
+    for (int i = 0; i < CF_ATT_PER_LANE; i++) {
+        kf[i] = i < nd ? __half2float(kr[lane + 32 * i]) : 0.0f;
+        vf[i] = i < nv ? __half2float(vr[lane + 32 * i]) : 0.0f;
+    }
+}
+
 /*
  * Split-key attention (flash-decoding). Keys are cut at absolute positions into splits of
  * CF_ATT_SPLIT: split s of a row holds its visible keys in [s * SPLIT, (s + 1) * SPLIT).
@@ -72,20 +82,37 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
 
     const __half *kbase = static_cast<const __half *>(kv.k);
     const __half *vbase = static_cast<const __half *>(kv.v);
-    for (int j = j0 + warp; j <= j1; j += CF_ATT_WARPS) {
-        const int64_t slot = cf_kv_slot(R, kv, seq, j);
-        const __half *kr = kbase + (slot * kv.n_kv + kvh) * kv.hd;
-        const __half *vr = vbase + (slot * kv.n_kv + kvh) * kv.hd_v;
-        float kf[CF_ATT_PER_LANE], vf[CF_ATT_PER_LANE];
+    /* The warp's keys jw + CF_ATT_WARPS t (t < nkw <= 32): lane t looks up key t's cache slot
+     * once, and key t + 1's K/V rows are loaded while key t is processed, so the memory round
+     * trips overlap. Only the loads move: every key is processed as before, in the same
+     * order, with the same arithmetic. */
+    static_assert(CF_ATT_SPLIT / CF_ATT_WARPS <= 32, "a warp's keys of one split fit its lanes");
+    const int jw = j0 + warp;
+    const int nkw = jw <= j1 ? (j1 - jw) / CF_ATT_WARPS + 1 : 0; /* uniform over the warp */
+    const long long my_slot =
+        lane < nkw ? (long long)cf_kv_slot(R, kv, seq, jw + CF_ATT_WARPS * lane) : 0;
+    float kf[CF_ATT_PER_LANE], vf[CF_ATT_PER_LANE];
+    if (nkw > 0) {
+        const long long slot = __shfl_sync(0xffffffffu, my_slot, 0);
+        cf_attn_load_kv(kbase + (slot * kv.n_kv + kvh) * kv.hd,
+                        vbase + (slot * kv.n_kv + kvh) * kv.hd_v, lane, nd, nv, kf, vf);
+    }
+    for (int t = 0; t < nkw; t++) {
+        float kc[CF_ATT_PER_LANE], vc[CF_ATT_PER_LANE];
 #pragma unroll
-        for (int i = 0; i < CF_ATT_PER_LANE; i++) { /* all loads first: one round trip */
-            kf[i] = i < nd ? __half2float(kr[lane + 32 * i]) : 0.0f;
-            vf[i] = i < nv ? __half2float(vr[lane + 32 * i]) : 0.0f;
+        for (int i = 0; i < CF_ATT_PER_LANE; i++) {
+            kc[i] = kf[i];
+            vc[i] = vf[i];
+        }
+        if (t + 1 < nkw) { /* uniform over the warp */
+            const long long slot = __shfl_sync(0xffffffffu, my_slot, t + 1);
+            cf_attn_load_kv(kbase + (slot * kv.n_kv + kvh) * kv.hd,
+                            vbase + (slot * kv.n_kv + kvh) * kv.hd_v, lane, nd, nv, kf, vf);
         }
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < CF_ATT_PER_LANE; i++)
-            if (i < nd) s += qs[lane + 32 * i] * kf[i];
+            if (i < nd) s += qs[lane + 32 * i] * kc[i];
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
             s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -96,7 +123,7 @@ __global__ void __launch_bounds__(CF_ATT_WARPS * 32)
         l = l * corr + pe;
 #pragma unroll
         for (int i = 0; i < CF_ATT_PER_LANE; i++)
-            if (i < nv) acc[i] = acc[i] * corr + pe * vf[i];
+            if (i < nv) acc[i] = acc[i] * corr + pe * vc[i];
         m = mn;
     }
     if (lane == 0) {
@@ -151,6 +178,7 @@ __global__ void cf_attn_merge_kernel(struct cf_rows R, struct cf_kv kv, struct c
             continue;
         }
         float M = -INFINITY, L = 0.0f, o = 0.0f;
+#pragma unroll 4 /* lets the loads of later splits issue early; the order is unchanged */
         for (int s = 0; s < n; s++) {
             const float ms = pml[2 * (part0 + s)], ls = pml[2 * (part0 + s) + 1];
             const float mn = fmaxf(M, ms);
