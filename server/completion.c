@@ -519,6 +519,7 @@ static void cmpl_free(struct hreq *hr, void *arg) {
     }
     if (g->emb) emb_req_free(g->emb);
     free(g->emb);
+    if (g->job.free_ctx) g->job.free_ctx(g->job_ctx);
     free(g->emb_vecs);
     free(g);
     hr->cmpl = NULL;
@@ -642,6 +643,14 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
         if (hr->client_gone) return MHD_NO;
         conn_suspend(hr);
         return MHD_YES;
+    }
+    if (g && g->parsed && g->job.then) { /* a route's job: its answer */
+        g->parsed = 0;
+        if (g->fail_status)
+            return conn_reply_error(hr, g->fail_status,
+                                    g->fail_status == 504 ? "timeout_error" : NULL, NULL, NULL,
+                                    "%s", g->fail_msg);
+        return g->job.then(hr, g->job_ctx, g->parse_rc, &g->parse_err);
     }
     if (g && g->parsed) {
         g->parsed = 0;

@@ -60,6 +60,8 @@ struct cmpl {
     int parse_rc;
     struct oai_params *parsed_params; /* rc 0: the parsed request (owned until begun) */
     struct oai_error parse_err; /* rc != 0: the refusal */
+    struct cmpl_job job;        /* a route's job (cmpl_start_job), or all NULL */
+    void *job_ctx;
 };
 
 /* The request's completion state, its release registered with the connection layer; NULL
