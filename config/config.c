@@ -122,6 +122,14 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds a stored response stays available (0: no limit)"},
     {"embedding_pooling", CFG_ENUM, OFF(embedding_pooling), SZ(embedding_pooling), 0, 0,
      "mean|last", "default pooling of /v1/embeddings"},
+    {"max_tools", CFG_INT, OFF(max_tools), 0, 0, 4096, NULL,
+     "function tools one request may declare"},
+    {"max_schema_bytes", CFG_INT, OFF(max_schema_bytes), 0, 1024, 1 << 26, NULL,
+     "bytes of one JSON schema, GBNF grammar or tool list"},
+    {"grammar_max_stacks", CFG_INT, OFF(grammar_max_stacks), 0, 16, 1 << 20, NULL,
+     "parser stacks a grammar may hold at once (a grammar past it fails: 400 or error)"},
+    {"grammar_max_elems", CFG_INT, OFF(grammar_max_elems), 0, 1024, 1 << 26, NULL,
+     "grammar elements after expanding repetitions (past it: 400)"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 

@@ -64,6 +64,10 @@ struct config {
     int responses_store;                /* stored /v1/responses conversations kept at most */
     double responses_ttl_s;             /* and for at most this long */
     char embedding_pooling[8];          /* mean | last: /v1/embeddings' default pooling */
+    int max_tools;                      /* function tools in one request */
+    int max_schema_bytes;               /* bytes of one schema, grammar or tool list */
+    int grammar_max_stacks;             /* matcher stacks at once (a grammar past it: 400) */
+    int grammar_max_elems;              /* grammar size after expansion (past it: 400) */
 };
 
 enum config_status {

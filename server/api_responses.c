@@ -291,7 +291,7 @@ void resp_map_error(struct oai_error *e) {
         snprintf(e->param, sizeof e->param, "input");
     else if (!strcmp(e->param, "max_tokens"))
         snprintf(e->param, sizeof e->param, "max_output_tokens");
-    else if (!strcmp(e->param, "response_format"))
+    else if (!strncmp(e->param, "response_format", 15)) /* and its json_schema.schema */
         snprintf(e->param, sizeof e->param, "text.format");
     else if (!strcmp(e->param, "session_id"))
         snprintf(e->param, sizeof e->param, "previous_response_id");

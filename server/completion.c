@@ -23,6 +23,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "server/api_embeddings.h"
+#include "server/api_tools.h"
 #include "server/completion_int.h"
 #include "server/openai.h"
 
@@ -252,6 +253,15 @@ static void cmpl_append_text(struct hchoice *c, const char *t, size_t n) {
 
 /* ---- events on the loop thread ---------------------------------------------------------- */
 
+/* Tools stream: the output's text and call deltas, one chunk each. */
+static void cmpl_tool_deltas(struct hreq *hr, struct hchoice *c, const char *t, size_t n,
+                             int final) {
+    json_t *d = tools_out_feed(c->to, t ? t : "", n, final);
+    for (size_t i = 0; i < json_array_size(d); i++)
+        cmpl_sse(hr, tools_chunk(&hr->cmpl->resp, c->index, json_incref(json_array_get(d, i))));
+    json_decref(d);
+}
+
 static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched_event *ev,
                           double t) {
     struct cmpl *g = hr->cmpl;
@@ -271,6 +281,8 @@ static void cmpl_on_token(struct hreq *hr, struct hchoice *c, const struct sched
     if (hr->mhd_done || g->aborted) return;
     if (g->stream && g->shape) {
         if (ev->text_len) cmpl_shape_delta(hr, ev->text, ev->text_len);
+    } else if (g->stream && c->to) {
+        cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 0);
     } else if (g->stream) {
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
         if (ev->text_len || p->logprobs)
@@ -361,9 +373,14 @@ static void cmpl_on_done(struct hreq *hr, struct hchoice *c, const struct sched_
             return;
         }
         if (c->prompt_pending) cmpl_prompt_flush(hr, c);
-        if (ev->text_len) cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
-        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL,
-                        oai_finish_name(c->finish));
+        const char *fname = oai_finish_name(c->finish);
+        if (c->to) {
+            cmpl_tool_deltas(hr, c, ev->text, ev->text_len, 1);
+            fname = tools_finish(c->to, fname);
+        } else if (ev->text_len) {
+            cmpl_sse_choice(hr, c->index, NULL, ev->text, ev->text_len, NULL, NULL);
+        }
+        cmpl_sse_choice(hr, c->index, NULL, g->params->is_chat ? NULL : "", 0, NULL, fname);
         if (g->n_done == g->n_ch) cmpl_stream_end(hr);
     } else {
         cmpl_append_text(c, ev->text, ev->text_len);
@@ -508,6 +525,7 @@ static void cmpl_free(struct hreq *hr, void *arg) {
         free(g->ch[i].text);
         free(g->ch[i].error);
         json_decref(g->ch[i].lp);
+        tools_out_free(g->ch[i].to);
     }
     free(g->ch);
     oai_params_free(g->params);
@@ -567,6 +585,14 @@ enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.ignore_eos = p->ignore_eos;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
+        const struct tools_req *tr = p->tools;
+        if (tr) {
+            r.grammar = tr->grammar;
+            r.grammar_trigger = tr->trigger;
+            if (tr->mode != TOOLS_OFF && p->is_chat && !g->shape &&
+                !(c->to = tools_out_new(g->id)))
+                return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        }
         /* echo with max_tokens 0 scores the prompt; with logprobs the scores are reported */
         r.prompt_logprobs = p->prompt_logprobs || r.max_tokens == 0;
         if (r.prompt_logprobs && r.top_logprobs < 0) r.top_logprobs = 0;
@@ -617,7 +643,11 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .aliases = (const char *const *)s->aliases,
                                .n_aliases = s->n_aliases,
                                .accept_any_model = s->cfg->accept_any_model,
-                               .allow_control_tokens = s->cfg->allow_control_tokens};
+                               .allow_control_tokens = s->cfg->allow_control_tokens,
+                               .max_tools = s->cfg->max_tools,
+                               .max_schema_bytes = s->cfg->max_schema_bytes,
+                               .grammar_max_stacks = s->cfg->grammar_max_stacks,
+                               .grammar_max_elems = s->cfg->grammar_max_elems};
 }
 
 /* The request's completion state, its release registered with the connection layer. */
@@ -687,6 +717,12 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
             lp = p->is_chat ? oai_chat_lp(c->lp ? json_incref(c->lp) : NULL)
                             : (c->lp ? json_incref(c->lp) : oai_legacy_lp_new());
         int echo = !p->is_chat && p->echo;
+        if (c->to) {
+            json_decref(tools_out_feed(c->to, c->text ? c->text : "", c->text_len, 1));
+            json_decref(lp);
+            json_array_append_new(choices, tools_choice(c->to, i, oai_finish_name(c->finish)));
+            continue;
+        }
         json_array_append_new(
             choices, oai_choice(p->is_chat, i, echo ? p->prompt_text[c->prompt_idx] : NULL,
                                 echo ? p->prompt_text_len[c->prompt_idx] : 0, c->text,

@@ -13,6 +13,8 @@
 #include "server/openai.h"
 
 /* One choice of a generation request: one scheduler request. */
+struct tools_out;
+
 struct hchoice {
     struct hreq *hr;
     int index;                  /* choice index in the response */
@@ -31,6 +33,7 @@ struct hchoice {
     size_t lp_offset;           /* legacy logprobs: text offset of the next token */
     int stop_index;             /* DONE: which stop string matched, or -1 */
     int prompt_pending;         /* stream: the echoed prompt waits for its logprobs */
+    struct tools_out *to;       /* tools request: the output split into text and calls */
 };
 
 /* One completion request (hreq.cmpl). */

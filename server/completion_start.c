@@ -13,6 +13,7 @@
 #include "engine/model.h"
 #include "server/api_embeddings.h"
 #include "server/completion_int.h"
+#include "server/api_tools.h"
 #include "server/intake.h"
 
 /* The parsed request (or its refusal) on the loop thread: reply or submit. Runs from the

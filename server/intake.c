@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "server/intake.h"
+#include "server/api_tools.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -191,7 +192,7 @@ int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
 
 static int intake_parse_work(void *arg, json_t *root, struct oai_error *e) {
     struct intake_parse_job *pj = arg;
-    return oai_parse(root, pj->is_chat, &pj->lim, &pj->p, e);
+    return tools_parse_request(root, pj->is_chat, &pj->lim, &pj->p, e);
 }
 
 static void intake_parse_end(void *arg, int rc, const struct oai_error *e) {

@@ -573,6 +573,7 @@ fail:
 
 void oai_params_free(struct oai_params *p) {
     if (!p) return;
+    if (p->tools && p->tools_free) p->tools_free(p->tools);
     free(p->bias);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->stop);

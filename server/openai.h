@@ -37,6 +37,9 @@ struct oai_limits {
     int n_aliases;
     int accept_any_model;      /* 1: any value names the served model */
     int allow_control_tokens;  /* 1: control-token text in content/prompts is special */
+    int max_tools;             /* structured output and tools (api_tools.h) */
+    int max_schema_bytes;
+    int grammar_max_stacks, grammar_max_elems;
 };
 
 struct oai_error {
@@ -69,6 +72,9 @@ struct oai_params {
     int *max_tokens;           /* [n_prompts] resolved limit per prompt */
     char **prompt_text;        /* [n_prompts] echo text (owned; NULL unless echo) */
     size_t *prompt_text_len;
+    void *tools;               /* structured output / tools state (server/api_tools.h: struct
+                                * tools_req), or NULL; freed with the params by tools_free */
+    void (*tools_free)(void *);
 };
 
 /* Fills e (type "invalid_request_error"; param and code may be NULL); returns -1. */

@@ -11,6 +11,7 @@
 #include "server/api_anthropic.h"
 #include "server/api_embeddings.h"
 #include "server/api_responses.h"
+#include "server/api_tools.h"
 #include "server/completion.h"
 #include "server/ui.h"
 
@@ -70,12 +71,12 @@ static enum MHD_Result clients_start(struct hreq *hr, const struct cmpl_job *job
     return cmpl_start_job(hr, job, j);
 }
 
-/* Worker: resp_to_chat (the store is locked) and oai_parse. */
+/* Worker: resp_to_chat (the store is locked) and oai_parse (with text.format's grammar). */
 static int clients_responses_work(void *arg, json_t *root, struct oai_error *e) {
     struct clients_job *j = arg;
     if (resp_to_chat(root, j->srv->rstore, j->srv->cfg->max_tokens, &j->rq, e)) return -1;
     j->parse_failed = 1;
-    return oai_parse(j->rq.chat, 1, &j->lim, &j->p, e);
+    return tools_parse_request(j->rq.chat, 1, &j->lim, &j->p, e);
 }
 
 static enum MHD_Result clients_responses_then(struct hreq *hr, void *ctx, int rc,
@@ -105,7 +106,8 @@ static int clients_messages_work(void *arg, json_t *root, struct oai_error *e) {
     json_t *chat;
     if (anth_to_chat(root, j->count_only, &chat, &j->stops, e)) return -1;
     j->parse_failed = 1;
-    int rc = oai_parse(chat, 1, &j->lim, &j->p, e);
+    int rc = j->count_only ? oai_parse(chat, 1, &j->lim, &j->p, e)
+                           : tools_parse_request(chat, 1, &j->lim, &j->p, e);
     json_decref(chat);
     return rc;
 }

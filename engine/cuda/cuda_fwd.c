@@ -454,7 +454,9 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         CUDA_CHECK(cudaMalloc((void **)&c->kvmem, c->kv_bytes ? c->kv_bytes : 1)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->amem, act_bytes)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->meta_d, meta_bytes)) ||
-        CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)))
+        CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->ids_d, (size_t)o->max_logit_rows * sizeof(int32_t))) ||
+        CUDA_CHECK(cudaMallocHost((void **)&c->ids_h, (size_t)o->max_logit_rows * sizeof(int32_t))))
         goto fail_nomem;
     if (c->mm_scratch_bytes && CUDA_CHECK(cudaMalloc(&c->mm_scratch, c->mm_scratch_bytes)))
         goto fail_nomem;
@@ -500,6 +502,8 @@ static void cf_fwd_destroy(struct cf_fwd *c) {
     cudaFree(c->mm_scratch);
     cudaFree(c->meta_d);
     cudaFreeHost(c->meta_h);
+    cudaFree(c->ids_d);
+    cudaFreeHost(c->ids_h);
     cudaFree(c->amem);
     cudaFree(c->kvmem);
     cudaFree(c->wmem);
@@ -520,7 +524,12 @@ static int cf_be_create(const struct be_desc *d, void **out, char *err, size_t e
 }
 
 static int cf_be_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits) {
-    return cf_fwd_run(b, seqs, n_seqs, logits);
+    return cf_fwd_run(b, seqs, n_seqs, logits, NULL, NULL);
+}
+
+static int cf_be_run_greedy(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                            const uint8_t *greedy, int32_t *ids) {
+    return cf_fwd_run(b, seqs, n_seqs, logits, greedy, ids);
 }
 
 static int cf_be_set_tap(void *b, be_tap_fn fn, void *user) {
@@ -541,5 +550,5 @@ static int cf_be_set_profile(void *b, int on) {
 
 const struct be_ops be_cuda = {"cuda",          cf_fwd_available, cf_be_create,
                                cf_be_run,       cf_be_set_tap,    cf_be_destroy,
-                               cf_be_step_times, cf_be_set_profile};
+                               cf_be_step_times, cf_be_set_profile, cf_be_run_greedy};
 

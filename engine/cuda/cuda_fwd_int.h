@@ -82,6 +82,7 @@ struct cf_fwd {
     /* Step metadata, one int32 block, host (pinned) and device copies of the same layout:
      * tokens[T] | pos[T] | seq[T] | seq_info[S][4] | sel[Lx] | tables[tab_cap] */
     int32_t *meta_h, *meta_d;
+    int32_t *ids_h, *ids_d; /* [max_logit_rows] greedy ids of a step (host pinned, device) */
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
     /* Step timing: events before the metadata copy, after it, before the logits copy and
@@ -111,7 +112,9 @@ static inline size_t cf_al(size_t n) {
 }
 
 /* cuda_step.c */
-int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits);
+/* greedy, ids: NULL, or forward.h fwd_run_greedy's flags and ids. */
+int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits,
+               const uint8_t *greedy, int32_t *ids);
 int cf_fwd_step_times(const struct cf_fwd *c, struct be_step_times *t);
 int cf_fwd_set_tap(struct cf_fwd *c, be_tap_fn fn, void *user);
 int cf_fwd_set_profile(struct cf_fwd *c, int on);

@@ -23,6 +23,7 @@
 #include "engine/cuda/cuda_act.h"
 #include "engine/cuda/cuda_fwd_int.h"
 #include "engine/cuda/cuda_getrows.h"
+#include "engine/cuda/cuda_head.h"
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_rope.h"
 #include "base/log.h"
@@ -329,10 +330,9 @@ static int cf_kernels(struct cf_fwd *c, const struct cf_stepk *K) {
         cf_rms_norm(s, c->xsel, E, c->output_norm, NULL, 0, c->xsel, E, E, K->n_sel, cfg->eps))
         return -1;
     if (c->tap && cf_tap(c, cfg->n_layer, c->xsel, K->n_sel)) return -1;
-    /* The LM head always uses the kernel: a cuBLAS copy of it would cost n_vocab*n_embd
-     * halves of scratch. */
-    if (cf_matmul(s, NULL, &c->output, c->xsel, K->n_sel, c->logits, V, CF_MM_KERNEL, NULL, 0))
-        return -1;
+    /* The LM head has its own kernel (cuda_head.h: each weight tile read once for all rows;
+     * a cuBLAS copy of it would cost n_vocab*n_embd halves of scratch). */
+    if (cf_head(s, &c->output, c->xsel, K->n_sel, c->logits, V)) return -1;
     if (cfg->final_softcap > 0.0f &&
         cf_softcap(s, c->logits, (size_t)K->n_sel * V, cfg->final_softcap))
         return -1;
@@ -404,12 +404,46 @@ void cf_step_free(struct cf_fwd *c) {
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
-int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits) {
+/* Copies the logit rows back: all of them without greedy flags; else the greedy ids (one
+ * int per row, into pinned memory) and only the unflagged rows, run by run. */
+static int cf_copy_back(struct cf_fwd *c, int n_sel, float *logits, const uint8_t *greedy,
+                        int n_greedy) {
+    cudaStream_t s = c->stream;
+    const size_t row = (size_t)c->m->n_vocab * sizeof(float);
+    if (!n_greedy)
+        return CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * row,
+                                          cudaMemcpyDeviceToHost, s));
+    if (CUDA_CHECK(cudaMemcpyAsync(c->ids_h, c->ids_d, (size_t)n_sel * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, s)))
+        return -1;
+    for (int r = 0; r < n_sel;) {
+        if (greedy[r]) {
+            r++;
+            continue;
+        }
+        int e = r + 1;
+        while (e < n_sel && !greedy[e])
+            e++;
+        if (CUDA_CHECK(cudaMemcpyAsync((char *)logits + (size_t)r * row,
+                                       (const char *)c->logits + (size_t)r * row,
+                                       (size_t)(e - r) * row, cudaMemcpyDeviceToHost, s)))
+            return -1;
+        r = e;
+    }
+    return 0;
+}
+
+int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits,
+               const uint8_t *greedy, int32_t *ids) {
     int T = 0, n_sel = 0, pmax = 0, decode = 0;
     size_t n_ints = 0;
     int st = cf_prepare(c, seqs, n_seqs, &T, &n_sel, &n_ints, &pmax, &decode);
     if (st != BE_OK) return st;
     if (n_sel > 0 && !logits) return BE_EINVAL;
+    if (greedy && !ids) return BE_EINVAL;
+    int n_greedy = 0;
+    for (int r = 0; greedy && r < n_sel; r++)
+        n_greedy += greedy[r] != 0;
     cudaStream_t s = c->stream;
     const int V = c->m->n_vocab;
     struct cf_stepk K = {T,
@@ -449,13 +483,14 @@ int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *l
         }
         if (cf_kernels(c, &K)) goto fail;
     }
+    /* greedy rows: their argmax on the device, outside the graph (the real rows only) */
+    if (n_greedy && cf_argmax_rows(s, c->logits, V, V, n_sel, c->ids_d)) goto fail;
     if (CUDA_CHECK(cudaEventRecord(c->ev[2], s))) goto fail;
-    if (n_sel > 0 &&
-        CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * V * sizeof(float),
-                                   cudaMemcpyDeviceToHost, s)))
-        goto fail;
+    if (n_sel > 0 && cf_copy_back(c, n_sel, logits, greedy, n_greedy)) goto fail;
     if (CUDA_CHECK(cudaEventRecord(c->ev[3], s)) || CUDA_CHECK(cudaStreamSynchronize(s)))
         goto fail;
+    for (int r = 0; greedy && r < n_sel; r++)
+        ids[r] = greedy[r] ? c->ids_h[r] : -1;
     c->timed = 1;
     return BE_OK;
 fail:

@@ -339,11 +339,8 @@ def test_b19_token_prompt(server, prompt):
 
 # B20
 @pytest.mark.parametrize("field,v", [
-    ("tools", [{"type": "function", "function": {"name": "f"}}]),
-    ("tool_choice", "auto"),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-    ("response_format", {"type": "json_object"}),
     ("functions", [{"name": "f"}]),
+    ("function_call", "auto"),
 ])
 def test_b20_unimplemented(server, field, v):
     e = err(chat(server, **{field: v}), 400, param=field)

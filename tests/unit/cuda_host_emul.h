@@ -403,6 +403,70 @@ int cf_matmul(cudaStream_t stream, cublasHandle_t blas, const struct cf_weight *
     return h_matmul(stream, blas, w, X, M, Y, ldy, mode, scratch, sb);
 }
 
+/* cf_head: one sequential fma chain per output over k = 0 .. n_in - 1 (cuda_head.h). */
+static int head_seen; /* calls of cf_head */
+static int h_head(const struct cf_weight *w, const float *X, int M, float *Y, int ldy) {
+    if (w->n_in % 32 || ldy < w->n_out || !cf_type_supported(w->type)) return -1;
+    head_seen++;
+    float *wr = row_buf((size_t)w->n_in);
+    for (int o = 0; o < w->n_out; o++) {
+        if (quant_dequant_row_ref(w->type, (const uint8_t *)w->data + (size_t)o * w->row_bytes, wr,
+                                  w->n_in))
+            return -1;
+        for (int m = 0; m < M; m++) {
+            const float *x = X + (size_t)m * w->n_in;
+            float acc = 0.0f;
+            for (int k = 0; k < w->n_in; k++)
+                acc = fmaf(wr[k], x[k], acc);
+            Y[(size_t)m * ldy + o] = acc;
+        }
+    }
+    return 0;
+}
+
+struct a_head {
+    struct cf_weight w;
+    const float *X;
+    int M;
+    float *Y;
+    int ldy;
+};
+EMU_OP(a_head, h_head(&a->w, a->X, a->M, a->Y, a->ldy))
+int cf_head(cudaStream_t stream, const struct cf_weight *w, const float *X, int M, float *Y,
+            int ldy) {
+    (void)stream;
+    const struct a_head a = {*w, X, M, Y, ldy};
+    if (emu_capturing) return emu_record(emu_run_a_head, &a, sizeof a);
+    return h_head(w, X, M, Y, ldy);
+}
+
+/* cf_argmax_rows: smp_argmax's rule, row by row. */
+static int h_argmax(const float *Y, int ldy, int n, int M, int32_t *ids) {
+    if (n <= 0 || ldy < n) return -1;
+    for (int m = 0; m < M; m++) {
+        const float *y = Y + (size_t)m * ldy;
+        float b = -INFINITY;
+        int bi = 0;
+        for (int i = 0; i < n; i++)
+            if (y[i] > b) b = y[i], bi = i;
+        ids[m] = bi;
+    }
+    return 0;
+}
+
+struct a_argmax {
+    const float *Y;
+    int ldy, n, M;
+    int32_t *ids;
+};
+EMU_OP(a_argmax, h_argmax(a->Y, a->ldy, a->n, a->M, a->ids))
+int cf_argmax_rows(cudaStream_t stream, const float *Y, int ldy, int n, int M, int32_t *ids) {
+    (void)stream;
+    const struct a_argmax a = {Y, ldy, n, M, ids};
+    if (emu_capturing) return emu_record(emu_run_a_argmax, &a, sizeof a);
+    return h_argmax(Y, ldy, n, M, ids);
+}
+
 /* cf_matmul_set: each weight as the kernel path computes it; with geglu the up product goes
  * to a scratch row block (Y[1] is not the launcher's to write), then gelu(gate) * up. */
 static int h_matmul_set(const struct cf_weight *w, int n, const float *X, int M, float *const *Y,

@@ -119,8 +119,10 @@ static inline void cu_each_synthetic(void (*fn)(struct model *m)) {
  * Decode steps as CUDA graphs (deterministic mode): three sequences decoded together (padded
  * to four rows, one graph replayed per step) give the same bits as each one alone (one-row
  * graphs) and as the same steps run kernel by kernel (GEMMAD_CUDA_GRAPHS=0 at create); each
- * step says whether it replayed a graph. Tokens are fixed (no sampling), so the three runs see
- * the same inputs.
+ * step says whether it replayed a graph. Tokens are fixed (no sampling), so the runs see the
+ * same inputs. A fourth run asks for sequences 0 and 2 as greedy ids (fwd_run_greedy): their
+ * ids are the first argmax of the first run's rows and their logit rows are left alone, and
+ * sequence 1's row comes back with the same bits (id -1).
  */
 static inline void cu_graph_decode_check(struct model *m) {
     enum { S = 3, NP = 12, ND = 3, BS = 16, NB = 2 };
@@ -134,10 +136,15 @@ static inline void cu_graph_decode_check(struct model *m) {
                                : (int32_t)((977u * (uint32_t)i + 131u * (uint32_t)s) %
                                            (uint32_t)(m->cfg.n_vocab - 10)) +
                                      5;
-    float *out[3];
-    for (int k = 0; k < 3; k++)
+    float *out[4];
+    int32_t gid[ND][S];
+    const uint8_t greedy[S] = {1, 0, 1};
+    for (int k = 0; k < 4; k++)
         out[k] = cu_xmalloc((size_t)ND * S * V * 4);
-    for (int mode = 0; mode < 3; mode++) { /* 0 graphs together, 1 graphs alone, 2 no graphs */
+    for (size_t i = 0; i < (size_t)ND * S * V; i++)
+        out[3][i] = -7.0f; /* what greedy rows must leave as it is */
+    /* 0 graphs together, 1 graphs alone, 2 no graphs, 3 graphs together with greedy ids */
+    for (int mode = 0; mode < 4; mode++) {
         struct kvstore_pool *kv = NULL;
         struct fwd_ctx *f = NULL;
         char err[512];
@@ -175,6 +182,10 @@ static inline void cu_graph_decode_check(struct model *m) {
                     T_ASSERT(fwd_last_step_times(f, &st) == 0);
                     T_ASSERTF(st.graph == 1, "a one-row decode step did not replay a graph");
                 }
+            } else if (mode == 3) {
+                T_ASSERT(fwd_run_greedy(f, qs, S, lg, greedy, gid[t]) == FWD_OK);
+                T_ASSERT(fwd_last_step_times(f, &st) == 0);
+                T_ASSERTF(st.graph == 1, "a greedy decode step did not replay a graph");
             } else {
                 T_ASSERT(fwd_run(f, qs, S, lg) == FWD_OK);
                 T_ASSERT(fwd_last_step_times(f, &st) == 0);
@@ -188,7 +199,23 @@ static inline void cu_graph_decode_check(struct model *m) {
               "a padded 3-sequence graph differs from one-sequence graphs");
     T_ASSERTF(memcmp(out[0], out[2], (size_t)ND * S * V * 4) == 0,
               "graph replays differ from the kernels run one by one");
-    for (int k = 0; k < 3; k++)
+    for (int t = 0; t < ND; t++)
+        for (int s = 0; s < S; s++) {
+            const float *ref = out[0] + ((size_t)t * S + s) * V, *got = out[3] + ((size_t)t * S + s) * V;
+            if (!greedy[s]) {
+                T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a full row", t, s, gid[t][s]);
+                T_ASSERTF(memcmp(ref, got, V * 4) == 0, "step %d seq %d: full row differs", t, s);
+                continue;
+            }
+            int32_t want = 0;
+            for (size_t i = 1; i < V; i++)
+                if (ref[i] > ref[want]) want = (int32_t)i;
+            T_ASSERTF(gid[t][s] == want, "step %d seq %d: greedy id %d, argmax %d", t, s,
+                      gid[t][s], want);
+            for (size_t i = 0; i < V; i++)
+                T_ASSERTF(got[i] == -7.0f, "step %d seq %d: a greedy row was written", t, s);
+        }
+    for (int k = 0; k < 4; k++)
         free(out[k]);
 }
 

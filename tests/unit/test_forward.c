@@ -311,6 +311,42 @@ static void test_hidden_rows(void) {
     model_free(m);
 }
 
+/* fwd_run_greedy on the CPU backend: every row comes back whole with id -1 (the CPU never
+ * reduces), the same bits as fwd_run; greedy flags without ids are refused. */
+static void test_greedy_ids_cpu(void) {
+    struct model *m = load_or_skip();
+    const int V = m->cfg.n_vocab, n = 6, bs = 16, nf = 1;
+    int32_t *ids = make_prompt(m, "Greedy rows on the CPU come back whole.", n);
+    const int ns = kvstore_swa_ring_blocks(m, bs, n);
+    float *a = malloc((size_t)2 * V * sizeof(float)), *b = malloc((size_t)2 * V * sizeof(float));
+    T_ASSERT(a && b);
+    const uint8_t greedy[2] = {1, 0};
+    int32_t gid[2] = {7, 7};
+    struct env e;
+    struct tseq s[2];
+    for (int pass = 0; pass < 2; pass++) {
+        env_init(&e, m, bs, 2 * nf, 2 * ns, 2 * n, 2, 1);
+        struct fwd_seq q[2];
+        for (int i = 0; i < 2; i++) {
+            tseq_init(&s[i], e.kv, &e.next_full, &e.next_swa, nf, ns);
+            q[i] = (struct fwd_seq){ids, n - i, 0, &s[i].kv, FWD_LOGITS_LAST};
+        }
+        if (pass == 0) {
+            T_ASSERT(fwd_run_greedy(e.fwd, q, 2, a, greedy, NULL) == FWD_EINVAL);
+            T_ASSERT(fwd_run_greedy(e.fwd, q, 2, a, greedy, gid) == FWD_OK);
+        } else {
+            T_ASSERT(fwd_run(e.fwd, q, 2, b) == FWD_OK);
+        }
+        env_free(&e);
+    }
+    T_ASSERT(gid[0] == -1 && gid[1] == -1);
+    T_ASSERT(!memcmp(a, b, (size_t)2 * V * sizeof(float)));
+    free(a);
+    free(b);
+    free(ids);
+    model_free(m);
+}
+
 /* A prompt longer than the sliding window: whole (block size 256) vs chunks with a small
  * block size, so the SWA ring wraps many times; and the window must matter. */
 static void test_sliding_window_chunked(void) {
@@ -517,6 +553,7 @@ int main(int argc, char **argv) {
         T_CASE(test_batched_vs_alone),
         T_CASE(test_chunked_prefill),
         T_CASE(test_hidden_rows),
+        T_CASE(test_greedy_ids_cpu),
         T_CASE(test_thread_count_invariant),
         T_CASE(test_sliding_window_chunked),
         T_CASE(test_invalid_steps),

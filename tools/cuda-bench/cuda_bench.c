@@ -48,14 +48,17 @@ struct cb {
     struct kvstore_seq *seq; /* [n_seqs] */
     int32_t *ids;        /* [n_seqs][ctx] token ids */
     float *logits;       /* [n_seqs][n_vocab] */
+    uint8_t *gflag;      /* [n_seqs] decode rows asked as greedy ids (all 1), or NULL */
+    int32_t *gid;        /* [n_seqs] the ids fwd_run_greedy returned (-1: a full row) */
     int n_full, ring, ctx;
     struct cb_acc *acc;  /* where the current run's steps are counted, or NULL */
 };
 
-/* One fwd_run, counted into b->acc. */
-static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits) {
+/* One fwd_run (fwd_run_greedy with greedy flags), counted into b->acc. */
+static int cb_step(struct cb *b, const struct fwd_seq *q, int n, float *logits,
+                   const uint8_t *greedy) {
     const double t0 = clock_mono_s();
-    const int rc = fwd_run(b->f, q, n, logits);
+    const int rc = fwd_run_greedy(b->f, q, n, logits, greedy, b->gid);
     if (rc != FWD_OK || !b->acc) return rc;
     struct cb_acc *a = b->acc;
     a->wall += clock_mono_s() - t0;
@@ -83,6 +86,8 @@ static void cb_free(struct cb *b) {
     free(b->seq);
     free(b->ids);
     free(b->logits);
+    free(b->gflag);
+    free(b->gid);
 }
 
 /* Prefills n tokens of sequence s from position 0 in steps of at most `step` tokens. */
@@ -91,24 +96,27 @@ static int cb_prefill(struct cb *b, int s, int n, int step) {
         const int k = n - done < step ? n - done : step;
         struct fwd_seq q = {b->ids + (size_t)s * b->ctx + done, k, done, &b->seq[s],
                             done + k == n ? FWD_LOGITS_LAST : FWD_LOGITS_NONE};
-        int rc = cb_step(b, &q, 1, b->logits + (size_t)s * b->m->cfg.n_vocab);
+        int rc = cb_step(b, &q, 1, b->logits + (size_t)s * b->m->cfg.n_vocab, NULL);
         if (rc != FWD_OK) return rc;
         done += k;
     }
     return FWD_OK;
 }
 
-/* n_steps greedy decode steps of sequences [0, n) together, each at its own position. */
+/* n_steps greedy decode steps of sequences [0, n) together, each at its own position. With
+ * b->gflag the steps ask for greedy ids (what the scheduler does for greedy requests), so a
+ * backend that reduces on the device copies back one id per row. */
 static int cb_decode(struct cb *b, int n, const int *pos0, int n_steps, struct fwd_seq *qs) {
     const int V = b->m->cfg.n_vocab;
     for (int t = 0; t < n_steps; t++) {
         for (int s = 0; s < n; s++) {
             int32_t *row = b->ids + (size_t)s * b->ctx;
             const int p = pos0[s] + t;
-            row[p] = cb_argmax(b->logits + (size_t)s * V, V);
+            row[p] = t > 0 && b->gflag && b->gid[s] >= 0 ? b->gid[s]
+                                                         : cb_argmax(b->logits + (size_t)s * V, V);
             qs[s] = (struct fwd_seq){row + p, 1, p, &b->seq[s], FWD_LOGITS_LAST};
         }
-        int rc = cb_step(b, qs, n, b->logits);
+        int rc = cb_step(b, qs, n, b->logits, b->gflag);
         if (rc != FWD_OK) return rc;
     }
     return FWD_OK;
@@ -138,9 +146,13 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     b.seq = calloc((size_t)S, sizeof *b.seq);
     b.ids = malloc(sizeof(int32_t) * (size_t)S * (size_t)b.ctx);
     b.logits = malloc(sizeof(float) * (size_t)S * (size_t)V);
+    b.gid = malloc(sizeof(int32_t) * (size_t)S);
+    if (!o->full_logits) b.gflag = malloc((size_t)S);
+    if (b.gflag) memset(b.gflag, 1, (size_t)S);
     qs = malloc(sizeof *qs * (size_t)S);
     pos0 = malloc(sizeof *pos0 * (size_t)S);
-    if (!b.full || !b.swa || !b.seq || !b.ids || !b.logits || !qs || !pos0) {
+    if (!b.full || !b.swa || !b.seq || !b.ids || !b.logits || !b.gid ||
+        (!o->full_logits && !b.gflag) || !qs || !pos0) {
         snprintf(err, errlen, "out of host memory");
         goto fail;
     }
@@ -220,10 +232,10 @@ int cuda_bench_run(const struct cuda_bench_opts *o, char *json, size_t jsonlen, 
     }
     size_t at = (size_t)snprintf(
         json, jsonlen,
-        "{\"model\": \"%s\", \"file\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"repeats\": %d, "
+        "{\"model\": \"%s\", \"file\": \"%s\", \"device\": \"%s\", \"deterministic\": %d, \"greedy_ids\": %d, \"repeats\": %d, "
         "\"prefill_tokens\": %d, \"gen_tokens\": %d, \"n_seqs\": %d, \"seq_prompt_tokens\": %d, "
         "\"threads\": %d, \"isa\": \"%s\", \"device_timed\": %d",
-        b.m->name, o->model, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, R, P,
+        b.m->name, o->model, ran == FWD_DEVICE_CUDA ? "cuda" : "cpu", o->deterministic, !o->full_logits, R, P,
         G, S, SP,
         o->threads, kern_isa_name(kern_active_isa()), timed_all);
     for (int mi = 0; mi < M_N && at < jsonlen; mi++) {

@@ -12,6 +12,8 @@
  * operation and reports per step the kernel time by class (<m>_prof_ms: matmul, attention,
  * norm, other, head; slower than the timed runs since it launches kernel by kernel).
  * fwd_run returns only when the logits are on the host, so wall-clock times are honest.
+ * Decode steps ask for greedy ids (fwd_run_greedy, as the scheduler does for greedy
+ * requests: the CUDA backend copies back one id per row, not the row) unless full_logits.
  * Built by `make CUDA=1` as build/.../cuda-bench, outside libgemmad; it allocates freely.
  */
 #ifndef GEMMAD_CUDA_BENCH_H
@@ -31,6 +33,7 @@ struct cuda_bench_opts {
     int threads;            /* CPU threads (0 = physical cores) */
     int deterministic;      /* fwd_opts.deterministic */
     int repeats;            /* timed repeats of each measurement (medians reported) */
+    int full_logits;        /* 1: decode copies every logit row back (fwd_run) */
 };
 
 /* Runs the three measurements and writes one JSON object into json. 0, or -1 with err. */

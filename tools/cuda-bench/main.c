@@ -4,6 +4,8 @@
  *
  *   cuda-bench -m MODEL [--device cpu|cuda|auto] [--prompt 512] [--gen 64] [--seqs 64]
  *              [--seq-prompt 128] [--repeat 5] [-t THREADS] [--nondeterministic]
+ *              [--full-logits]
+ * (--full-logits: decode steps copy every logit row back instead of greedy ids)
  *
  * Prints one JSON object on stdout; errors on stderr with exit status 1 (2 for usage).
  */
@@ -63,6 +65,8 @@ int main(int argc, char **argv) {
             o.threads = arg_int(a, v), i++;
         else if (!strcmp(a, "--nondeterministic"))
             o.deterministic = 0;
+        else if (!strcmp(a, "--full-logits"))
+            o.full_logits = 1;
         else {
             fprintf(stderr, "cuda-bench: unknown argument '%s'\n", a);
             return 2;
@@ -71,7 +75,7 @@ int main(int argc, char **argv) {
     if (!o.model) {
         fprintf(stderr, "usage: cuda-bench -m MODEL [--device cpu|cuda|auto] [--prompt N] "
                         "[--gen N] [--seqs N] [--seq-prompt N] [--repeat N] [-t N] "
-                        "[--nondeterministic]\n");
+                        "[--nondeterministic] [--full-logits]\n");
         return 2;
     }
     log_set_level(LOG_WARN);

@@ -47,6 +47,11 @@ struct cli_opts {
     int seqs;                /* bench: sequences decoded together (1: the single-stream bench) */
     int ctx;                 /* kvmem: session length in tokens */
     int block_size;          /* kvmem: KV block size */
+    const char *schema;      /* grammar: JSON Schema file */
+    const char *gbnf;        /* grammar: GBNF file */
+    const char *check;       /* grammar: instance file to run through the matcher */
+    int bench;               /* grammar: timings */
+    int print;               /* grammar: print the GBNF */
 };
 
 /* "gemmad-cli: error: MESSAGE" on stderr, exit status 1. */
@@ -77,5 +82,6 @@ int cli_logits(const struct cli_opts *o);
 int cli_taps(const struct cli_opts *o);
 int cli_bench(const struct cli_opts *o);
 int cli_kvmem(const struct cli_opts *o);
+int cli_grammar(const struct cli_opts *o);
 
 #endif

@@ -8,6 +8,7 @@
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
  *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]
  *   gemmad-cli kvmem    -m MODEL [--ctx 32768] [--block-size 16]
+ *   gemmad-cli grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE] [-m MODEL] [--bench]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
  *         --isa ref|avx2|avx512|amx|auto (kernels), --log-level L.
  *
@@ -52,6 +53,11 @@ static const struct cli_cmd cli_cmds[] = {
     {"kvmem", cli_kvmem,
      "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
      "           KV memory of one session, with and without the sliding-window ring\n"},
+    {"grammar", cli_grammar,
+     "  grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE.json] [-m MODEL] [--bench]\n"
+     "           [--print]  compile (exit 0, or the reason and exit 2); --check: 0 when the\n"
+     "           grammar accepts the file whole, 1 when not (-m: token by token through the\n"
+     "           vocabulary masks); --bench: compile and mask times; --print: the GBNF\n"},
 };
 #define CLI_N_CMDS (int)(sizeof cli_cmds / sizeof cli_cmds[0])
 
@@ -150,6 +156,11 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         else if (!strcmp(a, "--tokens")) o->tokens = NEXT();
         else if (!strcmp(a, "--dump")) o->dump = NEXT();
         else if (!strcmp(a, "--special")) o->special = 1;
+        else if (!strcmp(a, "--schema")) o->schema = NEXT();
+        else if (!strcmp(a, "--gbnf")) o->gbnf = NEXT();
+        else if (!strcmp(a, "--check")) o->check = NEXT();
+        else if (!strcmp(a, "--bench")) o->bench = 1;
+        else if (!strcmp(a, "--print")) o->print = 1;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             o->n_gen = (int)parse_long(a, NEXT(), 0, 1 << 20);
         else if (!strcmp(a, "--temp")) o->temp = parse_float(a, NEXT(), 0.0f, 100.0f);
@@ -204,7 +215,11 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         }
 #undef NEXT
     }
-    if (!o->model) usage_die("%s: -m MODEL is required", o->cmd);
+    if (!strcmp(o->cmd, "grammar")) {
+        if (!o->schema == !o->gbnf) usage_die("grammar: give one of --schema FILE or --gbnf FILE");
+    } else if (!o->model) {
+        usage_die("%s: -m MODEL is required", o->cmd);
+    }
     if (!strcmp(o->cmd, "tokenize") && !o->text && !o->prompt)
         usage_die("tokenize: TEXT is required");
     if (!strcmp(o->cmd, "generate") && !o->prompt && !o->tokens)

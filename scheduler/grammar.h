@@ -1,0 +1,108 @@
+/*
+ * grammar — context-free grammars over bytes for constrained decoding: a GBNF compiler
+ * (llama.cpp's syntax), an incremental matcher, and per-step masks of the allowed tokens
+ * over a whole vocabulary.
+ *
+ * The grammar is byte-level: character classes over code points are compiled into UTF-8
+ * byte sequences, so tokens that end inside a code point (byte-fallback tokens) match like
+ * any other. The matcher keeps a set of pushdown stacks (llama.cpp's model: each stack is a
+ * list of grammar positions, its top a byte set); stacks are persistent linked nodes, so a
+ * byte advances a set by pushing a few nodes. A mask walks the vocabulary in byte-sorted
+ * order, which is a depth-first walk of its trie: the stack set after a prefix is computed
+ * once for every token sharing it, and a prefix no stack accepts skips its whole subtree
+ * (binary search to the subtree's end). On top of that a per-grammar cache, in the spirit
+ * of XGrammar's adaptive token mask cache, stores for each key (the top GRAM_CACHE_DEPTH
+ * positions of a stack) the tokens accepted whatever lies below those positions, and the
+ * few tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask
+ * is then one bitmap OR per stack plus a walk over the uncertain tokens only.
+ *
+ * Libraries looked at: llama.cpp's llama-grammar (C++, inside libllama, no stable API and
+ * no trie or cache), XGrammar and LLGuidance (C++/Rust, not packaged for Debian), PCRE2
+ * (regular languages only), link-grammar and LPeg (natural-language / PEG parsers, no
+ * incremental token masks). None does byte-level CFG masks from C, so this module does.
+ *
+ * Ownership and threads: a struct gram is immutable after gram_compile_gbnf except for its
+ * mask cache, which takes the gram's mutex; it is reference counted (gram_ref/gram_unref,
+ * atomic) so every sequence of a request can share it. A struct gram_vocab is immutable
+ * after creation (any thread). A struct gram_scratch is used by one thread at a time. A
+ * struct gram_match belongs to one sequence (one thread at a time).
+ */
+#ifndef GEMMAD_GRAMMAR_H
+#define GEMMAD_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tok_vocab;
+struct gram;
+struct gram_vocab;
+struct gram_scratch;
+struct gram_match;
+
+enum gram_status {
+    GRAM_OK = 0,
+    GRAM_ESYNTAX = -1,   /* GBNF text does not parse (message says where) */
+    GRAM_EBUDGET = -2,   /* a configured limit (elements, stacks, nodes) was exceeded */
+    GRAM_ENOMEM = -3,
+    GRAM_EREJECT = -4,   /* bytes or a token the grammar does not allow */
+    GRAM_EINVAL = -5,    /* left recursion, undefined rule, bad argument */
+};
+const char *gram_strerror(int status);
+
+/* Limits that make a hostile grammar fail fast with GRAM_EBUDGET. */
+struct gram_limits {
+    int max_elems;       /* grammar elements after desugaring ({m,n} copies count) */
+    int max_stacks;      /* stacks in one matcher set */
+    int max_nodes;       /* stack nodes a scratch (one mask walk) or a matcher may hold */
+};
+#define GRAM_DEFAULT_MAX_ELEMS 200000
+#define GRAM_DEFAULT_MAX_STACKS 1024
+#define GRAM_DEFAULT_MAX_NODES 262144
+void gram_limits_default(struct gram_limits *l);
+
+/* Compile GBNF text (root rule "root"). err receives a message fit for a client. */
+int gram_compile_gbnf(const char *text, size_t len, const struct gram_limits *lim,
+                      struct gram **out, char *err, size_t errlen);
+struct gram *gram_ref(struct gram *g);
+void gram_unref(struct gram *g);      /* NULL ok */
+int gram_n_elems(const struct gram *g);
+int gram_n_rules(const struct gram *g);
+
+/* The byte strings of a vocabulary, sorted (the trie). Tokens with no text (control
+ * tokens) are never allowed by a mask. */
+int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out);
+/* The same from explicit byte strings (tests): tok[i] has len[i] bytes. */
+int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
+                          struct gram_vocab **out);
+void gram_vocab_destroy(struct gram_vocab *gv);
+int gram_vocab_n(const struct gram_vocab *gv);
+int gram_vocab_max_len(const struct gram_vocab *gv);
+/* The bytes of token id (*b points into gv); 0 for tokens without text. */
+int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b);
+
+/* Per-thread working memory of matching and mask walks. */
+int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
+                        struct gram_scratch **out);
+void gram_scratch_destroy(struct gram_scratch *x);
+
+/* A matcher at the grammar's start. Holds a reference to g. */
+int gram_match_create(struct gram *g, struct gram_scratch *x, struct gram_match **out);
+void gram_match_destroy(struct gram_match *m);
+/* Feed bytes. GRAM_EREJECT leaves the matcher unchanged. */
+int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
+                      size_t n);
+/* Make dst (a matcher of the same grammar) a copy of src. */
+int gram_match_copy(struct gram_match *dst, const struct gram_match *src);
+/* 1 when the bytes so far form a complete sentence (end of generation allowed). */
+int gram_match_can_end(const struct gram_match *m);
+/* 1 when no more bytes can follow (only the end is allowed). */
+int gram_match_done(const struct gram_match *m);
+/* mask[(n_vocab + 63) / 64]: bit t set iff token t's bytes are accepted from here.
+ * *n_allowed receives the count. Returns 0 or a status (GRAM_EBUDGET). uncached = 1 walks
+ * the whole vocabulary without the cache (tests, benchmarks). */
+int gram_match_mask(struct gram_match *m, struct gram_scratch *x, const struct gram_vocab *gv,
+                    uint64_t *mask, int *n_allowed, int uncached);
+/* Cache statistics of a grammar: entries filled, lookups, hits. */
+void gram_cache_stats(struct gram *g, int *entries, long long *lookups, long long *hits);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * grammar_int — the grammar module's private structures, shared by grammar_gbnf.c (the GBNF
+ * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure,
+ * matcher) and grammar_mask.c (vocabulary trie, mask walks, the cache). Nothing outside
+ * scheduler/grammar*.c includes it (tests aside).
+ */
+#ifndef GEMMAD_GRAMMAR_INT_H
+#define GEMMAD_GRAMMAR_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler/grammar.h"
+
+/* Element kinds of the flat rule table. A rule is its alternatives one after another, each a
+ * run of SET/REF elements ended by ALT (another alternative follows) or END (last one). */
+enum { GE_END = 0, GE_ALT = 1, GE_REF = 2, GE_SET = 3 };
+
+struct gram_elem {
+    uint32_t type : 2;
+    uint32_t v : 30;     /* REF: rule id; SET: index into gram.sets */
+};
+
+/* A byte set: bit b of w[b >> 6]. */
+struct gram_set {
+    uint64_t w[4];
+};
+static inline int gram_set_has(const struct gram_set *s, unsigned b) {
+    return (int)((s->w[b >> 6] >> (b & 63)) & 1);
+}
+
+/* Positions kept per cache key (the top frames of a stack). */
+#define GRAM_CACHE_DEPTH 4
+#define GRAM_CACHE_MAX 256    /* entries per grammar; beyond: walks without the cache */
+
+struct gram_centry {
+    int32_t key[GRAM_CACHE_DEPTH + 1]; /* positions, then -1 (stack ends) or -2 (cut), 0s */
+    uint64_t *acc;                 /* [n_vocab / 64] accepted whatever is below */
+    int32_t *unc;                  /* [n_unc] sorted-vocabulary indexes, undecided */
+    uint8_t *unc_lcp;              /* [n_unc] common prefix with the previous entry */
+    int n_unc;
+};
+
+struct gram {
+    int refs;                      /* atomic */
+    struct gram_limits lim;
+    struct gram_elem *el;          /* [n_el] all rules */
+    int n_el;
+    int32_t *rule_start;           /* [n_rules] first element of each rule */
+    int32_t *alt_first;            /* [n_rules + 1] index into alts of each rule's first */
+    int32_t *alts;                 /* [alternatives] start position of each alternative */
+    int n_rules;
+    struct gram_set *sets;         /* [n_sets] */
+    int n_sets;
+    int root;                      /* rule id of "root" */
+    /* mask cache (guarded by lock); built for one vocabulary (cache_vocab) */
+    pthread_mutex_t lock;
+    const struct gram_vocab *cache_vocab;
+    struct gram_centry *cache;     /* [GRAM_CACHE_MAX] open addressing by key hash */
+    int n_cache;
+    long long lookups, hits;
+};
+
+/* A persistent stack node: the position to continue at, and the rest of the stack. */
+struct gnode {
+    int32_t pos;
+    const struct gnode *up;
+};
+/* The sentinel below a cache key's frames: "whatever the real stack holds". */
+extern const struct gnode gram_sent;
+
+/* A stack set: NULL entries are empty stacks (the sentence may end), &gram_sent entries mark
+ * a path that reached the frames below a cache key. */
+struct gram_scratch {
+    struct gram_limits lim;
+    struct gnode *nodes;           /* [max_nodes] bump arena */
+    int n_nodes;
+    const struct gnode **sets;     /* [(max_len + 2) * max_stacks] one set per depth */
+    int *set_n;                    /* [max_len + 2] */
+    uint8_t *unc;                  /* [max_len + 2] a path hit the sentinel before depth d */
+    int *mark;                     /* [max_len + 2] arena mark per depth */
+    int max_len;
+    int overflow;                  /* a budget was exceeded during the current operation */
+    int depth_guard;
+    /* Whole-vocabulary walks intern nodes and sets and memoise (set, byte) -> set, so a
+     * state met again anywhere in the trie costs one lookup (grammar_mask.c). */
+    int intern;                    /* 1: gram_node returns the one node per (pos, up) */
+    int no_intern;                 /* tests: walk without interning */
+    const struct gnode **nh;       /* [nh_cap] node hash (empty between walks) */
+    int nh_cap;
+    int *nh_used;                  /* [max_nodes] slots filled by this walk */
+    int n_nh_used;
+    const struct gnode **ss;       /* [GRAM_SS_CAP] contents of the interned sets */
+    int ss_n;
+    int *set_off, *set_len;        /* [GRAM_MAX_SETS] */
+    uint8_t *set_flags;            /* [GRAM_MAX_SETS] GRAM_SF_* */
+    int n_isets;
+    int *sh;                       /* [GRAM_SH_CAP] set hash: id + 1 (empty between walks) */
+    int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
+    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next set id, -1 unknown */
+    int *level_sid;                /* [max_len + 2] */
+};
+
+#define GRAM_MAX_SETS 1024
+#define GRAM_SS_CAP (GRAM_MAX_SETS * 16)
+#define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
+#define GRAM_SF_LIVE 1                /* a stack that can take a byte */
+#define GRAM_SF_SENT 2                /* the sentinel */
+
+struct gram_match {
+    struct gram *g;
+    struct gnode *pool[2];         /* [max_nodes] double-buffered copies of the live stacks */
+    int cur;
+    const struct gnode **st;       /* [max_stacks] the current set */
+    const struct gnode **tmp;      /* [max_stacks] */
+    int n_st;
+};
+
+struct gram_vocab {
+    int n_vocab;
+    int n;                         /* tokens with at least one byte */
+    int32_t *ord;                  /* [n] token ids in byte order */
+    uint8_t *lcp;                  /* [n] common prefix length with the previous entry */
+    uint32_t *off;                 /* [n + 1] byte offsets into bytes, sorted order */
+    uint8_t *bytes;
+    int32_t *pos_of;               /* [n_vocab] sorted index of each id, -1 if no bytes */
+    int max_len;
+};
+
+
+/* ---- the builder (grammar_build.c), used by the GBNF compiler (grammar_gbnf.c) ---- */
+
+#define GRAM_MAX_NESTING 256 /* parenthesised groups inside one another */
+
+struct bvec {
+    struct gram_elem *e;
+    int n, cap;
+};
+
+struct bld {
+    struct bvec *rules;
+    char **names;          /* [n_rules] NULL for helper rules */
+    uint8_t *defined;      /* [n_rules] */
+    int n_rules, cap_rules;
+    struct gram_set *sets;
+    int n_sets, cap_sets;
+    int single[256];       /* set index of each one-byte set, or -1 */
+    long long n_elems;
+    int max_elems;
+    int *ht;               /* name hash: rule id + 1, 0 = empty */
+    int *set_ht;           /* set hash: set index + 1, 0 = empty */
+    int set_ht_cap;
+    int ht_cap;
+    const char *p, *end, *start;
+    int depth;             /* nested groups */
+    char *err;
+    size_t errlen;
+    int status;
+};
+
+struct cp_range {
+    uint32_t lo, hi;
+};
+
+/* Every builder function returns 0 (or an id) or -1 with b->status and b->err set. */
+int gram_bfail(struct bld *b, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int gram_at_off(const struct bld *b);
+int gram_push(struct bld *b, int rule, int type, uint32_t v);
+int gram_new_rule(struct bld *b, const char *name, size_t len);
+int gram_rule_id(struct bld *b, const char *s, size_t n);
+int gram_push_byte(struct bld *b, int rule, unsigned c);
+int gram_push_range(struct bld *b, int rule, unsigned lo, unsigned hi);
+int gram_utf8_enc(uint32_t c, uint8_t *o);
+/* Element(s) for a class of code points: one SET for ASCII, else a REF to a helper rule. */
+int gram_emit_class(struct bld *b, int rule, struct cp_range *r, int n, int negate);
+/* Move elements [from, n) of rule into a helper rule (REF left in place). */
+int gram_wrap_item(struct bld *b, int rule, int from);
+/* x{lo,hi} (hi < 0: unbounded) on the single element at the end of rule. */
+int gram_repeat(struct bld *b, int rule, long lo, long hi);
+int gram_check(struct bld *b);
+void gram_bld_free(struct bld *b);
+
+/* grammar_match.c: closure of one stack into set `out` (n in/out, cap entries). Returns 0,
+ * or -1 on a budget overflow (x->overflow set). */
+int gram_closure(const struct gram *g, struct gram_scratch *x, const struct gnode *st,
+                 const struct gnode **out, int *n, int cap);
+/* Advance set in[0..n_in) by byte c into out; returns the count or -1 (overflow). */
+int gram_advance(const struct gram *g, struct gram_scratch *x, const struct gnode *const *in,
+                 int n_in, unsigned c, const struct gnode **out, int cap);
+const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct gnode *up);
+
+/* grammar_mask.c */
+void gram_cache_free(struct gram *g);
+
+#endif

@@ -1,0 +1,470 @@
+/*
+ * grammar_mask — the vocabulary as a sorted trie, mask walks, and the per-grammar cache.
+ *
+ * A walk visits tokens in byte order keeping one stack set per depth: a token reuses the
+ * sets of the prefix it shares with the previous one (lcp) and computes only the rest.
+ * When no stack survives a prefix, the whole subtree of tokens sharing it is skipped with a
+ * binary search (whole-vocabulary walks) or costs O(1) per token (walks over a list).
+ *
+ * The cache (see grammar.h) is filled by a walk in "sentinel" mode: the stack is the key's
+ * frames over gram_sent, and a path that pops into the sentinel with bytes left marks the
+ * token uncertain; a token fully consumed with any path alive (the sentinel included: the
+ * key's frames are done exactly at the token's end) is accepted whatever lies below.
+ * Filling an entry allocates (once per key and grammar); lookups do not.
+ */
+#include "scheduler/grammar_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tokenizer.h"
+
+/* ---- vocabulary --------------------------------------------------------------------- */
+
+struct vsort {
+    const uint8_t *b;
+    int len;
+    int32_t id;
+};
+
+static int cmp_tok(const void *x, const void *y) {
+    const struct vsort *a = x, *b = y;
+    int n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->b, b->b, (size_t)n);
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
+                          struct gram_vocab **out) {
+    *out = NULL;
+    struct gram_vocab *gv = calloc(1, sizeof(*gv));
+    struct vsort *vs = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof(*vs));
+    if (!gv || !vs) goto fail;
+    gv->n_vocab = n_vocab;
+    size_t total = 0;
+    int n = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if (len[i] <= 0) continue;
+        vs[n++] = (struct vsort){(const uint8_t *)tok[i], len[i] > 255 ? 255 : len[i], i};
+        total += (size_t)vs[n - 1].len;
+    }
+    qsort(vs, (size_t)n, sizeof(*vs), cmp_tok);
+    gv->n = n;
+    gv->ord = malloc((size_t)(n + 1) * sizeof(int32_t));
+    gv->lcp = malloc((size_t)(n + 1));
+    gv->off = malloc((size_t)(n + 1) * sizeof(uint32_t));
+    gv->bytes = malloc(total + 1);
+    gv->pos_of = malloc((size_t)(n_vocab + 1) * sizeof(int32_t));
+    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of) goto fail;
+    for (int i = 0; i < n_vocab; i++) gv->pos_of[i] = -1;
+    uint32_t at = 0;
+    for (int i = 0; i < n; i++) {
+        gv->ord[i] = vs[i].id;
+        gv->pos_of[vs[i].id] = i;
+        gv->off[i] = at;
+        memcpy(gv->bytes + at, vs[i].b, (size_t)vs[i].len);
+        at += (uint32_t)vs[i].len;
+        if (vs[i].len > gv->max_len) gv->max_len = vs[i].len;
+        int l = 0;
+        if (i > 0) {
+            int m = vs[i].len < vs[i - 1].len ? vs[i].len : vs[i - 1].len;
+            while (l < m && vs[i].b[l] == vs[i - 1].b[l]) l++;
+        }
+        gv->lcp[i] = (uint8_t)l;
+    }
+    gv->off[n] = at;
+    free(vs);
+    *out = gv;
+    return GRAM_OK;
+fail:
+    free(vs);
+    gram_vocab_destroy(gv);
+    return GRAM_ENOMEM;
+}
+
+int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out) {
+    *out = NULL;
+    const int nv = tok_n_vocab(v);
+    char **tok = calloc((size_t)nv, sizeof(char *));
+    int *len = calloc((size_t)nv, sizeof(int));
+    int rc = GRAM_ENOMEM;
+    if (!tok || !len) goto done;
+    for (int i = 0; i < nv; i++) {
+        char buf[512];
+        int k = tok_token_to_bytes(v, i, 0, buf, (int)sizeof buf);
+        if (k <= 0) continue;
+        if (k > (int)sizeof buf) k = (int)sizeof buf;
+        tok[i] = malloc((size_t)k);
+        if (!tok[i]) goto done;
+        memcpy(tok[i], buf, (size_t)k);
+        len[i] = k;
+    }
+    rc = gram_vocab_create_raw(nv, (const char *const *)tok, len, out);
+done:
+    if (tok)
+        for (int i = 0; i < nv; i++) free(tok[i]);
+    free(tok);
+    free(len);
+    return rc;
+}
+
+void gram_vocab_destroy(struct gram_vocab *gv) {
+    if (!gv) return;
+    free(gv->ord);
+    free(gv->lcp);
+    free(gv->off);
+    free(gv->bytes);
+    free(gv->pos_of);
+    free(gv);
+}
+
+int gram_vocab_n(const struct gram_vocab *gv) { return gv->n_vocab; }
+int gram_vocab_max_len(const struct gram_vocab *gv) { return gv->max_len; }
+
+int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b) {
+    if (id < 0 || id >= gv->n_vocab || gv->pos_of[id] < 0) {
+        *b = NULL;
+        return 0;
+    }
+    int s = gv->pos_of[id];
+    *b = gv->bytes + gv->off[s];
+    return (int)(gv->off[s + 1] - gv->off[s]);
+}
+
+/* ---- walks -------------------------------------------------------------------------- */
+
+/* First sorted index j > i whose token does not start with the d bytes p. */
+static int subtree_end(const struct gram_vocab *V, int i, const uint8_t *p, int d) {
+    int lo = i + 1, hi = V->n; /* answer in [lo, hi] */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int len = (int)(V->off[mid + 1] - V->off[mid]);
+        int has = len >= d && memcmp(V->bytes + V->off[mid], p, (size_t)d) == 0;
+        if (has) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int level_has(const struct gram_scratch *x, int d, int cap, const struct gnode *what,
+                     int want_live) {
+    const struct gnode *const *s = x->sets + (size_t)d * (size_t)cap;
+    for (int j = 0; j < x->set_n[d]; j++) {
+        if (want_live ? (s[j] && s[j] != &gram_sent) : s[j] == what) return 1;
+    }
+    return 0;
+}
+
+struct walk_out {
+    uint64_t *acc;        /* bit per token id */
+    int32_t *unc;         /* sentinel mode: sorted indexes of uncertain tokens */
+    int n_unc;
+};
+
+static int cmp_ptr(const void *a, const void *b) {
+    const uintptr_t p = (uintptr_t) * (const void *const *)a, q = (uintptr_t) * (const void *const *)b;
+    return p < q ? -1 : p > q;
+}
+
+/* The id of the set v[0..n) (sorted in place), added when new; -1 when the tables are full. */
+static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
+    qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)v[i]) * 1099511628211ull;
+    int slot = (int)((h >> 7) & (GRAM_SH_CAP - 1));
+    while (x->sh[slot]) {
+        const int id = x->sh[slot] - 1;
+        if (x->set_len[id] == n && memcmp(x->ss + x->set_off[id], v, (size_t)n * sizeof(*v)) == 0)
+            return id;
+        slot = (slot + 1) & (GRAM_SH_CAP - 1);
+    }
+    if (x->n_isets >= GRAM_MAX_SETS || x->ss_n + n > GRAM_SS_CAP) return -1;
+    const int id = x->n_isets++;
+    x->set_off[id] = x->ss_n;
+    x->set_len[id] = n;
+    memcpy(x->ss + x->ss_n, v, (size_t)n * sizeof(*v));
+    x->ss_n += n;
+    uint8_t f = 0;
+    for (int i = 0; i < n; i++)
+        f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
+    x->set_flags[id] = f;
+    memset(x->memo + (size_t)id * 256, 0xff, 256 * sizeof(int32_t));
+    x->sh[slot] = id + 1;
+    x->set_slot[id] = slot;
+    return id;
+}
+
+/* Empties the node and set hashes (only the slots this walk filled). */
+static void intern_clear(struct gram_scratch *x) {
+    for (int i = 0; i < x->n_nh_used; i++) x->nh[x->nh_used[i]] = NULL;
+    for (int i = 0; i < x->n_isets; i++) x->sh[x->set_slot[i]] = 0;
+    x->n_nh_used = 0;
+    x->n_isets = 0;
+    x->intern = 0;
+}
+
+/* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
+ * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
+ * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
+ * caller then walks the plain way. */
+static int walk_interned(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                         struct walk_out *o) {
+    const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
+    const int n_unc0 = o->n_unc, nodes0 = x->n_nodes;
+    x->n_nh_used = 0;
+    x->n_isets = 0;
+    x->ss_n = 0;
+    x->intern = 1;
+    const struct gnode **tmp = x->sets + cap; /* level 0 keeps the root */
+    memcpy(tmp, x->sets, (size_t)x->set_n[0] * sizeof(*tmp));
+    int sid = intern_set(x, tmp, x->set_n[0]);
+    if (sid < 0) goto overflow;
+    x->level_sid[0] = sid;
+    x->unc[0] = 0;
+    int valid = 0;
+    for (int i = 0; i < V->n;) {
+        const uint8_t *b = V->bytes + V->off[i];
+        const int len = (int)(V->off[i + 1] - V->off[i]);
+        int d = i == 0 ? 0 : V->lcp[i];
+        if (d > valid) d = valid;
+        while (d < len) {
+            const int cur = x->level_sid[d];
+            if (!(x->set_flags[cur] & GRAM_SF_LIVE)) break;
+            int nx = x->memo[(size_t)cur * 256 + b[d]];
+            if (nx < 0) {
+                const int r = gram_advance(g, x, x->ss + x->set_off[cur], x->set_len[cur], b[d],
+                                           tmp, cap);
+                if (r < 0 || (nx = intern_set(x, tmp, r)) < 0) goto overflow;
+                x->memo[(size_t)cur * 256 + b[d]] = nx;
+            }
+            x->level_sid[d + 1] = nx;
+            x->unc[d + 1] = (uint8_t)(x->unc[d] | ((x->set_flags[cur] & GRAM_SF_SENT) != 0));
+            d++;
+        }
+        valid = d;
+        const int at = x->level_sid[d];
+        if (d == len && x->set_len[at] > 0) {
+            const int32_t id = V->ord[i];
+            o->acc[id >> 6] |= 1ull << (id & 63);
+            i++;
+        } else if (x->unc[d] || (x->set_flags[at] & GRAM_SF_SENT)) {
+            if (o->unc) o->unc[o->n_unc++] = i;
+            i++;
+        } else if (d < len) {
+            i = subtree_end(V, i, b, d);
+        } else {
+            i++;
+        }
+    }
+    intern_clear(x);
+    return GRAM_OK;
+overflow:
+    intern_clear(x);
+    x->overflow = 0;
+    x->n_nodes = nodes0;
+    o->n_unc = n_unc0;
+    return 1;
+}
+
+/* Level 0 of x->sets holds the start set. list == NULL walks all V->n tokens. */
+static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                const int32_t *list, const uint8_t *llcp, int n, struct walk_out *o) {
+    const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
+    if (!list && !x->no_intern) {
+        const int rc = walk_interned(g, x, V, o);
+        if (rc != 1) return rc;
+    }
+    int valid = 0;
+    x->unc[0] = 0;
+    x->mark[1] = x->n_nodes;
+    for (int i = 0; i < n;) {
+        const int s = list ? list[i] : i;
+        const uint8_t *b = V->bytes + V->off[s];
+        const int len = (int)(V->off[s + 1] - V->off[s]);
+        int k = i == 0 ? 0 : (list ? llcp[i] : V->lcp[s]);
+        if (k > valid) k = valid;
+        if (k < valid) x->n_nodes = x->mark[k + 1];
+        int d = k;
+        while (d < len) {
+            if (!level_has(x, d, cap, NULL, 1)) break;
+            x->mark[d + 1] = x->n_nodes;
+            const int r = gram_advance(g, x, x->sets + (size_t)d * (size_t)cap, x->set_n[d],
+                                       b[d], x->sets + (size_t)(d + 1) * (size_t)cap, cap);
+            if (r < 0) return GRAM_EBUDGET;
+            x->set_n[d + 1] = r;
+            x->unc[d + 1] = (uint8_t)(x->unc[d] | level_has(x, d, cap, &gram_sent, 0));
+            d++;
+        }
+        valid = d;
+        if (d == len && x->set_n[len] > 0) {
+            const int32_t id = V->ord[s];
+            o->acc[id >> 6] |= 1ull << (id & 63);
+            i++;
+            continue;
+        }
+        const int uncertain = x->unc[d] || level_has(x, d, cap, &gram_sent, 0);
+        if (uncertain) {
+            if (o->unc) o->unc[o->n_unc++] = s;
+            i++;
+        } else if (!list && d < len) {
+            i = subtree_end(V, i, b, d); /* every longer token with this prefix dies too */
+        } else {
+            i++;
+        }
+    }
+    return GRAM_OK;
+}
+
+/* ---- cache -------------------------------------------------------------------------- */
+
+static void make_key(const struct gnode *st, int32_t *key) {
+    int i = 0;
+    for (; i < GRAM_CACHE_DEPTH && st; i++, st = st->up) key[i] = st->pos;
+    key[i] = st ? -2 : -1;
+    for (int j = i + 1; j <= GRAM_CACHE_DEPTH; j++) key[j] = 0;
+}
+
+/* Fill an entry for key (outside the lock). */
+static int fill(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                const int32_t *key, struct gram_centry *e) {
+    memset(e, 0, sizeof(*e));
+    memcpy(e->key, key, sizeof(e->key));
+    const size_t words = ((size_t)V->n_vocab + 63) / 64;
+    e->acc = calloc(words, sizeof(uint64_t));
+    int32_t *unc = malloc((size_t)(V->n + 1) * sizeof(int32_t));
+    if (!e->acc || !unc) goto fail;
+    x->n_nodes = 0;
+    x->overflow = 0;
+    x->depth_guard = 0;
+    int nk = 0;
+    while (nk <= GRAM_CACHE_DEPTH && key[nk] >= 0) nk++;
+    const struct gnode *st = key[nk] == -2 ? &gram_sent : NULL;
+    for (int i = nk - 1; i >= 0; i--) st = gram_node(x, key[i], st);
+    if (x->overflow) goto fail;
+    x->sets[0] = st;
+    x->set_n[0] = 1;
+    struct walk_out o = {e->acc, unc, 0};
+    if (walk(g, x, V, NULL, NULL, V->n, &o)) goto fail;
+    e->n_unc = o.n_unc;
+    e->unc = malloc((size_t)(o.n_unc + 1) * sizeof(int32_t));
+    e->unc_lcp = malloc((size_t)(o.n_unc + 1));
+    if (!e->unc || !e->unc_lcp) goto fail;
+    memcpy(e->unc, unc, (size_t)o.n_unc * sizeof(int32_t));
+    for (int i = 0; i < o.n_unc; i++) {
+        int l = 0;
+        if (i > 0) {
+            const uint8_t *a = V->bytes + V->off[unc[i - 1]], *b = V->bytes + V->off[unc[i]];
+            int la = (int)(V->off[unc[i - 1] + 1] - V->off[unc[i - 1]]);
+            int lb = (int)(V->off[unc[i] + 1] - V->off[unc[i]]);
+            int m = la < lb ? la : lb;
+            while (l < m && a[l] == b[l]) l++;
+        }
+        e->unc_lcp[i] = (uint8_t)l;
+    }
+    free(unc);
+    return GRAM_OK;
+fail:
+    free(unc);
+    free(e->acc);
+    free(e->unc);
+    free(e->unc_lcp);
+    memset(e, 0, sizeof(*e));
+    return x->overflow ? GRAM_EBUDGET : GRAM_ENOMEM;
+}
+
+/* The entry for key, filled on first use; NULL when the cache cannot hold it. */
+static const struct gram_centry *cache_get(struct gram *g, struct gram_scratch *x,
+                                           const struct gram_vocab *V, const int32_t *key,
+                                           int *rc) {
+    *rc = GRAM_OK;
+    pthread_mutex_lock(&g->lock);
+    g->lookups++;
+    if (!g->cache_vocab) g->cache_vocab = V;
+    const struct gram_centry *hit = NULL;
+    if (g->cache_vocab == V)
+        for (int i = 0; i < g->n_cache && !hit; i++)
+            if (memcmp(g->cache[i].key, key, sizeof(g->cache[i].key)) == 0) hit = &g->cache[i];
+    int room = g->cache_vocab == V && g->n_cache < GRAM_CACHE_MAX;
+    if (hit) g->hits++;
+    pthread_mutex_unlock(&g->lock);
+    if (hit || !room) return hit;
+    struct gram_centry e;
+    *rc = fill(g, x, V, key, &e);
+    if (*rc) return NULL;
+    pthread_mutex_lock(&g->lock);
+    if (!g->cache) g->cache = calloc(GRAM_CACHE_MAX, sizeof(*g->cache));
+    for (int i = 0; i < g->n_cache && !hit; i++)
+        if (memcmp(g->cache[i].key, key, sizeof(g->cache[i].key)) == 0) hit = &g->cache[i];
+    int stored = 0;
+    if (!hit && g->cache && g->n_cache < GRAM_CACHE_MAX) {
+        g->cache[g->n_cache] = e;
+        hit = &g->cache[g->n_cache++];
+        stored = 1;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (!stored) {
+        free(e.acc);
+        free(e.unc);
+        free(e.unc_lcp);
+    }
+    return hit;
+}
+
+void gram_cache_free(struct gram *g) {
+    for (int i = 0; i < g->n_cache; i++) {
+        free(g->cache[i].acc);
+        free(g->cache[i].unc);
+        free(g->cache[i].unc_lcp);
+    }
+    free(g->cache);
+    g->cache = NULL;
+    g->n_cache = 0;
+}
+
+void gram_cache_stats(struct gram *g, int *entries, long long *lookups, long long *hits) {
+    pthread_mutex_lock(&g->lock);
+    if (entries) *entries = g->n_cache;
+    if (lookups) *lookups = g->lookups;
+    if (hits) *hits = g->hits;
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* ---- masks -------------------------------------------------------------------------- */
+
+int gram_match_mask(struct gram_match *m, struct gram_scratch *x, const struct gram_vocab *V,
+                    uint64_t *mask, int *n_allowed, int uncached) {
+    struct gram *g = m->g;
+    const size_t words = ((size_t)V->n_vocab + 63) / 64;
+    memset(mask, 0, words * sizeof(uint64_t));
+    if (V->max_len > x->max_len) return GRAM_EINVAL;
+    int rc = GRAM_OK;
+    for (int i = 0; i < m->n_st && !rc; i++) {
+        const struct gnode *st = m->st[i];
+        if (!st) continue;
+        const struct gram_centry *e = NULL;
+        if (!uncached) {
+            int32_t key[GRAM_CACHE_DEPTH + 1];
+            make_key(st, key);
+            e = cache_get(g, x, V, key, &rc);
+            if (rc) break;
+        }
+        x->n_nodes = 0;
+        x->overflow = 0;
+        x->depth_guard = 0;
+        x->sets[0] = st;
+        x->set_n[0] = 1;
+        struct walk_out o = {mask, NULL, 0};
+        if (!e) {
+            rc = walk(g, x, V, NULL, NULL, V->n, &o);
+            continue;
+        }
+        for (size_t w = 0; w < words; w++) mask[w] |= e->acc[w];
+        if (e->n_unc) rc = walk(g, x, V, e->unc, e->unc_lcp, e->n_unc, &o);
+    }
+    int cnt = 0;
+    for (size_t w = 0; w < words; w++) cnt += __builtin_popcountll(mask[w]);
+    if (n_allowed) *n_allowed = cnt;
+    return rc;
+}

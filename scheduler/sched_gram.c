@@ -1,0 +1,165 @@
+/*
+ * sched_gram — grammar-constrained sequences in the scheduler (see sched.h, sched_req.grammar).
+ *
+ * The vocabulary trie, one grammar scratch and one mask buffer per compute thread are built
+ * the first time a constrained sequence samples (scheduler thread; about half a second for
+ * Gemma's 262,144 tokens), so a server that never sees a grammar pays nothing. A sequence's
+ * mask is computed inside its sampling task (sample_task in sched_loop.c, task t with
+ * scratch t), so the masks of a step's constrained sequences are computed in parallel, and
+ * applied before every other sampling rule. The mask is exact whatever the cache holds, so
+ * greedy and seeded sampling stay deterministic and batch-invariant.
+ *
+ * A lazy grammar (grammar_trigger) watches the output bytes while dormant; when the trigger
+ * appears, a matcher starts and is fed the bytes from the trigger's first byte on; if they
+ * do not fit the grammar, the trigger is ignored at that place and the output stays free.
+ */
+#define _GNU_SOURCE /* memmem */
+#include "scheduler/sched_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/grammar.h"
+
+static size_t mask_words(const struct sched *s) { return ((size_t)s->n_vocab + 63) / 64; }
+
+static int ensure_shared(struct sched *s) {
+    if (s->gv) return 0;
+    struct gram_vocab *gv = NULL;
+    if (gram_vocab_create(s->vocab, &gv)) return -1;
+    s->gx = calloc((size_t)s->n_smp, sizeof(*s->gx));
+    s->gmask = malloc((size_t)s->n_smp * mask_words(s) * sizeof(uint64_t));
+    if (!s->gx || !s->gmask) goto fail;
+    for (int i = 0; i < s->n_smp; i++)
+        if (gram_scratch_create(NULL, gram_vocab_max_len(gv), &s->gx[i])) goto fail;
+    s->gv = gv;
+    return 0;
+fail:
+    if (s->gx)
+        for (int i = 0; i < s->n_smp; i++) gram_scratch_destroy(s->gx[i]);
+    free(s->gx);
+    free(s->gmask);
+    s->gx = NULL;
+    s->gmask = NULL;
+    gram_vocab_destroy(gv);
+    return -1;
+}
+
+int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg) {
+    if (!q->gram) return 0;
+    if (ensure_shared(s)) {
+        *msg = "out of memory building the grammar tables";
+        return -1;
+    }
+    if (q->trig && !q->trig_buf) {
+        q->trig_cap = (int)strlen(q->trig) + 2 * gram_vocab_max_len(s->gv) + 16;
+        q->trig_buf = malloc((size_t)q->trig_cap);
+        if (!q->trig_buf) {
+            *msg = "out of memory";
+            return -1;
+        }
+    }
+    if (q->trig || q->gm) return 0;
+    int rc = gram_match_create(q->gram, s->gx[0], &q->gm);
+    if (rc) {
+        *msg = rc == GRAM_EBUDGET ? "the grammar exceeds its state budget" : "out of memory";
+        return -1;
+    }
+    return 0;
+}
+
+void sched_gram_mask(struct sched *s, struct seq *q, int task, float *l) {
+    if (!q->gm) return;
+    uint64_t *mask = s->gmask + (size_t)task * mask_words(s);
+    int n_allowed = 0;
+    int rc = gram_match_mask(q->gm, s->gx[task], s->gv, mask, &n_allowed, 0);
+    if (rc) {
+        q->gram_err = rc == GRAM_EBUDGET ? "the grammar exceeded its state budget"
+                                         : "the grammar mask failed";
+        return;
+    }
+    const int can_end = gram_match_can_end(q->gm);
+    if (n_allowed == 0 && !can_end) {
+        q->gram_err = "the grammar allows no token here";
+        return;
+    }
+    float eog_l[64];
+    for (int i = 0; i < s->n_eog; i++) eog_l[i] = l[s->eog[i]];
+    const size_t words = mask_words(s);
+    for (size_t w = 0; w < words; w++) {
+        uint64_t m = mask[w];
+        if (m == ~0ull) continue;
+        const int base = (int)(w * 64);
+        const int top = base + 64 < s->n_vocab ? 64 : s->n_vocab - base;
+        for (int b = 0; b < top; b++)
+            if (!((m >> b) & 1)) l[base + b] = -INFINITY;
+    }
+    if (can_end)
+        for (int i = 0; i < s->n_eog; i++) l[s->eog[i]] = eog_l[i];
+}
+
+/* Dormant lazy grammar: append the token's bytes and start the matcher at the trigger. */
+static int watch_trigger(struct sched *s, struct seq *q, const uint8_t *b, int len,
+                         const char **msg) {
+    const int tl = (int)strlen(q->trig);
+    if (q->trig_n + len > q->trig_cap) { /* keep what could still start the trigger */
+        int keep = tl - 1 < q->trig_n ? tl - 1 : q->trig_n;
+        memmove(q->trig_buf, q->trig_buf + q->trig_n - keep, (size_t)keep);
+        q->trig_n = keep;
+    }
+    if (len > q->trig_cap - q->trig_n) len = q->trig_cap - q->trig_n;
+    memcpy(q->trig_buf + q->trig_n, b, (size_t)len);
+    q->trig_n += len;
+    const char *hit = memmem(q->trig_buf, (size_t)q->trig_n, q->trig, (size_t)tl);
+    if (!hit) return 0;
+    const int at = (int)(hit - q->trig_buf);
+    int rc = gram_match_create(q->gram, s->gx[0], &q->gm);
+    if (rc) {
+        *msg = rc == GRAM_EBUDGET ? "the grammar exceeds its state budget" : "out of memory";
+        return -1;
+    }
+    rc = gram_match_accept(q->gm, s->gx[0], (const uint8_t *)q->trig_buf + at,
+                           (size_t)(q->trig_n - at));
+    if (rc) { /* the text after the trigger does not fit: not a call, stay free */
+        gram_match_destroy(q->gm);
+        q->gm = NULL;
+        q->trig_n -= at + 1;
+        memmove(q->trig_buf, q->trig_buf + at + 1, (size_t)q->trig_n);
+        return 0;
+    }
+    q->trig_n = 0;
+    return gram_match_done(q->gm) ? 2 : 0;
+}
+
+int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **msg) {
+    if (!q->gram) return 0;
+    const uint8_t *b;
+    const int len = gram_vocab_token(s->gv, tok, &b);
+    if (!q->gm) return len > 0 ? watch_trigger(s, q, b, len, msg) : 0;
+    if (tok_is_eog(s->vocab, tok)) {
+        if (gram_match_can_end(q->gm)) return 0;
+        *msg = "end of generation where the grammar cannot end";
+        return -1;
+    }
+    if (len == 0 || gram_match_accept(q->gm, s->gx[0], b, (size_t)len)) {
+        *msg = "a sampled token does not fit the grammar";
+        return -1;
+    }
+    return gram_match_done(q->gm) ? 2 : 0;
+}
+
+void sched_gram_seq_free(struct seq *q) {
+    gram_match_destroy(q->gm);
+    gram_unref(q->gram);
+    free(q->trig);
+    free(q->trig_buf);
+}
+
+void sched_gram_destroy(struct sched *s) {
+    if (s->gx)
+        for (int i = 0; i < s->n_smp; i++) gram_scratch_destroy(s->gx[i]);
+    free(s->gx);
+    free(s->gmask);
+    gram_vocab_destroy(s->gv);
+}

@@ -1,0 +1,789 @@
+/*
+ * jschema — JSON Schema to GBNF. See jschema.h for what is supported.
+ *
+ * Every (sub)schema becomes one rule NAME-N; $ref targets get their rule id before their
+ * body is generated, so recursive schemas are recursive rules. Objects list their
+ * properties in the schema's order with a chain of rules that makes the optional ones
+ * skippable while commas stay right (F_i: nothing written yet; T_i: something written).
+ */
+#include "server/jschema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JSC_MAX_BYTES (4u << 20) /* grammar text per schema */
+#define JSC_MAX_DEPTH 128        /* nested subschemas, $ref targets included */
+#define JSC_MAX_REFS 512
+
+/* ---- context ------------------------------------------------------------------------ */
+
+struct jsc {
+    json_t *root;
+    const char *name;
+    struct jsc_buf *out;
+    int next_id;
+    struct {
+        char *ref;
+        int id;
+    } refs[JSC_MAX_REFS];
+    int n_refs;
+    char *err;
+    size_t errlen;
+    int failed;
+    int depth;
+};
+
+static int jfail(struct jsc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int jfail(struct jsc *c, const char *fmt, ...) {
+    if (c->failed) return -1;
+    c->failed = 1;
+    if (c->err && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ptr + "/" + key with ~ and / escaped (truncated to fit). */
+static void ptr_join(char *dst, size_t cap, const char *ptr, const char *key) {
+    size_t n = (size_t)snprintf(dst, cap, "%s/", ptr);
+    for (const char *k = key; *k && n + 3 < cap; k++) {
+        if (*k == '~') { dst[n++] = '~'; dst[n++] = '0'; }
+        else if (*k == '/') { dst[n++] = '~'; dst[n++] = '1'; }
+        else dst[n++] = *k;
+    }
+    if (n < cap) dst[n] = 0;
+}
+
+static void ptr_idx(char *dst, size_t cap, const char *ptr, const char *key, size_t i) {
+    snprintf(dst, cap, "%s/%s/%zu", ptr, key, i);
+}
+
+static const char *const annotations[] = {
+    "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor",
+    "readOnly", "writeOnly", "deprecated", "$defs", "definitions", "contentMediaType",
+    "contentEncoding", "discriminator", "strict", "name", "$vocabulary", "example", "xml",
+    "externalDocs", NULL,
+};
+static const char *const supported[] = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems",
+    "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
+    "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "nullable", NULL,
+};
+static const char *const refused[] = {
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems",
+    "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
+    "unevaluatedItems", "$dynamicRef", "$recursiveRef", "additionalItems", NULL,
+};
+
+static int in_list(const char *const *l, const char *k) {
+    for (; *l; l++)
+        if (strcmp(*l, k) == 0) return 1;
+    return 0;
+}
+
+static int gen(struct jsc *c, json_t *s, const char *ptr);
+
+static int new_id(struct jsc *c) { return c->next_id++; }
+
+/* Writes "NAME-id ::= body\n". */
+static void emit_rule(struct jsc *c, int id, const struct jsc_buf *body) {
+    jsc_buf_printf(c->out, "%s-%d ::= ", c->name, id);
+    if (body->n) jsc_buf_add(c->out, body->p, body->n);
+    else jsc_buf_add(c->out, "\"\"", sizeof("\"\"") - 1);
+    jsc_buf_add(c->out, "\n", sizeof("\n") - 1);
+}
+
+static void ref_name(struct jsc *c, struct jsc_buf *b, int id) {
+    jsc_buf_printf(b, " %s-%d ", c->name, id);
+}
+
+/* The literal JSON text of v (compact). */
+static int lit_json(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr) {
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!t) return jfail(c, "cannot encode the value at %s", ptr);
+    jsc_buf_lit(b, t, strlen(t));
+    free(t);
+    return 0;
+}
+
+/* ---- $ref --------------------------------------------------------------------------- */
+
+static json_t *resolve(struct jsc *c, const char *ref) {
+    if (strcmp(ref, "#") == 0) return c->root;
+    if (strncmp(ref, "#/", 2) != 0) return NULL;
+    json_t *cur = c->root;
+    const char *p = ref + 2;
+    while (cur && *p) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char key[256];
+        size_t k = 0;
+        for (size_t i = 0; i < n && k + 1 < sizeof key; i++) {
+            if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                key[k++] = p[i + 1] == '0' ? '~' : '/';
+                i++;
+            } else {
+                key[k++] = p[i];
+            }
+        }
+        key[k] = 0;
+        if (json_is_object(cur)) cur = json_object_get(cur, key);
+        else if (json_is_array(cur)) cur = json_array_get(cur, (size_t)strtoul(key, NULL, 10));
+        else cur = NULL;
+        p += n;
+        if (*p == '/') p++;
+    }
+    return cur;
+}
+
+static int gen_ref(struct jsc *c, const char *ref, const char *ptr) {
+    for (int i = 0; i < c->n_refs; i++)
+        if (strcmp(c->refs[i].ref, ref) == 0) return c->refs[i].id;
+    json_t *t = resolve(c, ref);
+    if (!t) return jfail(c, "unknown $ref '%.200s' at %s", ref, ptr);
+    if (c->n_refs == JSC_MAX_REFS) return jfail(c, "too many $ref targets at %s", ptr);
+    int id = new_id(c);
+    c->refs[c->n_refs].ref = strdup(ref);
+    if (!c->refs[c->n_refs].ref) return jfail(c, "out of memory");
+    c->refs[c->n_refs++].id = id;
+    int inner = gen(c, t, ref); /* nesting through $ref counts: a chain of refs is a stack */
+    if (inner < 0) return -1;
+    struct jsc_buf b = {0};
+    ref_name(c, &b, inner);
+    emit_rule(c, id, &b);
+    jsc_buf_free(&b);
+    return id;
+}
+
+/* ---- objects ------------------------------------------------------------------------ */
+
+struct prop {
+    const char *key;
+    json_t *schema;
+    int required;
+    int rule;          /* the value's rule */
+};
+
+static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    json_t *props = json_object_get(s, "properties");
+    json_t *req = json_object_get(s, "required");
+    json_t *addl = json_object_get(s, "additionalProperties");
+    char p2[512];
+    if (props && !json_is_object(props)) return jfail(c, "'properties' must be an object at %s", ptr);
+    if (req && !json_is_array(req)) return jfail(c, "'required' must be an array at %s", ptr);
+    if (addl && !json_is_object(addl) && !json_is_boolean(addl))
+        return jfail(c, "'additionalProperties' must be a schema at %s", ptr);
+    size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
+    struct prop *pr = calloc(np + nr + 1, sizeof(*pr));
+    if (!pr) return jfail(c, "out of memory");
+    int n = 0, rc = -1;
+    const char *key;
+    json_t *val;
+    if (props)
+        json_object_foreach(props, key, val) pr[n++] = (struct prop){key, val, 0, -1};
+    for (size_t i = 0; i < nr; i++) {
+        json_t *r = json_array_get(req, i);
+        if (!json_is_string(r)) {
+            jfail(c, "'required' must hold strings at %s/required", ptr);
+            goto done;
+        }
+        int found = 0;
+        for (int j = 0; j < n; j++)
+            if (strcmp(pr[j].key, json_string_value(r)) == 0) {
+                pr[j].required = 1;
+                found = 1;
+            }
+        if (!found) pr[n++] = (struct prop){json_string_value(r), NULL, 1, -1};
+    }
+    for (int i = 0; i < n; i++) {
+        ptr_join(p2, sizeof p2, ptr, "properties");
+        char p3[512];
+        ptr_join(p3, sizeof p3, p2, pr[i].key);
+        pr[i].rule = pr[i].schema ? gen(c, pr[i].schema, p3) : -2;
+        if (pr[i].rule == -1) goto done;
+    }
+    /* extra keys: only for objects without declared properties */
+    int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
+    if (n == 0 && (!addl || json_is_true(addl))) extra = -2;
+    if (n == 0 && json_is_object(addl)) {
+        ptr_join(p2, sizeof p2, ptr, "additionalProperties");
+        extra = gen(c, addl, p2);
+        if (extra < 0) goto done;
+    }
+    /* kv_i text */
+    int *F = malloc((size_t)(n + 1) * sizeof(int)), *T = malloc((size_t)(n + 1) * sizeof(int));
+    if (!F || !T) {
+        free(F);
+        free(T);
+        jfail(c, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i <= n; i++) {
+        F[i] = new_id(c);
+        T[i] = new_id(c);
+    }
+    /* T_n / F_n: the tail of extra keys */
+    struct jsc_buf t = {0};
+    if (extra == -3) {
+        emit_rule(c, T[n], &t);
+        emit_rule(c, F[n], &t);
+    } else {
+        char kv[96];
+        if (extra == -2) snprintf(kv, sizeof kv, "string ws \":\" ws value ws");
+        else snprintf(kv, sizeof kv, "string ws \":\" ws %s-%d ws", c->name, extra);
+        jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
+        emit_rule(c, T[n], &t);
+        t.n = 0;
+        jsc_buf_printf(&t, "(%s %s-%d)?", kv, c->name, T[n]);
+        emit_rule(c, F[n], &t);
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        struct jsc_buf kv = {0};
+        json_t *ks = json_string(pr[i].key);
+        char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!kd) {
+            jsc_buf_free(&kv);
+            jsc_buf_free(&t);
+            free(F);
+            free(T);
+            jfail(c, "bad property name at %s", ptr);
+            goto done;
+        }
+        jsc_buf_lit(&kv, kd, strlen(kd));
+        free(kd);
+        if (pr[i].rule >= 0) jsc_buf_printf(&kv, " ws \":\" ws %s-%d ws", c->name, pr[i].rule);
+        else jsc_buf_add(&kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
+        t.n = 0;
+        if (pr[i].required) jsc_buf_printf(&t, "\",\" ws %s %s-%d", kv.p, c->name, T[i + 1]);
+        else jsc_buf_printf(&t, "(\",\" ws %s)? %s-%d", kv.p, c->name, T[i + 1]);
+        emit_rule(c, T[i], &t);
+        t.n = 0;
+        if (pr[i].required) jsc_buf_printf(&t, "%s %s-%d", kv.p, c->name, T[i + 1]);
+        else jsc_buf_printf(&t, "%s %s-%d | %s-%d", kv.p, c->name, T[i + 1], c->name, F[i + 1]);
+        emit_rule(c, F[i], &t);
+        jsc_buf_free(&kv);
+    }
+    jsc_buf_printf(b, "\"{\" ws %s-%d \"}\"", c->name, F[0]);
+    jsc_buf_free(&t);
+    free(F);
+    free(T);
+    rc = 0;
+done:
+    free(pr);
+    return rc;
+}
+
+/* ---- arrays ------------------------------------------------------------------------- */
+
+static int get_count(struct jsc *c, json_t *s, const char *k, long long *out, const char *ptr) {
+    json_t *v = json_object_get(s, k);
+    if (!v) return 0;
+    if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1e6 ||
+        json_number_value(v) != floor(json_number_value(v)))
+        return jfail(c, "'%s' must be a non-negative integer at %s/%s", k, ptr, k);
+    *out = (long long)json_number_value(v);
+    return 0;
+}
+
+static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    json_t *pre = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
+    long long mn = 0, mx = -1;
+    if (get_count(c, s, "minItems", &mn, ptr) || get_count(c, s, "maxItems", &mx, ptr)) return -1;
+    if (pre && !json_is_array(pre)) return jfail(c, "'prefixItems' must be an array at %s", ptr);
+    if (json_is_array(items)) return jfail(c, "unsupported keyword 'items' (array form) at %s", ptr);
+    size_t k = pre ? json_array_size(pre) : 0;
+    if (json_is_false(items) && (mx < 0 || mx > (long long)k)) mx = (long long)k;
+    if (mx >= 0 && mn > mx) return jfail(c, "minItems > maxItems at %s", ptr);
+    int *pr = calloc(k + 1, sizeof(int));
+    if (!pr) return jfail(c, "out of memory");
+    char p2[512];
+    for (size_t i = 0; i < k; i++) {
+        ptr_idx(p2, sizeof p2, ptr, "prefixItems", i);
+        pr[i] = gen(c, json_array_get(pre, i), p2);
+        if (pr[i] < 0) {
+            free(pr);
+            return -1;
+        }
+    }
+    int item = -2;
+    if (items && !json_is_boolean(items)) {
+        ptr_join(p2, sizeof p2, ptr, "items");
+        item = gen(c, items, p2);
+        if (item < 0) {
+            free(pr);
+            return -1;
+        }
+    }
+    char it[64];
+    if (item >= 0) snprintf(it, sizeof it, "%s-%d ws", c->name, item);
+    else snprintf(it, sizeof it, "value ws");
+    jsc_buf_add(b, "\"[\" ws ", sizeof("\"[\" ws ") - 1);
+    /* elements j = 0 .. k-1 explicit, then the rest */
+    int open = 0;
+    for (size_t j = 0;; j++) {
+        if (mx >= 0 && (long long)j >= mx) break;
+        const char *sep = j > 0 ? "\",\" ws " : "";
+        if (j < k) {
+            if ((long long)j >= mn) {
+                jsc_buf_add(b, "(", sizeof("(") - 1);
+                open++;
+            }
+            jsc_buf_printf(b, "%s%s-%d ws ", sep, c->name, pr[j]);
+            continue;
+        }
+        long long lo = mn - (long long)j > 0 ? mn - (long long)j : 0;
+        long long hi = mx < 0 ? -1 : mx - (long long)j;
+        if (j == 0) {
+            if (lo == 0) {
+                jsc_buf_printf(b, "(%s", it);
+                if (hi < 0) jsc_buf_printf(b, " (\",\" ws %s)*)?", it);
+                else if (hi > 1) jsc_buf_printf(b, " (\",\" ws %s){0,%lld})?", it, hi - 1);
+                else jsc_buf_add(b, ")?", sizeof(")?") - 1);
+            } else {
+                jsc_buf_printf(b, "%s", it);
+                if (hi < 0) jsc_buf_printf(b, " (\",\" ws %s){%lld,}", it, lo - 1);
+                else if (hi > 1) jsc_buf_printf(b, " (\",\" ws %s){%lld,%lld}", it, lo - 1, hi - 1);
+            }
+        } else if (hi < 0) {
+            jsc_buf_printf(b, "(\",\" ws %s){%lld,}", it, lo);
+        } else if (hi > 0) {
+            jsc_buf_printf(b, "(\",\" ws %s){%lld,%lld}", it, lo, hi);
+        }
+        break;
+    }
+    for (int i = 0; i < open; i++) jsc_buf_add(b, ")?", sizeof(")?") - 1);
+    jsc_buf_add(b, " \"]\"", sizeof(" \"]\"") - 1);
+    free(pr);
+    return 0;
+}
+
+/* ---- strings and numbers ------------------------------------------------------------ */
+
+static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    long long mn = 0, mx = -1;
+    if (get_count(c, s, "minLength", &mn, ptr) || get_count(c, s, "maxLength", &mx, ptr)) return -1;
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (mx >= 0 && mn > mx) return jfail(c, "minLength > maxLength at %s", ptr);
+    int n_kw = (pat != NULL) + (fmt && jschema_format(json_string_value(fmt)) != NULL) +
+               (mn > 0 || mx >= 0);
+    if (n_kw > 1) return jfail(c, "unsupported keyword combination (pattern, format, minLength/maxLength) at %s", ptr);
+    if (pat) {
+        if (!json_is_string(pat)) return jfail(c, "'pattern' must be a string at %s/pattern", ptr);
+        char e2[200];
+        jsc_buf_add(b, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
+        if (jschema_pattern(json_string_value(pat), b, e2, sizeof e2))
+            return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
+        jsc_buf_add(b, ") \"\\\"\"", sizeof(") \"\\\"\"") - 1);
+        return 0;
+    }
+    if (fmt) {
+        if (!json_is_string(fmt)) return jfail(c, "'format' must be a string at %s/format", ptr);
+        const char *g = jschema_format(json_string_value(fmt));
+        if (!g) /* formats are assertions for most validators: never let one through unchecked */
+            return jfail(c, "unsupported keyword 'format' ('%.40s') at %s/format",
+                         json_string_value(fmt), ptr);
+        jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
+        return 0;
+    }
+    if (mn == 0 && mx < 0) {
+        jsc_buf_add(b, "string", sizeof("string") - 1);
+    } else if (mx < 0) {
+        jsc_buf_printf(b, "\"\\\"\" char1{%lld,} \"\\\"\"", mn);
+    } else {
+        jsc_buf_printf(b, "\"\\\"\" char1{%lld,%lld} \"\\\"\"", mn, mx);
+    }
+    return 0;
+}
+
+static int gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    long long lo = 0, hi = 0;
+    int has_lo = 0, has_hi = 0;
+    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, kw[i]);
+        if (!v) continue;
+        if (json_is_boolean(v))
+            return jfail(c, "unsupported keyword '%s' (draft-4 boolean form) at %s/%s", kw[i], ptr, kw[i]);
+        if (!json_is_number(v)) return jfail(c, "'%s' must be a number at %s/%s", kw[i], ptr, kw[i]);
+        double d = json_number_value(v);
+        if (fabs(d) > 1e15) return jfail(c, "unsupported keyword '%s' (magnitude above 1e15) at %s/%s", kw[i], ptr, kw[i]);
+        long long x;
+        if (i < 2) {
+            x = (long long)ceil(d);
+            if (i == 1 && (double)x == d) x++;
+            if (!has_lo || x > lo) lo = x;
+            has_lo = 1;
+        } else {
+            x = (long long)floor(d);
+            if (i == 3 && (double)x == d) x--;
+            if (!has_hi || x < hi) hi = x;
+            has_hi = 1;
+        }
+    }
+    if (has_lo && has_hi && lo > hi) return jfail(c, "no integer satisfies the bounds at %s", ptr);
+    if (!has_lo && !has_hi) {
+        jsc_buf_add(b, "integer", sizeof("integer") - 1);
+        return 0;
+    }
+    jsc_buf_add(b, "(", sizeof("(") - 1);
+    jschema_int_range(lo, has_lo, hi, has_hi, b);
+    jsc_buf_add(b, ")", sizeof(")") - 1);
+    return 0;
+}
+
+/* A number within integer-valued bounds: an integer in range, or i.f (f ending in a non-zero
+ * digit, so strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly
+ * between -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. Other bounds are
+ * refused. */
+static int gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    long long lo = 0, hi = 0, ilo = 0, ihi = 0;
+    int has_lo = 0, has_hi = 0;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, kw[i]);
+        if (!v) continue;
+        double d = json_is_number(v) ? json_number_value(v) : 0.5;
+        if (!json_is_number(v) || d != floor(d) || fabs(d) > 1e15)
+            return jfail(c, "unsupported keyword '%s' (on a number, only integer bounds) at %s/%s",
+                         kw[i], ptr, kw[i]);
+        long long x = (long long)d;
+        if (i < 2) {
+            if (!has_lo || x >= lo) {
+                lo = x;
+                ilo = i == 1 ? x + 1 : x;
+            }
+            has_lo = 1;
+        } else {
+            if (!has_hi || x <= hi) {
+                hi = x;
+                ihi = i == 3 ? x - 1 : x;
+            }
+            has_hi = 1;
+        }
+    }
+    if (!has_lo && !has_hi) {
+        jsc_buf_add(b, "number", sizeof("number") - 1);
+        return 0;
+    }
+    const char *frac = " \".\" [0-9]{0,14} [1-9]";
+    int alts = 0;
+    jsc_buf_add(b, "(", 1);
+    if (!(has_lo && has_hi && ilo > ihi)) { /* integers */
+        jsc_buf_add(b, "(", 1);
+        jschema_int_range(ilo, has_lo, ihi, has_hi, b);
+        jsc_buf_add(b, ")", 1);
+        alts++;
+    }
+    long long plo = has_lo && lo > 0 ? lo : 0, phi = hi - 1;
+    if (!has_hi || phi >= plo) { /* i.f, i >= 0 */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_add(b, "(", 1);
+        jschema_int_range(plo, 1, phi, has_hi, b);
+        jsc_buf_printf(b, ")%s", frac);
+    }
+    long long klo = has_hi && -hi > 0 ? -hi : 0, khi = -lo - 1;
+    if (!has_lo || khi >= klo) { /* -k.f, k >= 0 */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_add(b, "\"-\" (", 5);
+        jschema_int_range(klo, 1, khi, has_lo, b);
+        jsc_buf_printf(b, ")%s", frac);
+    }
+    jsc_buf_add(b, ")", 1);
+    if (!alts) return jfail(c, "no number satisfies the bounds at %s", ptr);
+    return 0;
+}
+
+static int gen_typed(struct jsc *c, json_t *s, const char *type, const char *ptr,
+                     struct jsc_buf *b) {
+    if (strcmp(type, "string") == 0) return gen_string(c, s, ptr, b);
+    if (strcmp(type, "integer") == 0) return gen_integer(c, s, ptr, b);
+    if (strcmp(type, "number") == 0) return gen_number(c, s, ptr, b);
+    if (strcmp(type, "boolean") == 0) {
+        jsc_buf_add(b, "(\"true\" | \"false\")", sizeof("(\"true\" | \"false\")") - 1);
+        return 0;
+    }
+    if (strcmp(type, "null") == 0) {
+        jsc_buf_add(b, "\"null\"", sizeof("\"null\"") - 1);
+        return 0;
+    }
+    if (strcmp(type, "object") == 0) return gen_object(c, s, ptr, b);
+    if (strcmp(type, "array") == 0) return gen_array(c, s, ptr, b);
+    return jfail(c, "unknown type '%.40s' at %s/type", type, ptr);
+}
+
+/* ---- combinators -------------------------------------------------------------------- */
+
+/* allOf of object schemas merged into one (a new reference). */
+static json_t *merge_all_of(struct jsc *c, json_t *arr, const char *ptr) {
+    json_t *m = json_object(), *props = json_object(), *req = json_array();
+    int addl_false = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *part = json_array_get(arr, i);
+        for (int hops = 0; json_is_object(part) && json_object_get(part, "$ref") && hops < 16; hops++)
+            part = resolve(c, json_string_value(json_object_get(part, "$ref")) ?
+                              json_string_value(json_object_get(part, "$ref")) : "");
+        if (!json_is_object(part)) goto bad;
+        const char *k;
+        json_t *v;
+        json_object_foreach(part, k, v) {
+            if (in_list(annotations, k)) continue;
+            if (strcmp(k, "type") == 0 && json_is_string(v) && strcmp(json_string_value(v), "object") == 0) continue;
+            if (strcmp(k, "properties") == 0 && json_is_object(v)) {
+                const char *pk;
+                json_t *pv;
+                json_object_foreach(v, pk, pv) {
+                    if (json_object_get(props, pk)) goto bad; /* would need intersection */
+                    json_object_set(props, pk, pv);
+                }
+            } else if (strcmp(k, "required") == 0 && json_is_array(v)) {
+                json_array_extend(req, v);
+            } else if (strcmp(k, "additionalProperties") == 0 && json_is_false(v)) {
+                addl_false = 1;
+            } else {
+                goto bad;
+            }
+        }
+    }
+    json_object_set_new(m, "type", json_string("object"));
+    json_object_set_new(m, "properties", props);
+    json_object_set_new(m, "required", req);
+    if (addl_false) json_object_set_new(m, "additionalProperties", json_false());
+    return m;
+bad:
+    json_decref(m);
+    json_decref(props);
+    json_decref(req);
+    jfail(c, "unsupported keyword 'allOf' (only object schemas with distinct properties merge) at %s/allOf", ptr);
+    return NULL;
+}
+
+static int gen_alts(struct jsc *c, json_t *arr, const char *kw, const char *ptr,
+                    struct jsc_buf *b) {
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return jfail(c, "'%s' must be a non-empty array at %s/%s", kw, ptr, kw);
+    char p2[512];
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        ptr_idx(p2, sizeof p2, ptr, kw, i);
+        int r = gen(c, json_array_get(arr, i), p2);
+        if (r < 0) return -1;
+        if (i) jsc_buf_add(b, " |", sizeof(" |") - 1);
+        ref_name(c, b, r);
+    }
+    return 0;
+}
+
+static const char *infer_type(json_t *s) {
+    static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
+    static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
+    static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    for (int i = 0; obj[i]; i++) if (json_object_get(s, obj[i])) return "object";
+    for (int i = 0; arr[i]; i++) if (json_object_get(s, arr[i])) return "array";
+    for (int i = 0; str[i]; i++) if (json_object_get(s, str[i])) return "string";
+    for (int i = 0; num[i]; i++) if (json_object_get(s, num[i])) return "number";
+    return NULL;
+}
+
+/* 1 when value v has one of the types `type` names (NULL: any). */
+static int type_is(const char *t, json_t *v) {
+    if (!strcmp(t, "string")) return json_is_string(v);
+    if (!strcmp(t, "boolean")) return json_is_boolean(v);
+    if (!strcmp(t, "null")) return json_is_null(v);
+    if (!strcmp(t, "object")) return json_is_object(v);
+    if (!strcmp(t, "array")) return json_is_array(v);
+    if (!strcmp(t, "number")) return json_is_number(v);
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v) ||
+               (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    return 0;
+}
+
+static int type_allows(json_t *type, json_t *v) {
+    if (!type) return 1;
+    if (json_is_string(type)) return type_is(json_string_value(type), v);
+    for (size_t i = 0; i < json_array_size(type); i++)
+        if (json_is_string(json_array_get(type, i)) &&
+            type_is(json_string_value(json_array_get(type, i)), v))
+            return 1;
+    return 0;
+}
+
+static int in_enum(json_t *en, json_t *v) {
+    for (size_t i = 0; i < json_array_size(en); i++)
+        if (json_equal(json_array_get(en, i), v)) return 1;
+    return 0;
+}
+
+/* One rule for schema s; returns its id or -1. */
+static int gen(struct jsc *c, json_t *s, const char *ptr) {
+    if (c->failed) return -1;
+    if (c->out->oom) return jfail(c, "schema too large (grammar over %zu bytes)", c->out->limit);
+    if (json_is_true(s)) {
+        int id = new_id(c);
+        struct jsc_buf b = {0};
+        jsc_buf_add(&b, "value", sizeof("value") - 1);
+        emit_rule(c, id, &b);
+        jsc_buf_free(&b);
+        return id;
+    }
+    if (json_is_false(s)) return jfail(c, "schema 'false' at %s accepts nothing", ptr);
+    if (!json_is_object(s)) return jfail(c, "a schema must be an object or a boolean at %s", ptr);
+    if (++c->depth > JSC_MAX_DEPTH) return jfail(c, "schema nested too deeply at %s", ptr);
+    const char *k;
+    json_t *v;
+    int n_valid = 0;
+    json_object_foreach(s, k, v) {
+        if (in_list(refused, k)) {
+            if (strcmp(k, "uniqueItems") == 0 && json_is_false(v)) continue;
+            return jfail(c, "unsupported keyword '%s' at %s/%s", k, ptr, k);
+        }
+        if (in_list(supported, k) && strcmp(k, "nullable") != 0) n_valid++;
+    }
+    struct jsc_buf b = {0};
+    int id = new_id(c), rc = 0;
+    json_t *ref = json_object_get(s, "$ref");
+    json_t *anyof = json_object_get(s, "anyOf"), *oneof = json_object_get(s, "oneOf");
+    json_t *allof = json_object_get(s, "allOf"), *cst = json_object_get(s, "const");
+    json_t *en = json_object_get(s, "enum"), *type = json_object_get(s, "type");
+    json_t *nullable = json_object_get(s, "nullable");
+    int add_null = json_is_true(nullable);
+    if (ref) {
+        if (!json_is_string(ref)) rc = jfail(c, "'$ref' must be a string at %s/$ref", ptr);
+        else if (n_valid > 1) rc = jfail(c, "unsupported keyword combination ($ref with siblings) at %s", ptr);
+        else {
+            int r = gen_ref(c, json_string_value(ref), ptr);
+            if (r < 0) rc = -1;
+            else ref_name(c, &b, r);
+        }
+    } else if (anyof || oneof) {
+        if (n_valid > 1)
+            rc = jfail(c, "unsupported keyword combination (%s with siblings) at %s",
+                       anyof ? "anyOf" : "oneOf", ptr);
+        else rc = gen_alts(c, anyof ? anyof : oneof, anyof ? "anyOf" : "oneOf", ptr, &b);
+    } else if (allof) {
+        if (!json_is_array(allof) || json_array_size(allof) == 0)
+            rc = jfail(c, "'allOf' must be a non-empty array at %s/allOf", ptr);
+        else if (n_valid > 1) rc = jfail(c, "unsupported keyword combination (allOf with siblings) at %s", ptr);
+        else if (json_array_size(allof) == 1) {
+            char p2[512];
+            ptr_idx(p2, sizeof p2, ptr, "allOf", 0);
+            int r = gen(c, json_array_get(allof, 0), p2);
+            if (r < 0) rc = -1;
+            else ref_name(c, &b, r);
+        } else {
+            json_t *m = merge_all_of(c, allof, ptr);
+            if (!m) rc = -1;
+            else {
+                int r = gen(c, m, ptr);
+                json_decref(m);
+                if (r < 0) rc = -1;
+                else ref_name(c, &b, r);
+            }
+        }
+    } else if (cst || en) {
+        /* the values that also have an allowed type; other keywords beside them are not
+         * checked against the values, so they are refused */
+        int others = n_valid - 1 - (type != NULL) - (cst && en);
+        if (others > 0) {
+            rc = jfail(c, "unsupported keyword combination (%s with other keywords) at %s",
+                       cst ? "const" : "enum", ptr);
+        } else if (en && (!json_is_array(en) || json_array_size(en) == 0)) {
+            rc = jfail(c, "'enum' must be a non-empty array at %s/enum", ptr);
+        } else {
+            json_t *vals = cst ? json_pack("[O]", cst) : json_incref(en);
+            int n_ok = 0;
+            for (size_t i = 0; !rc && i < json_array_size(vals); i++) {
+                json_t *ev = json_array_get(vals, i);
+                if (!type_allows(type, ev) || (cst && en && !in_enum(en, ev))) continue;
+                if (n_ok++) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
+                rc = lit_json(c, &b, ev, ptr);
+            }
+            json_decref(vals);
+            if (!rc && n_ok == 0)
+                rc = jfail(c, "no value of '%s' has the schema's type at %s", cst ? "const" : "enum", ptr);
+        }
+    } else if (json_is_string(type)) {
+        rc = gen_typed(c, s, json_string_value(type), ptr, &b);
+    } else if (json_is_array(type)) {
+        if (json_array_size(type) == 0) rc = jfail(c, "'type' must not be empty at %s/type", ptr);
+        for (size_t i = 0; !rc && i < json_array_size(type); i++) {
+            json_t *t = json_array_get(type, i);
+            if (!json_is_string(t)) {
+                rc = jfail(c, "'type' must hold strings at %s/type", ptr);
+                break;
+            }
+            if (i) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
+            jsc_buf_add(&b, "(", sizeof("(") - 1);
+            rc = gen_typed(c, s, json_string_value(t), ptr, &b);
+            jsc_buf_add(&b, ")", sizeof(")") - 1);
+        }
+    } else if (type) {
+        rc = jfail(c, "'type' must be a string or an array at %s/type", ptr);
+    } else {
+        const char *t = infer_type(s);
+        if (t) rc = gen_typed(c, s, t, ptr, &b);
+        else jsc_buf_add(&b, "value", sizeof("value") - 1);
+    }
+    if (!rc && add_null) jsc_buf_add(&b, " | \"null\"", sizeof(" | \"null\"") - 1);
+    c->depth--;
+    if (!rc && !c->failed) emit_rule(c, id, &b);
+    jsc_buf_free(&b);
+    return rc || c->failed ? -1 : id;
+}
+
+/* ---- entry points ------------------------------------------------------------------- */
+
+static const char base_rules[] =
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)* )? \"}\"\n"
+    "array ::= \"[\" ws ( value ws (\",\" ws value ws)* )? \"]\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "char1 ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+    "number ::= integer (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n";
+
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
+                  size_t errlen) {
+    struct jsc *c = calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    c->root = schema;
+    c->name = name;
+    c->out = out;
+    c->err = err;
+    c->errlen = errlen;
+    if (!out->limit) out->limit = JSC_MAX_BYTES;
+    if (base) jsc_buf_add(out, base_rules, sizeof base_rules - 1);
+    int r = gen(c, schema, "#");
+    if (r >= 0) jsc_buf_printf(out, "%s ::= %s-%d\n", name, name, r);
+    if (out->oom && !c->failed) jfail(c, "schema too large (grammar over %zu bytes)", out->limit);
+    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
+    int failed = c->failed;
+    free(c);
+    return failed ? -1 : 0;
+}
+
+int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen) {
+    if (jschema_rules(schema, "schema", out, 1, err, errlen)) return -1;
+    jsc_buf_add(out, "root ::= schema\n", sizeof("root ::= schema\n") - 1);
+    return out->oom ? -1 : 0;
+}
+
+int jschema_any_object(struct jsc_buf *out) {
+    jsc_buf_add(out, base_rules, sizeof base_rules - 1);
+    jsc_buf_add(out, "root ::= object\n", sizeof("root ::= object\n") - 1);
+    return out->oom ? -1 : 0;
+}

@@ -1,0 +1,43 @@
+/*
+ * jschema — JSON Schema to GBNF (the grammar text scheduler/grammar.h compiles), for
+ * response_format json_schema, llama.cpp's top-level json_schema field and tool arguments.
+ *
+ * Supported: type (every type and unions), properties, required, additionalProperties
+ * (false, true, a schema: extra keys only when the object declares no properties; with
+ * declared properties only those are generated, which is always valid), items (schema or
+ * false), prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: branches are
+ * not made exclusive), allOf (one branch, or object branches merged), $ref into $defs /
+ * definitions / the root (recursion included), minLength, maxLength, pattern (a regex
+ * subset: literals, ., classes with ranges and negation, \d \w \s \D \W \S, groups,
+ * alternation, * + ? {m} {m,} {m,n}, ^ and $ at the ends; no backreferences, lookaround or
+ * \b), format (date, time, date-time, uuid, email, hostname, ipv4; others refused), integer
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: integer-valued bounds
+ * only), nullable (OpenAPI) and type
+ * unions with "null". Annotations (title, description, default, examples, $comment, ...)
+ * are ignored. A keyword that would change validity and is not supported fails with a
+ * message naming the keyword and its JSON pointer; nothing falls back to unconstrained.
+ * Whitespace between tokens: nothing, one space, or a newline and at most 20 spaces/tabs.
+ * Strings limited by minLength/maxLength use no \u escapes (one code point per char).
+ *
+ * Pure functions: any thread.
+ */
+#ifndef GEMMAD_JSCHEMA_H
+#define GEMMAD_JSCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "server/jschema_fmt.h"
+
+/* Rules of the schema's language appended to out, the schema's value rule named
+ * `name` (a GBNF rule name; other rules get `name`-prefixed names). The base rules (ws,
+ * string, ...) are appended once per buffer when base is 1; call with base 0 for more
+ * schemas into the same text (tool arguments). Returns 0, or -1 with err set. */
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
+                  size_t errlen);
+/* A whole grammar: root ::= the schema's value. */
+int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen);
+/* The grammar of any JSON object (response_format json_object). */
+int jschema_any_object(struct jsc_buf *out);
+
+#endif

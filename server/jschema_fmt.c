@@ -1,0 +1,557 @@
+/*
+ * jschema_fmt — the parts of JSON Schema → GBNF that are languages of their own: the regex
+ * subset of "pattern", integer ranges, and string formats. See jschema.h.
+ *
+ * A pattern describes the decoded string; the grammar writes its JSON encoding, so a '"'
+ * or '\' the pattern allows is written escaped, and classes leave out the other control
+ * characters (the generated strings are a subset of the pattern's, never a superset).
+ * Without ^ the pattern may start anywhere and without $ end anywhere (JSON Schema
+ * patterns search), so the expression is framed by any-string parts.
+ */
+#include "server/jschema_fmt.h"
+
+#include <stdarg.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- buffer ------------------------------------------------------------------------- */
+
+void jsc_buf_add(struct jsc_buf *b, const char *s, size_t len) {
+    if (b->oom) return;
+    if (b->limit && b->n + len > b->limit) {
+        b->oom = 1;
+        return;
+    }
+    if (b->n + len + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 1024;
+        while (nc < b->n + len + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = 0;
+}
+
+void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)k < sizeof tmp) {
+        jsc_buf_add(b, tmp, (size_t)k);
+        return;
+    }
+    char *big = malloc((size_t)k + 1);
+    if (!big) {
+        b->oom = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    jsc_buf_add(b, big, (size_t)k);
+    free(big);
+}
+
+void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len) {
+    jsc_buf_add(b, "\"", sizeof("\"") - 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            jsc_buf_add(b, e, 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            jsc_buf_printf(b, "\\x%02X", c);
+        } else {
+            jsc_buf_add(b, (const char *)&s[i], 1);
+        }
+    }
+    jsc_buf_add(b, "\"", sizeof("\"") - 1);
+}
+
+void jsc_buf_free(struct jsc_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+/* ---- regex subset ------------------------------------------------------------------- */
+
+struct rx {
+    const char *p, *end;
+    struct jsc_buf *o;
+    char *err;
+    size_t errlen;
+    int failed;
+    int depth;
+};
+
+struct cpr {
+    unsigned lo, hi;
+};
+
+static int rfail(struct rx *r, const char *msg) {
+    if (!r->failed) snprintf(r->err, r->errlen, "%s at offset %d", msg, (int)(r->end - r->p));
+    r->failed = 1;
+    return -1;
+}
+
+/* One code point of the pattern (UTF-8). */
+static unsigned rx_cp(struct rx *r) {
+    const unsigned char *s = (const unsigned char *)r->p;
+    unsigned c = s[0];
+    int n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
+    if (r->p + n > r->end) n = 1;
+    if (n > 1) c &= 0x3f >> (n - 1);
+    for (int i = 1; i < n; i++) c = (c << 6) | (s[i] & 0x3f);
+    r->p += n;
+    return c;
+}
+
+/* The JSON encoding of code point c as a GBNF literal. */
+static void emit_cp(struct jsc_buf *o, unsigned c) {
+    char u[8];
+    size_t n;
+    if (c == '"') {
+        jsc_buf_add(o, "\"\\\\\\\"\"", sizeof("\"\\\\\\\"\"") - 1);
+        return;
+    }
+    if (c == '\\') {
+        jsc_buf_add(o, "\"\\\\\\\\\"", sizeof("\"\\\\\\\\\"") - 1);
+        return;
+    }
+    if (c < 0x20) {
+        const char *e = c == '\n' ? "n" : c == '\t' ? "t" : c == '\r' ? "r" : c == '\f' ? "f" : c == '\b' ? "b" : NULL;
+        if (e) jsc_buf_printf(o, "\"\\\\%s\"", e);
+        else jsc_buf_printf(o, "\"\\\\u%04X\"", c);
+        return;
+    }
+    if (c < 0x80) { u[0] = (char)c; n = 1; }
+    else if (c < 0x800) { u[0] = (char)(0xc0 | (c >> 6)); u[1] = (char)(0x80 | (c & 63)); n = 2; }
+    else if (c < 0x10000) {
+        u[0] = (char)(0xe0 | (c >> 12)); u[1] = (char)(0x80 | ((c >> 6) & 63)); u[2] = (char)(0x80 | (c & 63)); n = 3;
+    } else {
+        u[0] = (char)(0xf0 | (c >> 18)); u[1] = (char)(0x80 | ((c >> 12) & 63));
+        u[2] = (char)(0x80 | ((c >> 6) & 63)); u[3] = (char)(0x80 | (c & 63)); n = 4;
+    }
+    jsc_buf_lit(o, u, n);
+}
+
+static int cmp_cpr(const void *a, const void *b) {
+    const struct cpr *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Emit a class (ranges r[0..n), negated or not) as a GBNF group. */
+static int emit_class(struct rx *r, struct cpr *cr, int n, int neg) {
+    qsort(cr, (size_t)n, sizeof(*cr), cmp_cpr);
+    struct cpr u[160];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m && cr[i].lo <= u[m - 1].hi + 1) {
+            if (cr[i].hi > u[m - 1].hi) u[m - 1].hi = cr[i].hi;
+        } else if (m < 150) {
+            u[m++] = cr[i];
+        } else {
+            return rfail(r, "character class too large");
+        }
+    }
+    if (neg) {
+        struct cpr t[160];
+        int k = 0;
+        unsigned next = 0;
+        for (int i = 0; i < m; i++) {
+            if (u[i].lo > next) t[k++] = (struct cpr){next, u[i].lo - 1};
+            next = u[i].hi + 1;
+        }
+        if (next <= 0x10ffff) t[k++] = (struct cpr){next, 0x10ffff};
+        memcpy(u, t, (size_t)k * sizeof(*u));
+        m = k;
+    }
+    int has_q = 0, has_bs = 0, has_nl = 0, has_tab = 0, any = 0;
+    struct jsc_buf cls = {0};
+    for (int i = 0; i < m; i++) {
+        unsigned lo = u[i].lo, hi = u[i].hi;
+        if (lo <= '"' && hi >= '"') has_q = 1;
+        if (lo <= '\\' && hi >= '\\') has_bs = 1;
+        if (lo <= '\n' && hi >= '\n') has_nl = 1;
+        if (lo <= '\t' && hi >= '\t') has_tab = 1;
+        /* cut out 0x00-0x1f, '"', '\\' and the surrogates */
+        unsigned cuts[][2] = {{0, 0x1f}, {'"', '"'}, {'\\', '\\'}, {0xd800, 0xdfff}};
+        unsigned a = lo;
+        while (a <= hi) {
+            unsigned b = hi;
+            int moved = 0;
+            for (int k = 0; k < 4; k++) {
+                if (a >= cuts[k][0] && a <= cuts[k][1]) {
+                    a = cuts[k][1] + 1;
+                    moved = 1;
+                    break;
+                }
+                if (cuts[k][0] > a && cuts[k][0] - 1 < b) b = cuts[k][0] - 1;
+            }
+            if (moved) continue;
+            if (b > hi) b = hi;
+            jsc_buf_printf(&cls, "\\U%08X-\\U%08X", a, b);
+            any = 1;
+            if (b == 0x10ffff) break;
+            a = b + 1;
+        }
+    }
+    int alts = 0;
+    jsc_buf_add(r->o, "(", sizeof("(") - 1);
+    if (any) {
+        jsc_buf_printf(r->o, "[%s]", cls.p);
+        alts++;
+    }
+    jsc_buf_free(&cls);
+    const unsigned extra[4] = {'"', '\\', '\n', '\t'};
+    const int has[4] = {has_q, has_bs, has_nl, has_tab};
+    for (int k = 0; k < 4; k++) {
+        if (!has[k]) continue;
+        if (alts++) jsc_buf_add(r->o, " | ", sizeof(" | ") - 1);
+        emit_cp(r->o, extra[k]);
+    }
+    if (!alts) return rfail(r, "empty character class");
+    jsc_buf_add(r->o, ")", sizeof(")") - 1);
+    return 0;
+}
+
+/* Ranges of a shorthand class \d \w \s (upper case: negated). Returns the count. */
+static int shorthand(char c, struct cpr *out, int *neg) {
+    *neg = c >= 'A' && c <= 'Z';
+    switch (c | 0x20) {
+    case 'd': out[0] = (struct cpr){'0', '9'}; return 1;
+    case 'w':
+        out[0] = (struct cpr){'0', '9'}; out[1] = (struct cpr){'A', 'Z'};
+        out[2] = (struct cpr){'a', 'z'}; out[3] = (struct cpr){'_', '_'};
+        return 4;
+    case 's':
+        out[0] = (struct cpr){'\t', '\r'}; out[1] = (struct cpr){' ', ' '};
+        out[2] = (struct cpr){0xa0, 0xa0}; out[3] = (struct cpr){0x2028, 0x2029};
+        out[4] = (struct cpr){0xfeff, 0xfeff};
+        return 5;
+    }
+    return 0;
+}
+
+static int hexn(struct rx *r, int n, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < n; i++) {
+        if (r->p >= r->end) return rfail(r, "bad escape");
+        char c = *r->p++;
+        int h = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+        if (h < 0) return rfail(r, "bad escape");
+        v = v * 16 + (unsigned)h;
+    }
+    *out = v;
+    return 0;
+}
+
+/* An escape after '\' as one code point (returns 0) or a shorthand class (returns 1). */
+static int escape(struct rx *r, unsigned *cp, struct cpr *cls, int *ncls, int *neg) {
+    if (r->p >= r->end) return rfail(r, "trailing backslash");
+    char c = *r->p++;
+    if ((*ncls = shorthand(c, cls, neg)) > 0) return 1;
+    switch (c) {
+    case 'n': *cp = '\n'; return 0;
+    case 't': *cp = '\t'; return 0;
+    case 'r': *cp = '\r'; return 0;
+    case 'f': *cp = '\f'; return 0;
+    case 'v': *cp = '\v'; return 0;
+    case '0': *cp = 0; return 0;
+    case 'x': return hexn(r, 2, cp);
+    case 'u': return hexn(r, 4, cp);
+    }
+    if ((c >= '1' && c <= '9') || c == 'b' || c == 'B' || c == 'k' || c == 'p' || c == 'P' ||
+        c == 'c')
+        return rfail(r, "unsupported regex escape");
+    r->p--;
+    *cp = rx_cp(r);
+    return 0;
+}
+
+static int rx_alt(struct rx *r);
+
+static int rx_atom(struct rx *r) {
+    char c = *r->p;
+    if (c == '(') {
+        r->p++;
+        if (r->p < r->end && *r->p == '?') {
+            if (r->p + 1 < r->end && r->p[1] == ':') r->p += 2;
+            else return rfail(r, "unsupported regex group (lookaround or named)");
+        }
+        if (++r->depth > 64) return rfail(r, "regex nested too deeply");
+        jsc_buf_add(r->o, "(", sizeof("(") - 1);
+        if (rx_alt(r)) return -1;
+        if (r->p >= r->end || *r->p != ')') return rfail(r, "missing ')'");
+        r->p++;
+        r->depth--;
+        jsc_buf_add(r->o, ")", sizeof(")") - 1);
+        return 0;
+    }
+    if (c == '[') {
+        r->p++;
+        int neg = 0, n = 0;
+        struct cpr cr[150];
+        if (r->p < r->end && *r->p == '^') {
+            neg = 1;
+            r->p++;
+        }
+        int first = 1;
+        while (r->p < r->end && (*r->p != ']' || first)) {
+            first = 0;
+            unsigned lo, hi;
+            if (*r->p == '\\') {
+                r->p++;
+                struct cpr sh[8];
+                int nsh = 0, shneg = 0;
+                int k = escape(r, &lo, sh, &nsh, &shneg);
+                if (k < 0) return -1;
+                if (k == 1) {
+                    if (shneg) return rfail(r, "unsupported negated shorthand inside a class");
+                    for (int i = 0; i < nsh && n < 140; i++) cr[n++] = sh[i];
+                    continue;
+                }
+            } else {
+                lo = rx_cp(r);
+            }
+            hi = lo;
+            if (r->p + 1 < r->end && *r->p == '-' && r->p[1] != ']') {
+                r->p++;
+                if (*r->p == '\\') {
+                    r->p++;
+                    struct cpr sh[8];
+                    int nsh, shneg;
+                    if (escape(r, &hi, sh, &nsh, &shneg) != 0) return rfail(r, "bad class range");
+                } else {
+                    hi = rx_cp(r);
+                }
+                if (hi < lo) return rfail(r, "bad class range");
+            }
+            if (n >= 140) return rfail(r, "character class too large");
+            cr[n++] = (struct cpr){lo, hi};
+        }
+        if (r->p >= r->end) return rfail(r, "missing ']'");
+        r->p++;
+        return emit_class(r, cr, n, neg);
+    }
+    if (c == '.') {
+        r->p++;
+        struct cpr nl = {'\n', '\n'};
+        return emit_class(r, &nl, 1, 1);
+    }
+    if (c == '\\') {
+        r->p++;
+        unsigned cp;
+        struct cpr sh[8];
+        int nsh = 0, neg = 0;
+        int k = escape(r, &cp, sh, &nsh, &neg);
+        if (k < 0) return -1;
+        if (k == 1) return emit_class(r, sh, nsh, neg);
+        emit_cp(r->o, cp);
+        return 0;
+    }
+    if (c == '^' || c == '$') return rfail(r, "unsupported anchor inside the pattern");
+    if (c == '*' || c == '+' || c == '?' || c == '{') return rfail(r, "quantifier without an item");
+    emit_cp(r->o, rx_cp(r));
+    return 0;
+}
+
+static int rx_seq(struct rx *r) {
+    int items = 0;
+    while (r->p < r->end && *r->p != '|' && *r->p != ')') {
+        if (*r->p == '$' && r->p + 1 == r->end) break;
+        jsc_buf_add(r->o, " ", sizeof(" ") - 1);
+        if (rx_atom(r)) return -1;
+        items++;
+        if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
+            jsc_buf_add(r->o, r->p, 1);
+            r->p++;
+        } else if (r->p < r->end && *r->p == '{') {
+            const char *q = r->p + 1;
+            long lo = strtol(q, (char **)&q, 10);
+            long hi = lo;
+            if (q == r->p + 1) return rfail(r, "bad {m,n} quantifier");
+            if (*q == ',') {
+                q++;
+                if (*q == '}') hi = -1;
+                else hi = strtol(q, (char **)&q, 10);
+            }
+            if (*q != '}' || lo < 0 || lo > 1000 || hi > 1000 || (hi >= 0 && hi < lo))
+                return rfail(r, "bad {m,n} quantifier");
+            if (hi < 0) jsc_buf_printf(r->o, "{%ld,}", lo);
+            else jsc_buf_printf(r->o, "{%ld,%ld}", lo, hi);
+            r->p = q + 1;
+        }
+        if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
+        if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{'))
+            return rfail(r, "unsupported stacked quantifier");
+    }
+    if (!items) jsc_buf_add(r->o, " \"\"", sizeof(" \"\"") - 1);
+    return 0;
+}
+
+static int rx_alt(struct rx *r) {
+    if (rx_seq(r)) return -1;
+    while (r->p < r->end && *r->p == '|') {
+        r->p++;
+        jsc_buf_add(r->o, " |", sizeof(" |") - 1);
+        if (rx_seq(r)) return -1;
+    }
+    return 0;
+}
+
+int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen) {
+    struct rx r = {re, re + strlen(re), out, err, errlen, 0, 0};
+    int start = r.p < r.end && *r.p == '^';
+    if (start) r.p++;
+    size_t n = strlen(re);
+    int end = n > 0 && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
+    if (!start) jsc_buf_add(out, "char* ", sizeof("char* ") - 1);
+    jsc_buf_add(out, "(", sizeof("(") - 1);
+    if (rx_alt(&r)) return -1;
+    if (r.p < r.end && *r.p == ')') return rfail(&r, "unbalanced ')'");
+    if (r.p < r.end && *r.p == '$') r.p++;
+    if (r.p != r.end) return rfail(&r, "unexpected text");
+    jsc_buf_add(out, ")", sizeof(")") - 1);
+    if (!end) jsc_buf_add(out, " char*", sizeof(" char*") - 1);
+    return out->oom ? rfail(&r, "pattern too large") : 0;
+}
+
+/* ---- integer ranges ----------------------------------------------------------------- */
+
+/* Same-length digit strings a..b (leading zeros allowed) as a GBNF sequence. */
+static void fixed(const char *a, const char *b, int n, struct jsc_buf *o) {
+    if (n == 0) {
+        jsc_buf_add(o, "\"\"", sizeof("\"\"") - 1);
+        return;
+    }
+    if (a[0] == b[0]) {
+        jsc_buf_printf(o, "\"%c\" ", a[0]);
+        fixed(a + 1, b + 1, n - 1, o);
+        return;
+    }
+    int a0 = 1, b9 = 1;
+    for (int i = 1; i < n; i++) {
+        if (a[i] != '0') a0 = 0;
+        if (b[i] != '9') b9 = 0;
+    }
+    if (a0 && b9) {
+        jsc_buf_printf(o, "[%c-%c]", a[0], b[0]);
+        if (n > 1) jsc_buf_printf(o, " [0-9]{%d}", n - 1);
+        return;
+    }
+    char nines[24], zeros[24];
+    memset(nines, '9', sizeof nines);
+    memset(zeros, '0', sizeof zeros);
+    jsc_buf_printf(o, "(\"%c\" (", a[0]);
+    fixed(a + 1, nines, n - 1, o);
+    jsc_buf_add(o, ")", sizeof(")") - 1);
+    if (a[0] + 1 <= b[0] - 1) {
+        jsc_buf_printf(o, " | [%c-%c]", a[0] + 1, b[0] - 1);
+        if (n > 1) jsc_buf_printf(o, " [0-9]{%d}", n - 1);
+    }
+    jsc_buf_printf(o, " | \"%c\" (", b[0]);
+    fixed(zeros, b + 1, n - 1, o);
+    jsc_buf_add(o, "))", sizeof("))") - 1);
+}
+
+static long long pow10ll(int d) {
+    long long p = 1;
+    while (d-- > 0) p *= 10;
+    return p;
+}
+
+static int ndigits(long long v) {
+    int d = 1;
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Non-negative a..b without leading zeros. */
+static void nonneg(long long a, long long b, struct jsc_buf *o) {
+    int da = ndigits(a), db = ndigits(b);
+    jsc_buf_add(o, "(", sizeof("(") - 1);
+    for (int d = da; d <= db; d++) {
+        long long lo = d == da ? a : pow10ll(d - 1), hi = d == db ? b : pow10ll(d) - 1;
+        char sa[24], sb[24];
+        snprintf(sa, sizeof sa, "%lld", lo);
+        snprintf(sb, sizeof sb, "%lld", hi);
+        if (d > da) jsc_buf_add(o, " | ", sizeof(" | ") - 1);
+        jsc_buf_add(o, "(", sizeof("(") - 1);
+        fixed(sa, sb, d, o);
+        jsc_buf_add(o, ")", sizeof(")") - 1);
+    }
+    jsc_buf_add(o, ")", sizeof(")") - 1);
+}
+
+/* Non-negative integers >= a (up to 16 digits). */
+static void nonneg_from(long long a, struct jsc_buf *o) {
+    int da = ndigits(a);
+    jsc_buf_add(o, "(", sizeof("(") - 1);
+    nonneg(a, pow10ll(da) - 1, o);
+    if (da < 16) jsc_buf_printf(o, " | [1-9] [0-9]{%d,15}", da);
+    jsc_buf_add(o, ")", sizeof(")") - 1);
+}
+
+void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *o) {
+    int alts = 0;
+    /* negative part: -(|hi'| .. |lo'|) */
+    if (!has_lo || lo < 0) {
+        long long nlo = has_hi && hi < 0 ? -hi : 1; /* smallest magnitude */
+        jsc_buf_add(o, "\"-\" ", sizeof("\"-\" ") - 1);
+        if (has_lo) nonneg(nlo, -lo, o);
+        else nonneg_from(nlo, o);
+        alts++;
+    }
+    if (!has_hi || hi >= 0) {
+        long long plo = has_lo && lo > 0 ? lo : 0;
+        if (alts) jsc_buf_add(o, " | ", sizeof(" | ") - 1);
+        if (has_hi) nonneg(plo, hi, o);
+        else nonneg_from(plo, o);
+    }
+}
+
+/* ---- formats ------------------------------------------------------------------------ */
+
+#define D2 "[0-9] [0-9]"
+#define DATE                                                                                  \
+    "[0-9]{4} \"-\" ((\"01\" | \"03\" | \"05\" | \"07\" | \"08\" | \"10\" | \"12\") \"-\" "   \
+    "(\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | (\"04\" | \"06\" | \"09\" | \"11\") \"-\" "    \
+    "(\"0\" [1-9] | [12] [0-9] | \"30\") | \"02\" \"-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))"
+#define TIME                                                                                  \
+    "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "     \
+    "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"
+
+#define OCTET "(\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9])"
+
+const char *jschema_format(const char *fmt) {
+    if (!fmt) return NULL;
+    if (strcmp(fmt, "date") == 0) return "(" DATE ")";
+    if (strcmp(fmt, "time") == 0) return "(" TIME ")";
+    if (strcmp(fmt, "date-time") == 0) return "(" DATE " \"T\" " TIME ")";
+    if (strcmp(fmt, "uuid") == 0)
+        return "([0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12})";
+    if (strcmp(fmt, "email") == 0)
+        return "([a-zA-Z0-9_+-] [a-zA-Z0-9._+-]{0,31} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,30} "
+               "(\".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,15}){1,3})";
+    if (strcmp(fmt, "hostname") == 0)
+        return "([a-zA-Z0-9] ([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] "
+               "([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])?){0,4})";
+    if (strcmp(fmt, "ipv4") == 0)
+        return "(" OCTET " \".\" " OCTET " \".\" " OCTET " \".\" " OCTET ")";
+    return NULL;
+}

@@ -1,0 +1,32 @@
+/*
+ * jschema_fmt — the pieces of JSON Schema → GBNF (server/jschema.h) that are languages of
+ * their own: the regex subset of "pattern", integer ranges and string formats; and the
+ * growing text buffer the grammar is written into. Pure functions: any thread.
+ */
+#ifndef GEMMAD_JSCHEMA_FMT_H
+#define GEMMAD_JSCHEMA_FMT_H
+
+#include <stddef.h>
+
+/* Appendable grammar text (heap, grows; NUL-terminated). */
+struct jsc_buf {
+    char *p;
+    size_t n, cap;
+    size_t limit;       /* bytes; past it jsc_buf_ok fails */
+    int oom;
+};
+void jsc_buf_add(struct jsc_buf *b, const char *s, size_t len);
+void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A GBNF string literal of bytes s[0..len). */
+void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len);
+void jsc_buf_free(struct jsc_buf *b);
+
+/* The pattern subset as a GBNF expression over JSON string content (the
+ * characters between the quotes); -1 with err naming the unsupported construct. */
+int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen);
+/* Integers in [lo, hi] (has_lo/has_hi 0: unbounded) as a GBNF expression. */
+void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
+/* The GBNF expression of a string format's content, or NULL for an unknown format. */
+const char *jschema_format(const char *fmt);
+
+#endif

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Constrained decoding benchmark (docs/TOOLS.md).
+
+1. Mask time per token (p50, p99; cold cache = the first pass over a grammar, warm = the
+   second) for a few schemas on the model's whole vocabulary, through
+   `gemmad-cli grammar --check INSTANCE -m MODEL --bench` (one thread).
+2. Compile time of a large schema (JSON Schema to GBNF, GBNF to grammar).
+3. Decode throughput of build/gemmad with and without a schema, at 1 and 16 streams:
+   /v1/chat/completions, temperature 0, the same prompts; tok/s = completion tokens of all
+   requests / wall time. The schema lets outputs run long (an array of short strings), so
+   both runs generate about max_tokens per request.
+
+  python3 tests/bench/bench_grammar.py --model models/gemma-3-270m-q4_k_m.gguf
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.path.join(ROOT, "build", "gemmad-cli")
+GEMMAD = os.path.join(ROOT, "build", "gemmad")
+
+SCHEMAS = {
+    "person": ({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0,
+                                                            "maximum": 150},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+        "required": ["name", "age", "email", "tags"], "additionalProperties": False},
+        {"name": "Ada Lovelace, Countess of Lovelace", "age": 36,
+         "email": "ada@analytical.engine.org", "tags": ["math", "poetry", "engines", "notes"]}),
+    "free_json": ({"type": "object"},
+                  {"text": "The quick brown fox jumps over the lazy dog. " * 3,
+                   "n": [1, 2.5, -3e5], "ok": True, "nested": {"a": None, "b": "ünïcödé"}}),
+    "enum_list": ({"type": "array", "items": {"enum": ["alpha", "beta", "gamma", "delta"]},
+                   "maxItems": 40}, ["alpha", "beta", "gamma", "delta"] * 6),
+}
+
+
+def large_schema(n=400):
+    props = {}
+    for i in range(n):
+        k = i % 5
+        props[f"field_{i}"] = (
+            {"type": "string", "maxLength": 32} if k == 0 else
+            {"type": "integer", "minimum": -i, "maximum": 1000 + i} if k == 1 else
+            {"enum": [f"v{i}_{j}" for j in range(8)]} if k == 2 else
+            {"type": "array", "items": {"type": "number"}, "maxItems": 10} if k == 3 else
+            {"type": "object", "properties": {"x": {"type": "boolean"},
+                                              "y": {"type": ["string", "null"]}},
+             "required": ["x"], "additionalProperties": False})
+    return {"type": "object", "properties": props, "required": list(props)[::2],
+            "additionalProperties": False}
+
+
+def cli_bench(model, schema, inst, tmp):
+    s = os.path.join(tmp, "s.json")
+    i = os.path.join(tmp, "i.json")
+    with open(s, "w") as f:
+        json.dump(schema, f)
+    with open(i, "w") as f:
+        f.write(json.dumps(inst, ensure_ascii=False))
+    args = [CLI, "grammar", "--schema", s, "--bench", "--check", i]
+    if model:
+        args += ["-m", model]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout
+
+
+def post(port, body, timeout=600):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def throughput(port, model_id, conc, n_req, gen, schema):
+    def one(i):
+        body = {"model": model_id, "temperature": 0, "max_tokens": gen,
+                "messages": [{"role": "user", "content": f"List {i} words as JSON."}]}
+        if schema:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "s", "schema": schema}}
+        return post(port, body)["usage"]["completion_tokens"]
+
+    one(0)  # warm-up (for the constrained run: builds the trie and fills the cache)
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(conc) as ex:
+        toks = sum(ex.map(one, range(1, n_req + 1)))
+    return toks / (time.time() - t0), toks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--skip-server", action="store_true")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        print("mask time per token (gemmad-cli grammar --bench, one thread):")
+        for name, (schema, inst) in SCHEMAS.items():
+            rc, out = cli_bench(a.model, schema, inst, tmp)
+            for line in out.splitlines():
+                if line.startswith("mask") or line.startswith("cache"):
+                    print(f"  {name:10s} {line}")
+            if rc != 0:
+                print(f"  {name}: the instance was rejected (rc {rc})")
+        rc, out = cli_bench(None, large_schema(), {}, tmp)
+        m = re.search(r"compile: schema to GBNF ([\d.]+) ms, GBNF to grammar ([\d.]+) ms "
+                      r"\((\d+) rules, (\d+) elements\)", out)
+        if m:
+            print(f"large schema (400 properties): to GBNF {m.group(1)} ms + compile "
+                  f"{m.group(2)} ms = {float(m.group(1)) + float(m.group(2)):.1f} ms "
+                  f"({m.group(3)} rules, {m.group(4)} elements)")
+    if a.skip_server:
+        return 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [GEMMAD, "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+            "--max-seqs", "16", "--ctx-size", "2048"]
+    if a.threads:
+        argv += ["--threads", str(a.threads)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models") as r:
+            mid = json.loads(r.read())["data"][0]["id"]
+        schema = {"type": "array", "items": {"type": "string", "maxLength": 12}}
+        print(f"decode throughput, {a.gen} tokens per request (tok/s):")
+        for conc, n_req in ((1, 4), (16, 32)):
+            free, nf = throughput(port, mid, conc, n_req, a.gen, None)
+            cons, nc = throughput(port, mid, conc, n_req, a.gen, schema)
+            print(f"  {conc:2d} streams: unconstrained {free:7.1f} ({nf} tokens), "
+                  f"constrained {cons:7.1f} ({nc} tokens), ratio {cons / free:.2f}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

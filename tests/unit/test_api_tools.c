@@ -1,0 +1,206 @@
+/* Unit tests of server/tool_parse.c (tool-call output split into text and calls, at any
+ * chunking) and server/jschema.c (schemas to grammars, accepted and rejected instances,
+ * errors naming keyword and pointer). */
+#include <jansson.h>
+
+#include "scheduler/grammar.h"
+#include "server/api_tools.h"
+#include "server/jschema.h"
+#include "tests/unit/harness.h"
+
+static const char *OUT =
+    "Let me check.```tool_call\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P{a}\\\"ris\", "
+    "\"n\": [1, {\"x\": 2}]}}\n```\n```tool_call\n{\"name\": \"t2\", \"arguments\": {}}\n```";
+
+/* Feed OUT in chunks of `step` bytes; returns (content, calls rebuilt from the deltas). */
+static void run_chunks(size_t step, json_t **content, json_t **calls, json_t **final_calls) {
+    struct tools_out *o = tools_out_new("x");
+    json_t *acc = json_array();
+    struct {
+        char text[512];
+    } args[4] = {{""}};
+    char text[512] = "";
+    size_t n = strlen(OUT);
+    for (size_t at = 0; at <= n; at += step) {
+        size_t k = at + step > n ? n - at : step;
+        json_t *d = tools_out_feed(o, OUT + at, k, at + step > n);
+        size_t i;
+        json_t *x;
+        json_array_foreach(d, i, x) {
+            json_t *c = json_object_get(x, "content");
+            if (c) strncat(text, json_string_value(c), sizeof text - strlen(text) - 1);
+            json_t *tc = json_array_get(json_object_get(x, "tool_calls"), 0);
+            if (!tc) continue;
+            int idx = (int)json_integer_value(json_object_get(tc, "index"));
+            T_ASSERT(idx >= 0 && idx < 4);
+            json_t *fn = json_object_get(tc, "function");
+            if (json_object_get(tc, "id")) {
+                T_ASSERT(idx == (int)json_array_size(acc));
+                json_array_append_new(acc, json_pack("{s:O}", "name", json_object_get(fn, "name")));
+            }
+            strncat(args[idx].text, json_string_value(json_object_get(fn, "arguments")),
+                    sizeof args[idx].text - strlen(args[idx].text) - 1);
+        }
+        json_decref(d);
+    }
+    for (size_t i = 0; i < json_array_size(acc); i++)
+        json_object_set_new(json_array_get(acc, i), "arguments", json_string(args[i].text));
+    *content = json_string(text);
+    *calls = acc;
+    *final_calls = tools_out_calls(o);
+    tools_out_free(o);
+}
+
+static void test_tool_output_any_chunking(void) {
+    json_t *c1, *k1, *f1;
+    run_chunks(10000, &c1, &k1, &f1);
+    T_ASSERT(strcmp(json_string_value(c1), "Let me check.") == 0);
+    T_ASSERT(json_array_size(k1) == 2);
+    T_ASSERT(strcmp(json_string_value(json_object_get(json_array_get(k1, 0), "arguments")),
+                    "{\"city\": \"P{a}\\\"ris\", \"n\": [1, {\"x\": 2}]}") == 0);
+    T_ASSERT(strcmp(json_string_value(json_object_get(json_array_get(k1, 1), "name")), "t2") == 0);
+    for (size_t step = 1; step < 40; step++) {
+        json_t *c, *k, *f;
+        run_chunks(step, &c, &k, &f);
+        T_ASSERTF(json_equal(c, c1) && json_equal(k, k1) && json_equal(f, f1), "step %zu", step);
+        json_decref(c);
+        json_decref(k);
+        json_decref(f);
+    }
+    json_decref(c1);
+    json_decref(k1);
+    json_decref(f1);
+}
+
+static void test_tool_output_not_a_call(void) {
+    struct tools_out *o = tools_out_new("x");
+    const char *t = "see ```tool_calls here and ```tool_call\nnope";
+    json_t *d = tools_out_feed(o, t, strlen(t), 1);
+    json_decref(d);
+    json_t *c = tools_out_content(o);
+    T_ASSERT(strcmp(json_string_value(c), t) == 0);
+    T_ASSERT(tools_out_n_calls(o) == 0);
+    json_decref(c);
+    tools_out_free(o);
+    /* only calls: content is null */
+    o = tools_out_new("y");
+    t = "```tool_call\n{\"name\": \"f\", \"arguments\": {}}\n```";
+    json_decref(tools_out_feed(o, t, strlen(t), 1));
+    c = tools_out_content(o);
+    T_ASSERT(json_is_null(c));
+    T_ASSERT(tools_out_n_calls(o) == 1);
+    json_decref(c);
+    tools_out_free(o);
+}
+
+/* 0 accepted, 1 rejected, -1 the schema does not compile */
+static int check(const char *schema, const char *inst, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    T_ASSERTF(s, "bad test schema: %s", je.text);
+    struct jsc_buf b = {0};
+    int rc = jschema_to_gbnf(s, &b, err, errlen);
+    json_decref(s);
+    if (rc) {
+        jsc_buf_free(&b);
+        return -1;
+    }
+    struct gram *g = NULL;
+    T_ASSERTF(gram_compile_gbnf(b.p, b.n, NULL, &g, err, errlen) == 0, "%s\n%s", err, b.p);
+    jsc_buf_free(&b);
+    struct gram_scratch *x = NULL;
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_scratch_create(NULL, 8, &x) == 0);
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    int ok = gram_match_accept(m, x, (const uint8_t *)inst, strlen(inst)) == 0 &&
+             gram_match_can_end(m);
+    gram_match_destroy(m);
+    gram_scratch_destroy(x);
+    gram_unref(g);
+    return ok ? 0 : 1;
+}
+
+static void test_jschema_instances(void) {
+    char err[256];
+    static const struct {
+        const char *schema, *inst;
+        int want;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}", "-15", 0},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}", "230", 0},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}", "231", 1},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}", "-16", 1},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":230}", "007", 1},
+        {"{\"type\":\"integer\",\"minimum\":100}", "99", 1},
+        {"{\"type\":\"integer\",\"minimum\":100}", "123456", 0},
+        {"{\"type\":\"integer\",\"exclusiveMaximum\":0}", "0", 1},
+        {"{\"type\":\"integer\",\"exclusiveMaximum\":0}", "-7", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^a+b?$\"}", "\"aab\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^a+b?$\"}", "\"abb\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"x\\\\d\"}", "\"..x5..\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^[\\\"]$\"}", "\"\\\"\"", 0},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-29\"", 1},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-12-31\"", 0},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"", 0},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\\u00e9\"", 1},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xc3\xa9\xc3\xa9\"", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":{\"type\":\"boolean\"}},"
+         "\"required\":[\"b\"]}", "{\"a\": null, \"b\": true}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":{\"type\":\"boolean\"}},"
+         "\"required\":[\"b\"]}", "{\"b\": false}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":{\"type\":\"boolean\"}},"
+         "\"required\":[\"b\"]}", "{\"a\": null}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":{\"type\":\"boolean\"}},"
+         "\"required\":[\"b\"]}", "{\"b\": true,}", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"null\"}],\"items\":false}", "[null]", 0},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"null\"}],\"items\":false}", "[null, null]", 1},
+        {"{\"type\":\"array\",\"minItems\":2,\"maxItems\":3,\"items\":{\"const\":1}}", "[1]", 1},
+        {"{\"type\":\"array\",\"minItems\":2,\"maxItems\":3,\"items\":{\"const\":1}}", "[1,1, 1]", 0},
+        {"{\"type\":\"array\",\"minItems\":2,\"maxItems\":3,\"items\":{\"const\":1}}", "[1,1,1,1]", 1},
+        {"{\"$defs\":{\"n\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},\"$ref\":\"#/$defs/n\"}",
+         "[[], [[[]]]]", 0},
+        {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"integer\",\"minimum\":0,\"maximum\":1}]}",
+         "2", 1},
+        {"{\"type\":\"boolean\",\"nullable\":true}", "null", 0},
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\":[1]}", 0},
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1]}", 1},
+        {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "\"a\"", 1},
+        {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "2.0", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "-2.5", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "-3.5", 1},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "1.75", 0},
+        {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "2", 1},
+        {"{\"type\":\"number\",\"minimum\":0}", "-0.5", 1},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.255\"", 0},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", "\"192.168.0.256\"", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = check(cases[i].schema, cases[i].inst, err, sizeof err);
+        T_ASSERTF(r == cases[i].want, "case %zu (%s on %s): got %d (%s)", i, cases[i].inst,
+                  cases[i].schema, r, r < 0 ? err : "");
+    }
+}
+
+static void test_jschema_errors(void) {
+    char err[256];
+    T_ASSERT(check("{\"properties\":{\"a\":{\"not\":{}}}}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "'not'") && strstr(err, "#/properties/a"));
+    T_ASSERT(check("{\"items\":{\"$ref\":\"#/$defs/x\"}}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "#/$defs/x") && strstr(err, "#/items"));
+    T_ASSERT(check("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "pattern"));
+    T_ASSERT(check("{\"type\":\"array\",\"uniqueItems\":true}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "uniqueItems"));
+    T_ASSERT(check("false", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"type\":\"string\",\"format\":\"uri\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "'format'") && strstr(err, "#/format"));
+    T_ASSERT(check("{\"enum\":[\"a\"],\"maxLength\":3}", "", err, sizeof err) == -1);
+}
+
+int main(int argc, char **argv) {
+    static const struct t_case cases[] = {
+        T_CASE(test_tool_output_any_chunking), T_CASE(test_tool_output_not_a_call),
+        T_CASE(test_jschema_instances), T_CASE(test_jschema_errors), {0},
+    };
+    return t_main(argc, argv, cases);
+}

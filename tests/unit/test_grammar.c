@@ -1,0 +1,268 @@
+/* Unit tests of scheduler/grammar: GBNF parsing, incremental matching, masks against a
+ * brute-force check of every token (small vocabularies and Gemma's), budgets. */
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "scheduler/grammar.h"
+#include "scheduler/grammar_int.h" /* no_intern: the plain walk too */
+#include "tests/unit/harness.h"
+
+#include <time.h>
+
+static struct gram *compile(const char *text) {
+    struct gram *g = NULL;
+    char err[256];
+    int rc = gram_compile_gbnf(text, strlen(text), NULL, &g, err, sizeof err);
+    T_ASSERTF(rc == 0, "compile failed (%d): %s\n%s", rc, err, text);
+    return g;
+}
+
+static int compile_err(const char *text, char *err, size_t errlen) {
+    struct gram *g = NULL;
+    int rc = gram_compile_gbnf(text, strlen(text), NULL, &g, err, errlen);
+    gram_unref(g);
+    return rc;
+}
+
+/* 1 when the grammar accepts s whole. */
+static int accepts(struct gram *g, struct gram_scratch *x, const char *s) {
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    int rc = gram_match_accept(m, x, (const uint8_t *)s, strlen(s));
+    int ok = rc == 0 && gram_match_can_end(m);
+    gram_match_destroy(m);
+    return ok;
+}
+
+static struct gram_scratch *scratch(int max_len) {
+    struct gram_scratch *x = NULL;
+    T_ASSERT(gram_scratch_create(NULL, max_len, &x) == 0);
+    return x;
+}
+
+static const char *JSONG =
+    "root   ::= object\n"
+    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::=\n"
+    "  \"{\" ws (\n"
+    "            string \":\" ws value\n"
+    "    (\",\" ws string \":\" ws value)*\n"
+    "  )? \"}\" ws\n"
+    "array  ::=\n"
+    "  \"[\" ws (\n"
+    "            value\n"
+    "    (\",\" ws value)*\n"
+    "  )? \"]\" ws\n"
+    "string ::=\n"
+    "  \"\\\"\" (\n"
+    "    [^\"\\\\\\x7F\\x00-\\x1F] |\n"
+    "    \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) # escapes\n"
+    "  )* \"\\\"\" ws\n"
+    "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
+
+static void test_parse_errors(void) {
+    char err[256];
+    T_ASSERT(compile_err("root ::= foo\n", err, sizeof err) == GRAM_EINVAL);
+    T_ASSERT(strstr(err, "foo"));
+    T_ASSERT(compile_err("root ::= root \"a\" | \"b\"\n", err, sizeof err) == GRAM_EINVAL);
+    T_ASSERT(strstr(err, "left recursion"));
+    T_ASSERT(compile_err("root ::= x \"a\"\nx ::= \"\" | root\n", err, sizeof err) == GRAM_EINVAL);
+    T_ASSERT(compile_err("root ::= \"abc\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= [abc\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= (\"a\"\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("rot ::= \"a\"\n", err, sizeof err) == GRAM_EINVAL);
+    T_ASSERT(strstr(err, "root"));
+    T_ASSERT(compile_err("root ::= \"a\"{3,2}\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= \"a\" \"b\"{100000} \"c\"{100000} \"d\"{100000}\n", err,
+                         sizeof err) == GRAM_EBUDGET);
+    T_ASSERT(compile_err("root ::= \"a\"\nroot ::= \"b\"\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= \"\\q\" ] \n", err, sizeof err) == GRAM_ESYNTAX);
+}
+
+static void test_match_basic(void) {
+    struct gram_scratch *x = scratch(64);
+    struct gram *g = compile("root ::= \"ab\" [c-e]+ \"!\"? | \"x\"{2,3}\n");
+    T_ASSERT(accepts(g, x, "abc"));
+    T_ASSERT(accepts(g, x, "abcde!"));
+    T_ASSERT(!accepts(g, x, "ab"));
+    T_ASSERT(!accepts(g, x, "abf"));
+    T_ASSERT(!accepts(g, x, "abc!!"));
+    T_ASSERT(accepts(g, x, "xx"));
+    T_ASSERT(accepts(g, x, "xxx"));
+    T_ASSERT(!accepts(g, x, "x"));
+    T_ASSERT(!accepts(g, x, "xxxx"));
+    gram_unref(g);
+    /* comments, multi-line alternation, groups, {m,} */
+    g = compile("# a comment\nroot ::= a (\",\" a){1,}  # trailing\na ::= \"1\"\n  | \"22\"\n");
+    T_ASSERT(accepts(g, x, "1,22"));
+    T_ASSERT(accepts(g, x, "22,1,1"));
+    T_ASSERT(!accepts(g, x, "1"));
+    T_ASSERT(!accepts(g, x, "1,"));
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+static void test_match_utf8(void) {
+    struct gram_scratch *x = scratch(64);
+    struct gram *g = compile("root ::= [^a]* \"a\"\n");
+    T_ASSERT(accepts(g, x, "a"));
+    T_ASSERT(accepts(g, x, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "a")); /* é € 😀 */
+    T_ASSERT(!accepts(g, x, "\xc3" "a"));          /* broken sequence */
+    T_ASSERT(!accepts(g, x, "ba\xc3\xa9"));
+    gram_unref(g);
+    /* a class that is not every non-ASCII code point is exact UTF-8: no surrogates, no
+     * overlong forms (the complete one takes any well-formed lead/continuation shape) */
+    g = compile("root ::= [^a\\u00e9]* \"a\"\n");
+    T_ASSERT(accepts(g, x, "\xc3\xa8" "a"));
+    T_ASSERT(!accepts(g, x, "\xc3\xa9" "a"));
+    T_ASSERT(!accepts(g, x, "\xed\xa0\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xc0\x80" "a"));
+    gram_unref(g);
+    g = compile("root ::= [α-γ\\u00e9] \"\\x41\" .\n");
+    T_ASSERT(accepts(g, x, "\xce\xb2" "A\xe2\x82\xac"));
+    T_ASSERT(accepts(g, x, "\xc3\xa9" "Az"));
+    T_ASSERT(!accepts(g, x, "\xce\xb4" "Az"));
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+static void test_match_json(void) {
+    struct gram_scratch *x = scratch(64);
+    struct gram *g = compile(JSONG);
+    T_ASSERT(accepts(g, x, "{}"));
+    T_ASSERT(accepts(g, x, "{\"a\": [1, 2.5, -3e5, \"x\\n\\u00e9\"], \"b\": {\"c\": null}}"));
+    T_ASSERT(!accepts(g, x, "{\"a\": }"));
+    T_ASSERT(!accepts(g, x, "{\"a\": 1,}"));
+    T_ASSERT(!accepts(g, x, "[1]"));
+    T_ASSERT(!accepts(g, x, "{\"a\": \"\x01\"}"));
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+/* Masks (cached and not) equal a brute-force check of every token, along random paths. */
+static void check_masks(struct gram *g, struct gram_vocab *gv, struct gram_scratch *x,
+                        int steps, uint64_t seed, int max_tok_checks) {
+    const int nv = gram_vocab_n(gv);
+    const size_t words = ((size_t)nv + 63) / 64;
+    uint64_t *m1 = calloc(words, 8), *m2 = calloc(words, 8), *m3 = calloc(words, 8);
+    struct gram_match *m = NULL, *t = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    T_ASSERT(gram_match_create(g, x, &t) == 0);
+    for (int s = 0; s < steps; s++) {
+        int n1 = 0, n2 = 0;
+        T_ASSERT(gram_match_mask(m, x, gv, m1, &n1, 0) == 0);
+        T_ASSERT(gram_match_mask(m, x, gv, m2, &n2, 1) == 0);
+        T_ASSERTF(n1 == n2 && memcmp(m1, m2, words * 8) == 0, "cached %d vs uncached %d", n1, n2);
+        int n3 = 0;
+        x->no_intern = 1; /* the walk without interned sets gives the same mask */
+        T_ASSERT(gram_match_mask(m, x, gv, m3, &n3, 1) == 0);
+        x->no_intern = 0;
+        T_ASSERTF(n3 == n2 && memcmp(m3, m2, words * 8) == 0, "plain %d vs interned %d", n3, n2);
+        int checked = 0;
+        for (int id = 0; id < nv; id++) {
+            int bit = (int)((m1[id >> 6] >> (id & 63)) & 1);
+            if (max_tok_checks && !bit && (t_xorshift64(&seed) % (uint64_t)nv) > (uint64_t)max_tok_checks)
+                continue; /* sample rejected tokens on big vocabularies */
+            const uint8_t *b;
+            int len = gram_vocab_token(gv, id, &b);
+            int ok = 0;
+            if (len > 0) {
+                T_ASSERT(gram_match_copy(t, m) == 0);
+                ok = gram_match_accept(t, x, b, (size_t)len) == 0;
+            }
+            T_ASSERTF(ok == bit, "step %d token %d ('%.*s'): mask %d, brute force %d", s, id, len,
+                      (const char *)b, bit, ok);
+            checked++;
+        }
+        if (n1 == 0) break;
+        /* follow a random allowed token */
+        int pick = (int)(t_xorshift64(&seed) % (uint64_t)n1), id = 0;
+        for (id = 0; id < nv; id++)
+            if (((m1[id >> 6] >> (id & 63)) & 1) && pick-- == 0) break;
+        const uint8_t *b;
+        int len = gram_vocab_token(gv, id, &b);
+        T_ASSERT(gram_match_accept(m, x, b, (size_t)len) == 0);
+        (void)checked;
+    }
+    gram_match_destroy(m);
+    gram_match_destroy(t);
+    free(m1);
+    free(m2);
+    free(m3);
+}
+
+static void test_mask_small_vocab(void) {
+    static const char *toks[] = {
+        "{", "}", "{\"", "\"", "\":", "\": ", ",", ", \"", "a", "ab", "abc", "b", "\"a", "a\"",
+        "1", "12", "-", "-1", ".", ".5", "e", "E+", "true", "tr", "ue", "false", "null", "nul",
+        "l", " ", "\n", "\n  ", "[", "]", "[]", "{}", "\\", "\\n", "\\u", "00", "e9", "\xc3",
+        "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "x\"}", "\"}", "\"]", "1,", "\": {\"", "",
+    };
+    const int n = (int)(sizeof toks / sizeof toks[0]);
+    int len[64];
+    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    const char *grams[] = {
+        JSONG,
+        "root ::= \"{\\\"a\\\": \" (\"true\" | \"false\" | [0-9]+) \"}\"\n",
+        "root ::= ([^\"] | \"\\\\n\")* \"\\\"\"\n",
+        "root ::= \"ab\"{1,3} c\nc ::= \"\" | \"c\" c\n",
+    };
+    for (int gi = 0; gi < 4; gi++) {
+        struct gram *g = compile(grams[gi]);
+        for (uint64_t seed = 1; seed <= 6; seed++) check_masks(g, gv, x, 24, seed * 7919 + (uint64_t)gi, 0);
+        gram_unref(g);
+    }
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+}
+
+static void test_mask_real_vocab(void) {
+    struct model *md = t_model_or_skip();
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create(md->vocab, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    struct gram *g = compile(JSONG);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    check_masks(g, gv, x, 6, 42, 4096);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("  real-vocab json: 6 states checked in %.2f s\n",
+           (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec));
+    gram_unref(g);
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+    model_free(md);
+}
+
+static void test_budget(void) {
+    /* an ambiguous grammar whose stack set doubles per byte must fail, not hang */
+    struct gram_limits lim;
+    gram_limits_default(&lim);
+    lim.max_stacks = 64;
+    struct gram *g = NULL;
+    char err[128];
+    const char *t = "root ::= a*\na ::= \"x\" | \"x\" | b\nb ::= \"x\" c\nc ::= \"\" | \"x\"\n";
+    T_ASSERT(gram_compile_gbnf(t, strlen(t), &lim, &g, err, sizeof err) == 0);
+    struct gram_scratch *x = NULL;
+    T_ASSERT(gram_scratch_create(&lim, 8, &x) == 0);
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    int rc = 0;
+    for (int i = 0; i < 200 && rc == 0; i++) rc = gram_match_accept(m, x, (const uint8_t *)"x", 1);
+    T_ASSERTF(rc == 0 || rc == GRAM_EBUDGET, "rc %d", rc);
+    gram_match_destroy(m);
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+int main(int argc, char **argv) {
+    static const struct t_case cases[] = {
+        T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
+        T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
+        T_CASE(test_budget), {0},
+    };
+    return t_main(argc, argv, cases);
+}

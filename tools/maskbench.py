@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""MaskBench coverage of gemmad's JSON Schema support (guidance-ai/jsonschemabench,
+maskbench/data: about 11,000 real schemas with valid and invalid instances).
+
+A schema passes when `gemmad-cli grammar --schema` compiles it, `--check` accepts every valid
+instance and rejects every invalid one. An invalid instance that is accepted is an
+"invalidation" error (the engine would let invalid output through); a valid one rejected only
+narrows what can be generated. Instances are written as json.dumps writes them (", " and
+": "), since JSON whitespace is free. The data is not part of this repository: fetch the
+benchmark and point --data at its maskbench/data folder.
+
+    python3 tools/maskbench.py --data PATH/maskbench/data [--jobs 2] [--limit N] [--json OUT]
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cli, args, timeout):
+    try:
+        r = subprocess.run([cli, "grammar"] + args, capture_output=True, text=True,
+                           timeout=timeout)
+        return r.returncode, r.stderr.strip()
+    except subprocess.TimeoutExpired:
+        return "timeout", ""
+
+
+def one(cli, path, tmp, timeout):
+    name = os.path.basename(path)
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    sfile = os.path.join(tmp, name + ".schema.json")
+    with open(sfile, "w", encoding="utf-8") as f:
+        json.dump(doc["schema"], f)
+    t0 = time.time()
+    rc, err = run(cli, ["--schema", sfile], timeout)
+    res = {"name": name, "compiled": rc == 0, "error": err if rc != 0 else "",
+           "compile_s": time.time() - t0, "valid_rejected": 0, "invalid_accepted": 0,
+           "tests": len(doc.get("tests", []))}
+    if rc == "timeout":
+        res["error"] = "timeout"
+    if rc != 0:
+        os.unlink(sfile)
+        return res
+    for i, t in enumerate(doc.get("tests", [])):
+        ifile = os.path.join(tmp, f"{name}.{i}.json")
+        with open(ifile, "w", encoding="utf-8") as f:
+            f.write(json.dumps(t["data"], ensure_ascii=False))
+        rc, _ = run(cli, ["--schema", sfile, "--check", ifile], timeout)
+        os.unlink(ifile)
+        if t["valid"] and rc != 0:
+            res["valid_rejected"] += 1
+        if not t["valid"] and rc == 0:
+            res["invalid_accepted"] += 1
+    os.unlink(sfile)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "gemmad-cli"))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=20)
+    ap.add_argument("--json", help="write per-schema results here")
+    ap.add_argument("--only", help="a file of schema file names to run (one a line)")
+    a = ap.parse_args()
+    files = sorted(os.path.join(a.data, f) for f in os.listdir(a.data) if f.endswith(".json"))
+    if a.only:
+        with open(a.only) as f:
+            keep = {ln.strip() for ln in f if ln.strip()}
+        files = [p for p in files if os.path.basename(p) in keep]
+    if a.limit:
+        files = files[:a.limit]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(a.jobs) as ex:
+        for r in ex.map(lambda p: one(a.cli, p, tmp, a.timeout), files):
+            results.append(r)
+            if len(results) % 500 == 0:
+                print(f"  {len(results)} / {len(files)}", file=sys.stderr)
+    n = len(results)
+    compiled = sum(r["compiled"] for r in results)
+    passing = sum(r["compiled"] and not r["valid_rejected"] and not r["invalid_accepted"]
+                  for r in results)
+    inval = sum(r["invalid_accepted"] for r in results)
+    inval_schemas = sum(1 for r in results if r["invalid_accepted"])
+    vrej = sum(r["valid_rejected"] for r in results)
+    reasons = {}
+    for r in results:
+        if not r["compiled"]:
+            msg = r["error"].split(".schema.json: ", 1)[-1]
+            key = msg.split(" at ")[0].split(" (")[0][:70]
+            reasons[key] = reasons.get(key, 0) + 1
+    print(f"schemas: {n}, compiled: {compiled}, passing: {passing}")
+    print(f"invalid instances accepted: {inval} (in {inval_schemas} schemas); "
+          f"valid instances rejected: {vrej}")
+    print("most common reasons a schema does not compile:")
+    for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"  {v:6d}  {k}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
