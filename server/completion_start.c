@@ -148,6 +148,7 @@ enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const cha
         return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     }
     g->emb = emb;
+    g->emb_dim = E;
     snprintf(g->model, sizeof g->model, "%s", model);
     g->ch = calloc((size_t)emb->n, sizeof *g->ch);
     g->emb_vecs = calloc((size_t)emb->n * (size_t)E, sizeof(float));

@@ -32,6 +32,7 @@ struct intake_job {
     json_t *root;               /* a reference of its own, or NULL: parse body first */
     const char *body;           /* the request body (the caller keeps it alive) */
     size_t body_len;
+    int raw;                    /* intake_task: no body, fn gets root NULL */
     intake_work_fn fn;          /* the work on root */
     void *fn_arg;
     int rc;
@@ -61,7 +62,7 @@ struct intake_lane {
 
 /* Any thread: touches only the job, the read-only JSON and the immutable vocabulary. */
 static void intake_run(struct intake_job *j) {
-    if (!j->root) { /* a 4 MB body takes jansson about 0.1 s: not on the loop either */
+    if (!j->root && !j->raw) { /* a 4 MB body takes jansson about 0.1 s: not on the loop */
         json_error_t je;
         j->root = json_loadb(j->body, j->body_len, JSON_REJECT_DUPLICATES, &je);
         memset(&j->e, 0, sizeof j->e);
@@ -158,8 +159,8 @@ fail_async:
     return NULL;
 }
 
-int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
-                intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
+static int intake_queue(struct srv *s, json_t *root, const char *body, size_t body_len, int raw,
+                        intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
     struct intake_job *j = calloc(1, sizeof *j);
     if (!j) return -1;
     j->work.data = j;
@@ -167,6 +168,7 @@ int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
     j->root = json_incref(root);
     j->body = body ? body : "";
     j->body_len = body_len;
+    j->raw = raw;
     j->fn = fn;
     j->fn_arg = fn_arg;
     j->end = end;
@@ -188,6 +190,15 @@ int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
     }
     s->n_intake++;
     return 0;
+}
+
+int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
+                intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
+    return intake_queue(s, root, body, body_len, 0, fn, fn_arg, end, arg);
+}
+
+int intake_task(struct srv *s, intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
+    return intake_queue(s, NULL, NULL, 0, 1, fn, fn_arg, end, arg);
 }
 
 static int intake_parse_work(void *arg, json_t *root, struct oai_error *e) {

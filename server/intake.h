@@ -33,6 +33,9 @@ typedef void (*intake_end_fn)(void *arg, int rc, const struct oai_error *e);
  * unchanged until end; 0, or -1 when it cannot be queued (nothing taken). */
 int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
                 intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg);
+/* The same without a body (fn gets root NULL), on the worker pool: building and serializing
+ * a large reply. */
+int intake_task(struct srv *s, intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg);
 
 /* rc 0: p is the parsed request (taken over by the callback); else e says why. */
 typedef void (*intake_done_fn)(void *arg, int rc, struct oai_params *p, const struct oai_error *e);

@@ -172,17 +172,10 @@ struct route_tok {
     size_t len;
 };
 
-/* Worker: body (taken) serialized as the 200 reply, ending in a newline as
- * conn_reply_json's bodies do. */
+/* Worker: body (taken) serialized as the 200 reply. */
 static int route_tok_reply(struct route_tok *t, json_t *body, struct oai_error *e) {
-    t->text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    char *t2 = t->text ? realloc(t->text, strlen(t->text) + 2) : NULL;
-    if (!t2) return oai_fail(e, 500, NULL, NULL, "out of memory");
-    t->text = t2;
-    t->len = strlen(t2);
-    t2[t->len++] = '\n';
-    t2[t->len] = 0;
+    if (!(t->text = conn_json_text(body, &t->len)))
+        return oai_fail(e, 500, NULL, NULL, "out of memory");
     return 0;
 }
 

@@ -180,6 +180,10 @@ def detokenized(r):
     return r.status_code == 200 and r.content.startswith(b'{"content":"')
 
 
+def embedded(r):
+    return r.status_code == 200 and r.content.startswith(b'{"object":"list","data":[')
+
+
 # Every route that renders or tokenizes a body: (path, body of n words, expected answer).
 HUGE_ROUTES = {
     "completions": ("/v1/completions", lambda n: {"prompt": "word " * n, "max_tokens": 1},
@@ -193,12 +197,16 @@ HUGE_ROUTES = {
     "tokenize": ("/tokenize", lambda n: {"content": "word " * n}, tokenized),
     "detokenize": ("/detokenize", lambda n: {"tokens": [4321] * (n * 5 // 6)}, detokenized),
     "embeddings": ("/v1/embeddings", lambda n: {"input": "word " * n}, too_long),
+    # many inputs: a reply of megabytes of numbers (2,048 x 640 floats), serialized off the loop
+    "embeddings_many": ("/v1/embeddings", lambda n: {"input": ["word"] * min(2048, n // 40)},
+                        embedded),
 }
 
 
 @pytest.mark.parametrize("route", sorted(HUGE_ROUTES))
 def test_huge_prompts_do_not_stall_the_loop(start_server, route):
-    srv = start_server("--body-limit", "5000000", "--admin-port", "0")
+    # (a queue for two requests of 2,048 embedding inputs)
+    srv = start_server("--body-limit", "5000000", "--admin-port", "0", "--max-queue", "8192")
     stop = threading.Event()
     gaps, health = {"idle": [], "load": []}, {"idle": [], "load": []}
     phase = ["idle"]
