@@ -107,6 +107,9 @@ static const struct cfg_opt cfg_opts[] = {
      "seconds a finished session's KV blocks stay warm"},
     {"deterministic", CFG_BOOL, OFF(deterministic), 0, 0, 1, NULL,
      "batch- and thread-invariant results on CUDA too (no cuBLAS); CPU always is (1/0)"},
+    {"speculative", CFG_INT, OFF(speculative), 0, 0, 2, NULL,
+     "speculative decoding by prompt lookup, output unchanged: 0 off, 1 when it pays "
+     "(measured), 2 always"},
     {"device", CFG_ENUM, OFF(device), SZ(device), 0, 0, "auto|cpu|cuda",
      "compute device (auto: CUDA when available)"},
     {"api_keys_file", CFG_STR, OFF(api_keys_file), SZ(api_keys_file), 0, 0, NULL,
@@ -130,6 +133,8 @@ static const struct cfg_opt cfg_opts[] = {
      "parser stacks a grammar may hold at once (a grammar past it fails: 400 or error)"},
     {"grammar_max_elems", CFG_INT, OFF(grammar_max_elems), 0, 1024, 1 << 26, NULL,
      "grammar elements after expanding repetitions (past it: 400)"},
+    {"grammar_cache", CFG_INT, OFF(grammar_cache), 0, 0, 4096, NULL,
+     "compiled grammars kept for reuse by later requests with the same schema (0: none)"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 

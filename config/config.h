@@ -56,6 +56,7 @@ struct config {
     int prefix_cache;                   /* 1: reuse cached prompt prefixes */
     double session_ttl_s;               /* keep a finished session's KV warm this long */
     int deterministic;                  /* 1: batch- and thread-invariant results */
+    int speculative;                    /* 0 off, 1 adaptive, 2 always (spec.h) */
     char device[16];                    /* cpu | cuda | auto */
     char api_keys_file[CONFIG_STR_MAX]; /* one key per line; "" = no authentication */
     char log_level[16];                 /* error | warn | info | debug */
@@ -68,6 +69,7 @@ struct config {
     int max_schema_bytes;               /* bytes of one schema, grammar or tool list */
     int grammar_max_stacks;             /* matcher stacks at once (a grammar past it: 400) */
     int grammar_max_elems;              /* grammar size after expansion (past it: 400) */
+    int grammar_cache;                  /* compiled grammars kept for reuse (LRU; 0: none) */
 };
 
 enum config_status {

@@ -43,6 +43,7 @@
     X(int, prefix_cache, 1)                                                                  \
     X(double, session_ttl_s, 300)                                                            \
     X(int, deterministic, 0)                                                                 \
+    X(int, speculative, 1)                                                                   \
     X(int, accept_any_model, 0)                                                              \
     X(int, no_ui, 0)                                                                         \
     X(int, responses_store, 256)                                                             \
@@ -50,7 +51,8 @@
     X(int, max_tools, 128)                                                                   \
     X(int, max_schema_bytes, 262144)                                                         \
     X(int, grammar_max_stacks, 1024)                                                         \
-    X(int, grammar_max_elems, 200000)
+    X(int, grammar_max_elems, 200000)                                                        \
+    X(int, grammar_cache, 16)
 
 #define GEMMAD_DEFAULTS_STR(X)                                                               \
     X(model, "")                                                                             \

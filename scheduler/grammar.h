@@ -25,7 +25,9 @@
  * mask cache, which takes the gram's mutex; it is reference counted (gram_ref/gram_unref,
  * atomic) so every sequence of a request can share it. A struct gram_vocab is immutable
  * after creation (any thread). A struct gram_scratch is used by one thread at a time. A
- * struct gram_match belongs to one sequence (one thread at a time).
+ * struct gram_match belongs to one sequence (one thread at a time). A struct gram_lru
+ * (grammar_lru.c) is shared by any threads: one mutex guards its table, and the grammars it
+ * hands out are the shared, reference-counted ones described above.
  */
 #ifndef GEMMAD_GRAMMAR_H
 #define GEMMAD_GRAMMAR_H
@@ -38,6 +40,7 @@ struct gram;
 struct gram_vocab;
 struct gram_scratch;
 struct gram_match;
+struct gram_lru;
 
 enum gram_status {
     GRAM_OK = 0,
@@ -104,5 +107,18 @@ int gram_match_mask(struct gram_match *m, struct gram_scratch *x, const struct g
                     uint64_t *mask, int *n_allowed, int uncached);
 /* Cache statistics of a grammar: entries filled, lookups, hits. */
 void gram_cache_stats(struct gram *g, int *entries, long long *lookups, long long *hits);
+
+/* A bounded LRU of compiled grammars keyed by their exact text and limits, so requests that
+ * send the same schema or grammar share one compiled grammar and its warm mask cache.
+ * gram_lru_get returns a new reference (the caller unrefs) or NULL on a miss (counted);
+ * gram_lru_put stores a reference to g under text (compiled under g's limits), dropping the
+ * least recently used entry when full; a key already present keeps its grammar. Only
+ * grammars that compiled and passed the caller's checks should be put. c NULL: no cache. */
+int gram_lru_create(int cap, struct gram_lru **out);
+void gram_lru_destroy(struct gram_lru *c);
+struct gram *gram_lru_get(struct gram_lru *c, const char *text, size_t len,
+                          const struct gram_limits *lim);
+int gram_lru_put(struct gram_lru *c, const char *text, size_t len, struct gram *g);
+void gram_lru_stats(struct gram_lru *c, int *entries, long long *hits, long long *misses);
 
 #endif

@@ -52,6 +52,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->prefix_cache = d->prefix_cache;
     o->session_ttl_s = d->session_ttl_s;
     o->deterministic = d->deterministic;
+    o->speculative = d->speculative;
     o->device = sched_device_parse(d->device);
     o->group_max_seqs = d->group_max_seqs;
 }
@@ -140,6 +141,10 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         rc = frc == FWD_ENOMEM ? SCHED_ENOMEM : SCHED_EBACKEND;
         goto fail;
     }
+    /* Drafts are verified against rows computed in a bigger batch than a plain decode's:
+     * exact only where a row's bits do not depend on its batch. */
+    s->spec_on = fwd_device(s->fwd) == FWD_DEVICE_CPU || o->deterministic ? o->speculative
+                                                                          : SPEC_MODE_OFF;
     s->n_smp = fwd_threads(s->fwd);
     s->smp = calloc((size_t)s->n_smp, sizeof(*s->smp));
     if (!s->smp) goto fail_mem;
@@ -301,6 +306,9 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
             goto fail;
     }
+    /* Drafts are not checked against a grammar's mask: constrained requests never draft. */
+    spec_init(&q->spec,
+              !r->no_speculative && !r->embed && !r->prompt_logprobs && !r->grammar);
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);
@@ -404,6 +412,9 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->batch_seqs = s->h_batch;
     out->batch_tokens = s->h_tokens;
     out->step_s = s->h_step;
+    out->spec_draft_tokens = s->spec_total[0];
+    out->spec_accepted_tokens = s->spec_total[1];
+    out->spec_verify_steps = s->spec_total[2];
     out->pending = s->n_waiting + s->counts.running;
     out->loop_turns = s->loop_turns;
     out->progress_age_s = s->idle_wait ? 0 : clock_mono_s() - s->progress_at;

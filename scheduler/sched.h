@@ -45,6 +45,10 @@ struct sched_opts {
     int prefix_cache;         /* 1: reuse cached prefix blocks */
     double session_ttl_s;     /* keep a finished session's blocks warm this long */
     int deterministic;        /* batch- and thread-invariant results */
+    int speculative;          /* enum spec_mode: 0 off, 1 adaptive, 2 always (prompt-lookup
+                               * speculative decoding, scheduler/spec.h); used where results
+                               * are batch-invariant: the CPU backend, or any backend with
+                               * deterministic = 1 */
     enum fwd_device device;
     int group_max_seqs;       /* decode slots one group keeps while others wait (sched_fair.c) */
 };
@@ -71,6 +75,10 @@ struct sched_req {
                                * session) and return its pooled final hidden state in DONE */
     enum sched_pooling { SCHED_POOL_MEAN = 0, SCHED_POOL_LAST = 1 } pooling; /* embed */
     double deadline;          /* CLOCK_MONOTONIC seconds; 0 = none */
+    int no_speculative;       /* 1: never draft tokens for this request (the client opted
+                               * out). Requests whose sampling is constrained (a grammar or
+                               * schema mask) must set it: drafts are not checked against
+                               * a mask */
     uint64_t group;           /* fairness group (one HTTP request, or one API key): decode
                                * slots are shared between groups (sched_fair.c); 0 = its own */
     struct gram *grammar;     /* optional (scheduler/grammar.h): every sampled token must keep
@@ -165,6 +173,9 @@ struct sched_stats {
     struct prom_hist batch_seqs;      /* sequences per step */
     struct prom_hist batch_tokens;    /* tokens per step */
     struct prom_hist step_s;          /* wall seconds per step */
+    uint64_t spec_draft_tokens;       /* tokens drafted by prompt lookup and verified */
+    uint64_t spec_accepted_tokens;    /* drafts accepted (tokens gained over plain decode) */
+    uint64_t spec_verify_steps;       /* sequence-steps that carried drafts */
     /* Liveness: the thread's progress. pending counts the requests it owes work to (waiting,
      * including those submitted since it last published, plus running); progress_age_s is
      * how long ago it last finished a loop turn (0 while it sleeps for want of work). A

@@ -2,8 +2,10 @@
  * sched_gram — grammar-constrained sequences in the scheduler (see sched.h, sched_req.grammar).
  *
  * The vocabulary trie, one grammar scratch and one mask buffer per compute thread are built
- * the first time a constrained sequence samples (scheduler thread; about half a second for
- * Gemma's 262,144 tokens), so a server that never sees a grammar pays nothing. A sequence's
+ * when the scheduler thread starts (sched_gram_warm, before it serves anything: about half
+ * a second for Gemma's 262,144 tokens), so the first constrained request does not stall a
+ * step; if that fails (memory) they are built when a constrained sequence first samples.
+ * Sequences without a grammar pay nothing per step. A sequence's
  * mask is computed inside its sampling task (sample_task in sched_loop.c, task t with
  * scratch t), so the masks of a step's constrained sequences are computed in parallel, and
  * applied before every other sampling rule. The mask is exact whatever the cache holds, so
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "scheduler/grammar.h"
 
 static size_t mask_words(const struct sched *s) { return ((size_t)s->n_vocab + 63) / 64; }
@@ -44,6 +47,10 @@ fail:
     s->gmask = NULL;
     gram_vocab_destroy(gv);
     return -1;
+}
+
+void sched_gram_warm(struct sched *s) {
+    if (ensure_shared(s)) LOG_W(SCHED_MOD, 0, "cannot build the grammar vocabulary tables yet");
 }
 
 int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg) {

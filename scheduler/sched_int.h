@@ -15,12 +15,14 @@
 #include "scheduler/kvcache.h"
 #include "scheduler/sample.h"
 #include "scheduler/sched.h"
+#include "scheduler/spec.h"
 #include "scheduler/stop.h"
 
 #define SCHED_MOD "sched"
 #define SCHED_MAX_TOP 20
 /* Logits rows, beyond one per sequence, that the prompt chunks of prompt_logprobs requests
- * may use in one step (each row is n_vocab floats). */
+ * and speculative draft rows (sched_spec.c takes its share first) may use in one step (each row is
+ * n_vocab floats). */
 #define SCHED_PLP_ROWS 32
 #define SCHED_MAX_SESSIONS 64
 
@@ -76,6 +78,7 @@ struct seq {
     char *done_text;             /* [done_cap] text released with DONE */
     size_t done_cap;
     struct sched_top top[SCHED_MAX_TOP];
+    struct spec_state spec;      /* drafting state; per step: drafts after the decode row */
 };
 
 struct sched {
@@ -111,7 +114,7 @@ struct sched {
     struct seq **run;            /* [max_seqs] running, by arrival order (scheduler thread) */
     int n_run;
     struct seq **batch;          /* [max_seqs] */
-    struct gram_vocab *gv;       /* the vocabulary trie, built with the first grammar */
+    struct gram_vocab *gv;       /* the vocabulary trie, built as the thread starts */
     struct gram_scratch **gx;    /* [n_smp] grammar scratch per compute thread, same */
     uint64_t *gmask;             /* [n_smp][(n_vocab + 63) / 64] allowed-token masks */
     uint64_t *cancel_work;       /* scheduler's copy of the cancel ids */
@@ -141,11 +144,18 @@ struct sched {
     uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
     double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */
     int idle_wait;               /* 1 while the thread sleeps for want of work */
+    uint64_t spec_total[3];      /* draft tokens, accepted drafts, verified sequence-steps */
+    /* Scheduler thread: */
+    int spec_on;                 /* enum spec_mode in effect (OFF unless batch-invariant) */
+    uint64_t spec_pend[3];       /* this step's spec_total increments */
+    struct spec_cost spec_cost;  /* step seconds by rows (steps without prefill) */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* sched_gram.c: grammar-constrained sequences. */
+/* Builds the vocabulary trie and the per-thread grammar scratch (scheduler thread, at start). */
+void sched_gram_warm(struct sched *s);
 /* Scheduler thread, before a step's sampling: builds the trie and scratch on first use and
  * the sequence's matcher when its grammar is active. 0, or -1 with *msg set. */
 int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg);
@@ -176,5 +186,21 @@ void sched_fair_admit(struct sched *s, double now);
 void sched_publish_counts(struct sched *s);
 /* The scheduler thread (arg = struct sched). */
 void *sched_main(void *arg);
+
+/* sched_spec.c: the step's speculative hooks (scheduler thread). sched_spec_plan, before the
+ * batch is built: drafts for decoding sequences (q->spec.n_draft, written at hist[n_hist..]),
+ * taken from the step's token budget and the extra logits rows. sched_spec_sample, in place
+ * of one sample on compute task `task`: verifies a sequence's rows. sched_spec_accept, after
+ * sampling: adapts, counts, and returns how many tokens to report (1 without drafts);
+ * sched_spec_take(q, j) loads the j-th of them into q->tok (q->logprob, q->top) before
+ * handle_token. sched_spec_step_done: the step's time for the cost model.
+ * sched_spec_publish (lock held): adds the step's counts to spec_total. */
+void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left);
+void sched_spec_sample(struct sched *s, struct seq *q, int task);
+int sched_spec_accept(struct sched *s, struct seq *q);
+void sched_spec_take(struct seq *q, int j);
+void sched_spec_publish(struct sched *s);
+/* rows: the step's rows; prefill: 1 if it held a prefill chunk; seconds: its wall time. */
+void sched_spec_step_done(struct sched *s, int rows, int prefill, double seconds);
 
 #endif

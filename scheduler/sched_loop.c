@@ -256,6 +256,10 @@ static void sample_task(void *arg, int task, int n_tasks) {
     float *scratch = s->scratch + (size_t)task * (size_t)s->n_vocab;
     for (int i = task; i < J->n; i += n_tasks) {
         struct seq *q = s->sampling[i];
+        if (q->spec.n_draft > 0) {
+            sched_spec_sample(s, q, task); /* the decode row and the drafts' rows */
+            continue;
+        }
         if (s->gid[q->logit_row] >= 0) { /* the backend took the argmax (greedy_row) */
             q->tok = s->gid[q->logit_row];
             continue;
@@ -395,7 +399,8 @@ static int greedy_row(const struct seq *q) {
            sp->frequency_penalty == 0 &&
            !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
            q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
-           !q->gm; /* a grammar masks the row first: it needs the whole row */
+           !q->gm && /* a grammar masks the row first: it needs the whole row */
+           q->spec.n_draft == 0; /* verification samples every row of the drafts */
 }
 
 static void step(struct sched *s) {
@@ -403,7 +408,8 @@ static void step(struct sched *s) {
     int dec = 0;
     for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
-    int plp_left = SCHED_PLP_ROWS, any_hidden = 0;
+    int plp_left = SCHED_PLP_ROWS, any_hidden = 0, n_prefill = 0;
+    sched_spec_plan(s, &prefill_budget, &plp_left);
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];
         int todo = q->n_hist - q->n_kv, n = todo;
@@ -415,9 +421,16 @@ static void step(struct sched *s) {
             if (n > prefill_budget) n = prefill_budget;
             if (scoring && n > plp_left + 1) n = plp_left + 1;
             if (n <= 0) continue;
+        } else {
+            n += q->spec.n_draft; /* hist[n_kv..] = the last token, then the drafts */
         }
         int rc;
         while ((rc = kvcache_seq_prepare(s->kv, &q->kv, q->n_kv, n)) == KVCACHE_ENOSPACE) {
+            if (q->spec.n_draft > 0) { /* drafts never preempt anyone */
+                n -= q->spec.n_draft;
+                q->spec.n_draft = 0;
+                continue;
+            }
             int self = s->run[s->n_run - 1] == q;
             preempt_youngest(s);
             if (self) break;
@@ -429,7 +442,10 @@ static void step(struct sched *s) {
             i--;
             continue;
         }
-        if (todo > 1) prefill_budget -= n;
+        if (todo > 1) {
+            prefill_budget -= n;
+            n_prefill += n;
+        }
         q->step_n = n;
         struct kvstore_seq *v = &s->views[nb];
         v->full = q->kv.full;
@@ -441,9 +457,15 @@ static void step(struct sched *s) {
         r->n_tokens = n;
         r->pos = q->n_kv;
         r->kv = v;
-        int last = q->n_kv + n == q->n_hist, sample = last && !q->embed && q->max_tokens > 0;
-        r->logits = scoring ? FWD_LOGITS_ALL : sample ? FWD_LOGITS_LAST : FWD_LOGITS_NONE;
-        if (scoring) {
+        int last = q->n_kv + n - q->spec.n_draft == q->n_hist;
+        int sample = last && !q->embed && q->max_tokens > 0;
+        r->logits = scoring || q->spec.n_draft ? FWD_LOGITS_ALL
+                    : sample                   ? FWD_LOGITS_LAST
+                                               : FWD_LOGITS_NONE;
+        if (q->spec.n_draft > 0) {
+            q->logit_row = n_logits;
+            n_logits += n;
+        } else if (scoring) {
             q->lp_row0 = n_logits;
             n_logits += n;
             plp_left -= n - 1;
@@ -475,7 +497,7 @@ static void step(struct sched *s) {
     for (int i = 0; i < nb; i++) {
         struct seq *q = s->batch[i];
         int pos0 = q->n_kv;
-        q->n_kv += q->step_n;
+        q->n_kv += q->step_n - q->spec.n_draft; /* drafts count once accepted (sched_spec_take) */
         /* an embedding's blocks are not offered to the prefix cache: nothing of it is kept */
         if (!q->embed) kvcache_seq_commit(s->kv, &q->kv, q->hist, q->n_kv);
         if (q->lp_row0 >= 0) report_prompt(q, pos0, s, &plp_at);
@@ -503,14 +525,23 @@ static void step(struct sched *s) {
         const int nt = n_sample < s->n_smp ? n_sample : s->n_smp;
         if (nt > 1) fwd_parallel(s->fwd, sample_task, &sj, nt);
         else sample_task(&sj, 0, 1);
-        for (int i = 0; i < n_sample; i++) handle_token(s, s->sampling[i]);
+        for (int i = 0; i < n_sample; i++) {
+            struct seq *q = s->sampling[i];
+            const int n_emit = sched_spec_accept(s, q);
+            for (int j = 0; j < n_emit; j++) {
+                if (q->spec.n_draft > 0) sched_spec_take(q, j);
+                if (handle_token(s, q)) break; /* finished: q is gone */
+            }
+        }
     }
     double dt = clock_mono_s() - t0;
+    sched_spec_step_done(s, n_tokens, n_prefill > 0, dt);
     pthread_mutex_lock(&s->lock);
     prom_hist_observe(&s->h_batch, nb);
     prom_hist_observe(&s->h_tokens, n_tokens);
     prom_hist_observe(&s->h_step, dt);
     s->steps++;
+    sched_spec_publish(s);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -584,6 +615,13 @@ void sched_publish_counts(struct sched *s) {
 
 void *sched_main(void *arg) {
     struct sched *s = arg;
+    /* The grammar tables first (about 0.5 s for Gemma's vocabulary). Counted as idle, not as
+     * a stuck turn: requests that come meanwhile wait, and their progress age starts when
+     * the loop picks them up. */
+    pthread_mutex_lock(&s->lock);
+    s->idle_wait = 1;
+    pthread_mutex_unlock(&s->lock);
+    sched_gram_warm(s);
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->stopping && s->n_run == 0 && !s->wait_head && s->n_cancel == 0 &&

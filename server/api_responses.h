@@ -1,7 +1,9 @@
 /*
  * api_responses — the OpenAI Responses API (POST /v1/responses): `input` as a string or
  * message items, `instructions`, `max_output_tokens`, sampling fields, `text.format`, and
- * `store` + `previous_response_id`. The request is translated into an OpenAI chat request
+ * `store` + `previous_response_id`, function `tools` (api_resp_tools) whose calls come out as
+ * function_call items (streamed as response.output_item.added, .function_call_arguments.delta,
+ * .function_call_arguments.done, .output_item.done; items open as their output arrives). The request is translated into an OpenAI chat request
  * for oai_parse; the reply and the stream (response.created, response.in_progress,
  * response.output_item.added, response.content_part.added, response.output_text.delta,
  * response.output_text.done, response.content_part.done, response.output_item.done,
@@ -39,6 +41,7 @@ struct resp_req {
     char id[48];      /* "resp_…": this response's id */
     char session[48]; /* KV session key of the conversation */
     int stream, store;
+    int tools_on;     /* the output may hold function calls */
 };
 
 /* Translates req. max_tokens: the server's cap, for naming max_output_tokens in errors.

@@ -393,6 +393,27 @@ fail:
 static const char *const handled[] = {"response_format", "grammar", "json_schema", "tools",
                                       "tool_choice", "parallel_tool_calls", NULL};
 
+/* The grammar of text: from the shared cache (same text and limits: the same compiled grammar,
+ * its mask cache warm), or compiled, checked and put there. */
+static int compile_cached(const char *text, size_t n, const struct gram_limits *gl,
+                          struct gram_lru *cache, const char *gparam, struct gram **out,
+                          struct oai_error *e) {
+    if ((*out = gram_lru_get(cache, text, n, gl))) return 0;
+    char err[400];
+    if (gram_compile_gbnf(text, n, gl, out, err, sizeof err))
+        return oai_fail(e, 400, gparam, NULL, "invalid '%s': %s", gparam, err);
+    /* the start state must fit the budget */
+    struct gram_scratch *x = NULL;
+    struct gram_match *gm = NULL;
+    int rc = gram_scratch_create(gl, 1, &x);
+    if (!rc) rc = gram_match_create(*out, x, &gm);
+    gram_match_destroy(gm);
+    gram_scratch_destroy(x);
+    if (rc) return oai_fail(e, 400, gparam, NULL, "'%s' exceeds the grammar's state budget", gparam);
+    gram_lru_put(cache, text, n, *out); /* out of memory: simply not cached */
+    return 0;
+}
+
 int tools_prepare(json_t *root, int is_chat, const struct tools_limits *lim,
                   struct tools_req **out, json_t **root_out, struct oai_error *e) {
     *out = NULL;
@@ -435,22 +456,7 @@ int tools_prepare(json_t *root, int is_chat, const struct tools_limits *lim,
         gram_limits_default(&gl);
         gl.max_stacks = lim->max_stacks;
         gl.max_elems = lim->max_elems;
-        char err[400];
-        if (gram_compile_gbnf(gb.p, gb.n, &gl, &t->grammar, err, sizeof err)) {
-            oai_fail(e, 400, gparam, NULL, "invalid '%s': %s", gparam, err);
-            goto fail;
-        }
-        /* the start state must fit the budget */
-        struct gram_scratch *x = NULL;
-        struct gram_match *gm = NULL;
-        int rc = gram_scratch_create(&gl, 1, &x);
-        if (!rc) rc = gram_match_create(t->grammar, x, &gm);
-        gram_match_destroy(gm);
-        gram_scratch_destroy(x);
-        if (rc) {
-            oai_fail(e, 400, gparam, NULL, "'%s' exceeds the grammar's state budget", gparam);
-            goto fail;
-        }
+        if (compile_cached(gb.p, gb.n, &gl, lim->cache, gparam, &t->grammar, e)) goto fail;
         if (t->mode == TOOLS_AUTO && !(t->trigger = strdup(CHAT_TOOL_OPEN))) {
             oai_fail(e, 500, NULL, NULL, "out of memory");
             goto fail;
@@ -490,7 +496,8 @@ int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
     const struct tools_limits tl = {.max_tools = lim->max_tools,
                                     .max_schema_bytes = (size_t)lim->max_schema_bytes,
                                     .max_stacks = lim->grammar_max_stacks,
-                                    .max_elems = lim->grammar_max_elems};
+                                    .max_elems = lim->grammar_max_elems,
+                                    .cache = lim->gram_cache};
     struct tools_req *t = NULL;
     json_t *req = NULL;
     if (tools_prepare(root, is_chat, &tl, &t, &req, e)) return -1;

@@ -32,6 +32,7 @@ struct tools_limits {
     int max_tools;
     size_t max_schema_bytes;
     int max_stacks, max_elems;   /* grammar budgets */
+    struct gram_lru *cache;      /* compiled grammars shared by requests, or NULL */
 };
 
 enum tools_mode { TOOLS_OFF = 0, TOOLS_AUTO = 1, TOOLS_REQUIRED = 2 };

@@ -584,6 +584,7 @@ enum MHD_Result cmpl_submit(struct hreq *hr) {
         r.stop = (const char *const *)p->stop;
         r.n_stop = p->n_stop;
         r.ignore_eos = p->ignore_eos;
+        r.no_speculative = p->no_speculative;
         r.top_logprobs = p->logprobs ? p->top_logprobs : -1;
         r.session_id = p->session_id;
         const struct tools_req *tr = p->tools;
@@ -648,7 +649,8 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .max_tools = s->cfg->max_tools,
                                .max_schema_bytes = s->cfg->max_schema_bytes,
                                .grammar_max_stacks = s->cfg->grammar_max_stacks,
-                               .grammar_max_elems = s->cfg->grammar_max_elems};
+                               .grammar_max_elems = s->cfg->grammar_max_elems,
+                               .gram_cache = s->gram_cache};
 }
 
 /* The request's completion state, its release registered with the connection layer. */

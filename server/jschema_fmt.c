@@ -538,6 +538,45 @@ void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struc
 
 #define OCTET "(\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9])"
 
+/* RFC 3986 (appendix A), as its ABNF reads; none of its characters needs a JSON escape. */
+#define HEX "[0-9a-fA-F]"
+#define PCT "\"%\" " HEX " " HEX
+#define PCHAR "([a-zA-Z0-9._~!$&'()*+,;=:@-] | " PCT ")"
+#define SEG_NZ_NC "([a-zA-Z0-9._~!$&'()*+,;=@-] | " PCT ")+"
+#define QUERY "(" PCHAR " | [/?])*"
+#define H16 HEX "{1,4}"
+#define H16C "(" H16 " \":\")"
+#define IPV4 "(" OCTET " \".\" " OCTET " \".\" " OCTET " \".\" " OCTET ")"
+#define LS32 "(" H16 " \":\" " H16 " | " IPV4 ")"
+#define IPV6                                                                                  \
+    "(" H16C "{6} " LS32 " | \"::\" " H16C "{5} " LS32 " | (" H16 ")? \"::\" " H16C        \
+    "{4} " LS32 " | (" H16C "{0,1} " H16 ")? \"::\" " H16C "{3} " LS32 " | (" H16C          \
+    "{0,2} " H16 ")? \"::\" " H16C "{2} " LS32 " | (" H16C "{0,3} " H16 ")? \"::\" " H16C \
+    " " LS32 " | (" H16C "{0,4} " H16 ")? \"::\" " LS32 " | (" H16C "{0,5} " H16            \
+    ")? \"::\" " H16 " | (" H16C "{0,6} " H16 ")? \"::\")"
+#define HOST                                                                                  \
+    "(\"[\" (" IPV6 " | \"v\" " HEX "+ \".\" [a-zA-Z0-9._~!$&'()*+,;=:-]+) \"]\" | "     \
+    "([a-zA-Z0-9._~!$&'()*+,;=-] | " PCT ")*)"
+#define AUTHORITY                                                                             \
+    "((([a-zA-Z0-9._~!$&'()*+,;=:-] | " PCT ")* \"@\")? " HOST " (\":\" [0-9]*)?)"
+#define PATH_ABEMPTY "(\"/\" " PCHAR "*)*"
+#define PATH_ABS "\"/\" (" PCHAR "+ (\"/\" " PCHAR "*)*)?"
+#define TAIL "(\"?\" " QUERY ")? (\"#\" " QUERY ")?"
+#define URI                                                                                   \
+    "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" (\"//\" " AUTHORITY " " PATH_ABEMPTY " | " PATH_ABS    \
+    " | " PCHAR "+ (\"/\" " PCHAR "*)*)? " TAIL
+#define RELATIVE_REF                                                                          \
+    "(\"//\" " AUTHORITY " " PATH_ABEMPTY " | " PATH_ABS " | " SEG_NZ_NC " (\"/\" " PCHAR  \
+    "*)*)? " TAIL
+
+/* RFC 3339 appendix A. */
+#define DUR_TIME                                                                              \
+    "\"T\" ([0-9]+ \"H\" ([0-9]+ \"M\" ([0-9]+ \"S\")?)? | [0-9]+ \"M\" ([0-9]+ "    \
+    "\"S\")? | [0-9]+ \"S\")"
+#define DURATION                                                                              \
+    "\"P\" (([0-9]+ \"D\" | [0-9]+ \"M\" ([0-9]+ \"D\")? | [0-9]+ \"Y\" ([0-9]+ "    \
+    "\"M\" ([0-9]+ \"D\")?)?) (" DUR_TIME ")? | " DUR_TIME " | [0-9]+ \"W\")"
+
 const char *jschema_format(const char *fmt) {
     if (!fmt) return NULL;
     if (strcmp(fmt, "date") == 0) return "(" DATE ")";
@@ -551,7 +590,10 @@ const char *jschema_format(const char *fmt) {
     if (strcmp(fmt, "hostname") == 0)
         return "([a-zA-Z0-9] ([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] "
                "([a-zA-Z0-9-]{0,20} [a-zA-Z0-9])?){0,4})";
-    if (strcmp(fmt, "ipv4") == 0)
-        return "(" OCTET " \".\" " OCTET " \".\" " OCTET " \".\" " OCTET ")";
+    if (strcmp(fmt, "ipv4") == 0) return IPV4;
+    if (strcmp(fmt, "ipv6") == 0) return IPV6;
+    if (strcmp(fmt, "uri") == 0) return "(" URI ")";
+    if (strcmp(fmt, "uri-reference") == 0) return "((" URI ") | (" RELATIVE_REF "))";
+    if (strcmp(fmt, "duration") == 0) return "(" DURATION ")";
     return NULL;
 }

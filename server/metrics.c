@@ -97,6 +97,14 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
     metrics_counter(b, "gemmad_sched_queue_rejections_total",
                     "Submissions refused: queue full.", st->rejections);
     metrics_counter(b, "gemmad_sched_steps_total", "Scheduler steps (forward passes).", st->steps);
+    metrics_counter(b, "gemmad_spec_draft_tokens_total",
+                    "Tokens drafted by prompt lookup and verified (speculative decoding).",
+                    st->spec_draft_tokens);
+    metrics_counter(b, "gemmad_spec_accepted_tokens_total",
+                    "Drafted tokens accepted: tokens gained over plain decoding.",
+                    st->spec_accepted_tokens);
+    metrics_counter(b, "gemmad_spec_verify_steps_total",
+                    "Sequence-steps that carried drafted tokens.", st->spec_verify_steps);
     metrics_counter(b, "gemmad_sched_loop_turns_total",
                     "Scheduler loop turns finished (the liveness progress counter).",
                     st->loop_turns);
@@ -109,6 +117,15 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
                     "Tokens per step (decode rows plus prefill chunks).", &st->batch_tokens);
     prom_hist_write(b, "gemmad_sched_step_seconds",
                     "Wall time of one step (forward plus sampling).", &st->step_s);
+}
+
+void metrics_render_grammar(int entries, long long hits, long long misses, struct strbuf *b) {
+    metrics_gauge(b, "gemmad_grammar_cache_entries", "Compiled grammars held for reuse.", entries);
+    metrics_counter(b, "gemmad_grammar_cache_hits_total",
+                    "Constrained requests whose grammar was already compiled (warm mask cache).",
+                    (uint64_t)hits);
+    metrics_counter(b, "gemmad_grammar_cache_misses_total",
+                    "Constrained requests whose grammar was compiled (cache on).", (uint64_t)misses);
 }
 
 void metrics_render(const struct metrics *m, const char *const *route_names,

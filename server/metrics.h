@@ -46,6 +46,9 @@ void metrics_observe(struct metrics *m, enum metrics_hist_id h, double seconds);
  * then, when st is not NULL, the scheduler's. */
 void metrics_render(const struct metrics *m, const char *const *route_names,
                     const struct sched_stats *st, struct strbuf *b);
+/* The shared cache of compiled grammars (scheduler/grammar.h gram_lru_stats): entries held,
+ * lookups that found a grammar, lookups that had to compile one. */
+void metrics_render_grammar(int entries, long long hits, long long misses, struct strbuf *b);
 
 /* Histogram names and help, finish-reason names (metrics.c), shared with metrics_gw.c. */
 extern const char *const metrics_hist_names[METRICS_N_HIST][2];

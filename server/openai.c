@@ -200,6 +200,9 @@ static int oai_sampling(json_t *root, const struct oai_limits *lim, struct oai_p
     if (oai_bias(root, tok_n_vocab(lim->vocab), p, e)) return -1;
     if (oai_stop(root, p, e)) return -1;
     if (oai_bool(root, "ignore_eos", &p->ignore_eos, e)) return -1;
+    int spec = 1;
+    if (oai_bool(root, "speculative", &spec, e)) return -1;
+    p->no_speculative = !spec;
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "scheduler/sched.h"
 
 struct tok_vocab;
+struct gram_lru;
 
 #define OAI_MAX_STOP 16        /* stop strings per request */
 #define OAI_MAX_STOP_LEN 256   /* bytes per stop string */
@@ -40,6 +41,7 @@ struct oai_limits {
     int max_tools;             /* structured output and tools (api_tools.h) */
     int max_schema_bytes;
     int grammar_max_stacks, grammar_max_elems;
+    struct gram_lru *gram_cache; /* compiled grammars shared by requests (NULL: none) */
 };
 
 struct oai_error {
@@ -59,6 +61,7 @@ struct oai_params {
     char **stop;               /* [n_stop] (owned) */
     int n_stop;
     int ignore_eos;
+    int no_speculative;        /* "speculative": false: no drafted tokens for this request */
     int logprobs;              /* 1: report logprobs */
     int top_logprobs;          /* alternatives per token (0..20) */
     int echo;                  /* completions: prepend the prompt */

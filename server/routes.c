@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/strbuf.h"
 #include "engine/tokenizer.h"
+#include "scheduler/grammar.h"
 #include "server/completion.h"
 #include "server/conn.h"
 #include "server/openai.h"
@@ -151,6 +152,10 @@ static enum MHD_Result route_metrics(struct hreq *hr) {
     struct strbuf b;
     strbuf_init(&b, buf, cap);
     metrics_render(&s->metrics, names, s->sched ? &st : NULL, &b);
+    int g_n;
+    long long g_hits, g_miss;
+    gram_lru_stats(s->gram_cache, &g_n, &g_hits, &g_miss);
+    metrics_render_grammar(g_n, g_hits, g_miss, &b);
     struct metrics_info inf = {.model_name = s->model_id, .state = srv_state_name(s->state),
                                .cfg = s->cfg, .start_time = (double)s->created};
     metrics_render_gw(&s->metrics, &inf, s->sched ? &st : NULL, &b);

@@ -29,6 +29,7 @@
 #include "engine/chat.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "scheduler/grammar.h"
 #include "server/api_responses.h"
 #include "server/completion.h"
 #include "server/conn.h"
@@ -192,6 +193,7 @@ static void *srv_loader(void *arg) {
     o.prefix_cache = c->prefix_cache;
     o.session_ttl_s = c->session_ttl_s;
     o.deterministic = c->deterministic;
+    o.speculative = c->speculative;
     o.device = sched_device_parse(c->device);
     o.group_max_seqs = c->group_max_seqs;
     s->load_rc = sched_create(s->load_model, &o, &s->load_sched, s->load_err, sizeof s->load_err);
@@ -444,6 +446,8 @@ int server_run(const struct config *cfg) {
         return 1;
     }
     srv_model_id(s);
+    if (cfg->grammar_cache > 0 && gram_lru_create(cfg->grammar_cache, &s->gram_cache))
+        LOG_W(SRV_MOD, 0, "no grammar cache: out of memory");
     pthread_mutex_init(&s->qlock, NULL);
     if (uv_loop_init(&loop)) goto fail_loop;
     s->loop = &loop;
@@ -505,6 +509,7 @@ fail_handles:
     uv_loop_close(&loop);
     intake_free(s);
 fail_loop:
+    gram_lru_destroy(s->gram_cache); /* after intake_free: no parse uses it any more */
     if (s->model) model_free(s->model);
     for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
     free(s->keys);

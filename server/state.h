@@ -77,6 +77,8 @@ struct srv {
     struct sched *load_sched;
     struct model *model;        /* owned; valid once state >= READY */
     struct sched *sched;        /* owned */
+    struct gram_lru *gram_cache; /* owned: compiled grammars shared by requests (api_tools.c;
+                                  * its own lock, used by intake threads), NULL when off */
     const struct tok_vocab *vocab;
     int chat_style;             /* enum chat_style */
     char model_id[256];         /* served model id (the first alias) */

@@ -34,8 +34,11 @@ def run(cli, args, timeout):
 
 def one(cli, path, tmp, timeout):
     name = os.path.basename(path)
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:  # a damaged file in the snapshot: counted, not run
+        return {"name": name, "unreadable": str(e)}
     sfile = os.path.join(tmp, name + ".schema.json")
     with open(sfile, "w", encoding="utf-8") as f:
         json.dump(doc["schema"], f)
@@ -86,6 +89,8 @@ def main():
             results.append(r)
             if len(results) % 500 == 0:
                 print(f"  {len(results)} / {len(files)}", file=sys.stderr)
+    bad = [r for r in results if "unreadable" in r]
+    results = [r for r in results if "unreadable" not in r]
     n = len(results)
     compiled = sum(r["compiled"] for r in results)
     passing = sum(r["compiled"] and not r["valid_rejected"] and not r["invalid_accepted"]
@@ -100,6 +105,8 @@ def main():
             key = msg.split(" at ")[0].split(" (")[0][:70]
             reasons[key] = reasons.get(key, 0) + 1
     print(f"schemas: {n}, compiled: {compiled}, passing: {passing}")
+    if bad:
+        print(f"unreadable files skipped: {len(bad)} ({', '.join(r['name'] for r in bad[:5])})")
     print(f"invalid instances accepted: {inval} (in {inval_schemas} schemas); "
           f"valid instances rejected: {vrej}")
     print("most common reasons a schema does not compile:")

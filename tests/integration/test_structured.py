@@ -252,6 +252,35 @@ def test_json_object_and_llama_fields(server, model_id):
     assert c["finish_reason"] == "stop" and 3 <= int(c["text"]) <= 7, c
 
 
+def test_same_schema_reuses_the_compiled_grammar(server, model_id):
+    """The second request with an identical schema hits the shared grammar cache and gets the
+    same greedy output; a different schema misses."""
+    schema = {"type": "object", "properties": {"cache_probe_k": {"type": "integer",
+              "minimum": 0, "maximum": 9}}, "required": ["cache_probe_k"],
+              "additionalProperties": False}
+    body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": MAX_TOKENS, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p",
+                                                                       "schema": schema}}}
+
+    def counts():
+        m = server.metrics()
+        return m["gemmad_grammar_cache_hits_total"], m["gemmad_grammar_cache_misses_total"]
+
+    h0, m0 = counts()
+    first = server.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    h1, m1 = counts()
+    assert (h1, m1) == (h0, m0 + 1)
+    second = server.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    h2, m2 = counts()
+    assert (h2, m2) == (h1 + 1, m1)
+    assert first == second
+    schema["properties"]["cache_probe_k"]["maximum"] = 8
+    server.post("/v1/chat/completions", body)
+    assert counts() == (h2, m2 + 1)
+    assert server.metrics()["gemmad_grammar_cache_entries"] >= 2
+
+
 def test_length_inside_a_value(server, model_id):
     r = server.post("/v1/chat/completions", {
         "model": model_id, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 3,

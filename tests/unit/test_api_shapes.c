@@ -10,6 +10,7 @@
 #include "server/api_embeddings.h"
 #include "server/api_responses.h"
 #include "server/cors.h"
+#include "server/jschema.h"
 #include "server/ui.h"
 
 static json_t *J(const char *s) {
@@ -243,7 +244,12 @@ static void test_responses_errors(void) {
         {"{\"input\":\"x\",\"store\":1}", "store"},
         {"{\"input\":\"x\",\"instructions\":[]}", "instructions"},
         {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format"},
-        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type"},
+        {"{\"input\":\"x\",\"tools\":{}}", "tools"},
+        {"{\"input\":\"x\",\"tool_choice\":{\"type\":\"function\"}}", "tool_choice"},
+        {"{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", "input"},
+        {"{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\"}]}",
+         "input"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *req = J(cases[i][0]);
@@ -257,6 +263,108 @@ static void test_responses_errors(void) {
     snprintf(e.param, sizeof e.param, "messages[2].content");
     resp_map_error(&e);
     T_ASSERT(!strcmp(e.param, "input"));
+    static const char *const renamed[][2] = {
+        {"tools[3].function.name", "tools[3].name"},
+        {"tools[0].function.parameters", "tools[0].parameters"},
+        {"response_format.json_schema.schema", "text.format.schema"},
+        {"response_format", "text.format"},
+        {"tool_choice", "tool_choice"},
+    };
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++) {
+        snprintf(e.param, sizeof e.param, "%s", renamed[i][0]);
+        resp_map_error(&e);
+        T_ASSERTF(!strcmp(e.param, renamed[i][1]), "%s: %s", renamed[i][0], e.param);
+    }
+}
+
+/* Function tools: the flat tools, tool_choice and the function_call / function_call_output
+ * items become chat fields and messages; a call in the output streams as a function_call
+ * item, and a text-only reply is one message item. */
+static void test_responses_tools(void) {
+    json_t *req = J("{\"input\":[{\"role\":\"user\",\"content\":\"Hi\"},"
+                    "{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"f\","
+                    "\"arguments\":\"{}\"},"
+                    "{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"7\"}],"
+                    "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}}],"
+                    "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}");
+    struct resp_req rq;
+    struct oai_error e;
+    T_ASSERT(resp_to_chat(req, NULL, 100, &rq, &e) == 0);
+    T_ASSERT(rq.tools_on == 1);
+    T_ASSERT(json_same(json_object_get(rq.chat, "tools"),
+                       "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]"));
+    T_ASSERT(json_same(json_object_get(rq.chat, "tool_choice"),
+                       "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"));
+    T_ASSERT(json_same(json_object_get(rq.chat, "messages"),
+                       "[{\"role\":\"user\",\"content\":\"Hi\"},"
+                       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+                       "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                       "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"7\"}]"));
+    struct api_shape *sh = resp_shape_create(&rq, "gemma", 1700000000, NULL);
+    size_t n;
+    char *parts[4];
+    parts[0] = sh->stream_start(sh->st, 5, &n);
+    static const char *const piece[2] = {"```tool_call\n{\"name\": \"f\", \"argu",
+                                         "ments\": {\"a\": 1}}\n```"};
+    parts[1] = sh->stream_delta(sh->st, piece[0], strlen(piece[0]), &n);
+    parts[2] = sh->stream_delta(sh->st, piece[1], strlen(piece[1]), &n);
+    struct api_result r = {.finish = SCHED_FINISH_STOP, .stop_index = -1, .prompt_tokens = 5,
+                           .completion_tokens = 9};
+    parts[3] = sh->stream_end(sh->st, &r, &n);
+    struct jsc_buf all = {0};
+    for (int i = 0; i < 4; i++) {
+        if (parts[i]) jsc_buf_add(&all, parts[i], strlen(parts[i]));
+        free(parts[i]);
+    }
+    json_t *evs = sse_parse(all.p);
+    size_t ne = json_array_size(evs);
+    T_ASSERT(ne >= 7);
+    T_ASSERT(!strcmp(type_at(evs, 2), "response.output_item.added"));
+    json_t *added = json_object_get(json_array_get(evs, 2), "item");
+    T_ASSERT(!strcmp(json_string_value(json_object_get(added, "type")), "function_call"));
+    T_ASSERT(!strcmp(json_string_value(json_object_get(added, "name")), "f"));
+    struct jsc_buf args = {0};
+    for (size_t i = 3; i + 3 < ne; i++) {
+        T_ASSERTF(!strcmp(type_at(evs, i), "response.function_call_arguments.delta"), "%zu", i);
+        json_t *d = json_object_get(json_array_get(evs, i), "delta");
+        jsc_buf_add(&args, json_string_value(d), json_string_length(d));
+    }
+    T_ASSERT(!strcmp(type_at(evs, ne - 3), "response.function_call_arguments.done"));
+    T_ASSERT(!strcmp(type_at(evs, ne - 2), "response.output_item.done"));
+    T_ASSERT(!strcmp(type_at(evs, ne - 1), "response.completed"));
+    const char *done = json_string_value(json_object_get(json_array_get(evs, ne - 3), "arguments"));
+    T_ASSERT(args.p && !strcmp(args.p, done));
+    json_t *dj = J(done);
+    T_ASSERT(json_same(dj, "{\"a\":1}"));
+    json_decref(dj);
+    json_t *out = json_object_get(json_object_get(json_array_get(evs, ne - 1), "response"), "output");
+    T_ASSERT(json_array_size(out) == 1);
+    json_t *it = json_array_get(out, 0);
+    T_ASSERT(!strcmp(json_string_value(json_object_get(it, "status")), "completed"));
+    T_ASSERT(!strcmp(json_string_value(json_object_get(it, "arguments")), done));
+    T_ASSERT(!strncmp(json_string_value(json_object_get(it, "id")), "fc_", 3));
+    T_ASSERT(json_same(json_object_get(json_object_get(json_array_get(evs, ne - 1), "response"),
+                                       "tool_choice"), "{\"type\":\"function\",\"name\":\"f\"}"));
+    json_decref(evs);
+    jsc_buf_free(&all);
+    jsc_buf_free(&args);
+    sh->destroy(sh->st);
+    free(sh);
+    resp_req_free(&rq);
+    /* the same request answered with text only: one message item */
+    T_ASSERT(resp_to_chat(req, NULL, 100, &rq, &e) == 0);
+    sh = resp_shape_create(&rq, "gemma", 1700000000, NULL);
+    struct api_result t = {.text = "Hello", .text_len = 5, .finish = SCHED_FINISH_STOP,
+                           .stop_index = -1};
+    json_t *o = sh->reply(sh->st, &t);
+    out = json_object_get(o, "output");
+    T_ASSERT(json_array_size(out) == 1);
+    T_ASSERT(!strcmp(json_string_value(json_object_get(json_array_get(out, 0), "type")), "message"));
+    json_decref(o);
+    sh->destroy(sh->st);
+    free(sh);
+    resp_req_free(&rq);
+    json_decref(req);
 }
 
 static void test_responses_stream(void) {
@@ -423,6 +531,7 @@ int main(int argc, char **argv) {
                                           T_CASE(test_responses_store_chain),
                                           T_CASE(test_responses_errors),
                                           T_CASE(test_responses_stream),
+                                          T_CASE(test_responses_tools),
                                           T_CASE(test_stream_failures),
                                           T_CASE(test_embedding_pool_and_base64),
                                           T_CASE(test_cors),

@@ -258,11 +258,51 @@ static void test_budget(void) {
     gram_scratch_destroy(x);
 }
 
+/* The shared cache: same text and limits hit the same grammar; LRU eviction; counters. */
+static void test_lru(void) {
+    struct gram_lru *c = NULL;
+    T_ASSERT(gram_lru_create(2, &c) == 0);
+    const char *ta = "root ::= \"a\"\n", *tb = "root ::= \"b\"\n", *tc = "root ::= \"c\"\n";
+    struct gram_limits lim;
+    gram_limits_default(&lim);
+    T_ASSERT(gram_lru_get(c, ta, strlen(ta), &lim) == NULL);
+    struct gram *a = compile(ta), *b = compile(tb), *gc = compile(tc);
+    T_ASSERT(gram_lru_put(c, ta, strlen(ta), a) == 0);
+    struct gram *h = gram_lru_get(c, ta, strlen(ta), &lim);
+    T_ASSERT(h == a);
+    gram_unref(h);
+    struct gram_limits other = lim;
+    other.max_stacks = 7; /* compiled under other limits: not the same entry */
+    T_ASSERT(gram_lru_get(c, ta, strlen(ta), &other) == NULL);
+    T_ASSERT(gram_lru_get(c, ta, strlen(ta) - 1, &lim) == NULL);
+    T_ASSERT(gram_lru_put(c, tb, strlen(tb), b) == 0);
+    h = gram_lru_get(c, ta, strlen(ta), &lim); /* a is now the most recent */
+    T_ASSERT(h == a);
+    gram_unref(h);
+    T_ASSERT(gram_lru_put(c, tc, strlen(tc), gc) == 0); /* evicts b */
+    T_ASSERT(gram_lru_get(c, tb, strlen(tb), &lim) == NULL);
+    h = gram_lru_get(c, tc, strlen(tc), &lim);
+    T_ASSERT(h == gc);
+    gram_unref(h);
+    int n;
+    long long hits, misses;
+    gram_lru_stats(c, &n, &hits, &misses);
+    T_ASSERTF(n == 2 && hits == 3 && misses == 4, "n %d hits %lld misses %lld", n, hits, misses);
+    gram_lru_destroy(c);
+    /* the grammars outlive the cache while referenced */
+    struct gram_scratch *x = scratch(8);
+    T_ASSERT(accepts(a, x, "a") && accepts(b, x, "b") && accepts(gc, x, "c"));
+    gram_scratch_destroy(x);
+    gram_unref(a);
+    gram_unref(b);
+    gram_unref(gc);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
         T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
-        T_CASE(test_budget), {0},
+        T_CASE(test_budget), T_CASE(test_lru), {0},
     };
     return t_main(argc, argv, cases);
 }

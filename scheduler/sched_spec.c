@@ -1,0 +1,100 @@
+/*
+ * sched_spec — the scheduler's side of speculative decoding (scheduler/spec.h): plan the
+ * drafts of a step, verify a drafting sequence's rows, hand its accepted tokens to the step
+ * one by one, feed the cost model and publish the counters. Scheduler thread, except
+ * sched_spec_sample (a compute task, one sequence).
+ */
+#include "scheduler/sched_int.h"
+
+#include <string.h>
+
+_Static_assert(SPEC_MAX_TOP == SCHED_MAX_TOP, "spec keeps as many alternatives as events carry");
+
+void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
+    int prefilling = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        s->run[i]->spec.n_draft = 0;
+        prefilling |= s->run[i]->n_hist - s->run[i]->n_kv > 1;
+    }
+    if (!s->spec_on) return;
+    /* A prompt being prefilled keeps at least half of what the decode rows leave. */
+    int budget = prefilling ? *tokens_left / 2 : *tokens_left;
+    if (budget > *rows_left) budget = *rows_left;
+    int used = 0, rows = 0;
+    for (int i = 0; i < s->n_run; i++) rows += s->run[i]->n_hist - s->run[i]->n_kv == 1;
+    double tokens = rows; /* what the step is expected to yield so far */
+    for (int i = 0; i < s->n_run && used < budget; i++) {
+        struct seq *q = s->run[i];
+        if (q->n_hist - q->n_kv != 1 || q->embed || (q->prompt_lp && q->n_kv < q->n_prompt))
+            continue;
+        int room = q->max_tokens - q->n_out - 1; /* the last row's token must fit too */
+        if (room > budget - used) room = budget - used;
+        int k = spec_budget(&q->spec, room);
+        if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+        if (k > 0 && s->spec_on == SPEC_MODE_ALWAYS) {
+            tokens += k * spec_alpha(&q->spec);
+        } else if (k > 0) {
+            const double alpha = spec_alpha(&q->spec);
+            int kc = spec_choose(&s->spec_cost, rows + used, tokens, alpha, k);
+            if (kc == 0 && ++q->spec.idle >= SPEC_MAX_COOLDOWN) kc = 1; /* probe */
+            if (kc > 0) q->spec.idle = 0;
+            double pw = 1;
+            for (int j = 0; j < kc; j++) tokens += (pw *= alpha);
+            k = kc;
+        }
+        q->spec.n_draft = k;
+        used += k;
+    }
+    *tokens_left -= used;
+    *rows_left -= used;
+}
+
+void sched_spec_sample(struct sched *s, struct seq *q, int task) {
+    const size_t nv = (size_t)s->n_vocab;
+    struct spec_rows r = {.logits = s->logits + (size_t)q->logit_row * nv,
+                          .n_vocab = s->n_vocab,
+                          .scratch = s->scratch + (size_t)task * nv,
+                          .hist = q->hist,
+                          .n_hist = q->n_hist,
+                          .n_out = q->n_out,
+                          .n_draft = q->spec.n_draft,
+                          .ban = q->ignore_eos ? s->eog : NULL,
+                          .n_ban = q->ignore_eos ? s->n_eog : 0,
+                          .end = q->ignore_eos ? NULL : s->eog,
+                          .n_end = q->ignore_eos ? 0 : s->n_eog,
+                          .top_logprobs = q->top_logprobs};
+    spec_verify(&q->spec, s->smp[task], &q->sp, &q->rng, &r);
+}
+
+int sched_spec_accept(struct sched *s, struct seq *q) {
+    struct spec_state *st = &q->spec;
+    if (st->n_draft == 0) return 1;
+    int accepted = st->n_emit - 1;
+    spec_feedback(st, st->n_draft, accepted);
+    s->spec_pend[0] += (uint64_t)st->n_draft;
+    s->spec_pend[1] += (uint64_t)accepted;
+    s->spec_pend[2]++;
+    return st->n_emit;
+}
+
+void sched_spec_take(struct seq *q, int j) {
+    const struct spec_state *st = &q->spec;
+    /* Every token before this one is in the KV cache: the decode row and the j - 1 drafts
+     * accepted before it. */
+    q->n_kv = q->n_hist;
+    q->tok = st->tok[j];
+    q->logprob = st->logprob[j];
+    if (q->top_logprobs > 0)
+        memcpy(q->top, st->top[j], (size_t)q->top_logprobs * sizeof(q->top[0]));
+}
+
+void sched_spec_step_done(struct sched *s, int rows, int prefill, double seconds) {
+    if (!prefill) spec_cost_observe(&s->spec_cost, rows, seconds);
+}
+
+void sched_spec_publish(struct sched *s) {
+    for (int i = 0; i < 3; i++) {
+        s->spec_total[i] += s->spec_pend[i];
+        s->spec_pend[i] = 0;
+    }
+}
