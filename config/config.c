@@ -88,9 +88,9 @@ static const struct cfg_opt cfg_opts[] = {
      "/live answers 503 when the scheduler thread made no progress for this many seconds "
      "while requests wait or run"},
     {"max_queue", CFG_INT, OFF(max_queue), 0, 1, 1 << 20, NULL,
-     "waiting requests before new ones get 429"},
+     "waiting requests (paused streams not counted) before new ones get 429"},
     {"max_queued_tokens", CFG_INT, OFF(max_queued_tokens), 0, 1, 1 << 30, NULL,
-     "waiting prompt tokens before new requests get 429"},
+     "waiting prompt tokens (paused streams not counted) before new requests get 429"},
     {"max_seqs", CFG_INT, OFF(max_seqs), 0, 1, 4096, NULL, "sequences decoded at once"},
     {"max_batch_tokens", CFG_INT, OFF(max_batch_tokens), 0, 1, 1 << 20, NULL,
      "token budget of one scheduler step (decode rows + prefill chunks)"},

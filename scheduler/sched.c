@@ -317,8 +317,9 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
     pthread_mutex_lock(&s->lock);
     int rc = SCHED_OK;
     if (s->draining || s->stopping) rc = SCHED_EDRAIN;
-    else if (s->n_waiting >= s->o.max_queue ||
-             s->waiting_tokens + r->n_prompt > s->o.max_queued_tokens) {
+    else if (s->n_waiting - s->n_wait_paused >= s->o.max_queue ||
+             s->waiting_tokens - s->wait_paused_tokens + r->n_prompt >
+                 s->o.max_queued_tokens) {
         rc = SCHED_EFULL;
         s->rejections++;
     }

@@ -40,8 +40,8 @@ struct sched_opts {
     size_t kv_memory_mib;     /* KV pool size in MiB (0: derive from kv_tokens) */
     int kv_tokens;            /* alternatively, total FULL-class token capacity */
     enum kvstore_dtype kv_dtype;  /* f16 default */
-    int max_queue;            /* waiting requests before 429 */
-    int max_queued_tokens;    /* waiting prompt tokens before 429 */
+    int max_queue;            /* waiting requests before 429 (paused ones not counted) */
+    int max_queued_tokens;    /* waiting prompt tokens before 429 (paused ones not counted) */
     int prefix_cache;         /* 1: reuse cached prefix blocks */
     double session_ttl_s;     /* keep a finished session's blocks warm this long */
     int deterministic;        /* batch- and thread-invariant results */

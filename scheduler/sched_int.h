@@ -127,6 +127,10 @@ struct sched {
     struct seq *wait_head, *wait_tail;
     int n_waiting;
     long long waiting_tokens;
+    /* Of those, the paused ones (a client not reading): admitted work, not backlog, so
+     * they do not count against max_queue / max_queued_tokens. */
+    int n_wait_paused;
+    long long wait_paused_tokens;
     uint64_t *cancel_ids;        /* pending sched_cancel ids */
     int n_cancel, cap_cancel;
     struct sched_pause_op { uint64_t id; int paused; } *pause_ops; /* pending sched_pause */

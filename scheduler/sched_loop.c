@@ -138,6 +138,12 @@ static void fail_running(struct sched *s, struct seq *q, const char *msg) {
 
 /* ---- waiting list (lock held) ------------------------------------------------------- */
 
+/* A paused waiting sequence entering (+1) or leaving (-1) the paused counts. */
+static void wait_count_paused(struct sched *s, const struct seq *q, int d) {
+    s->n_wait_paused += d;
+    s->wait_paused_tokens += d * (long long)q->n_hist;
+}
+
 static void wait_unlink(struct sched *s, struct seq *q) {
     if (q->prev) q->prev->next = q->next;
     else s->wait_head = q->next;
@@ -146,6 +152,7 @@ static void wait_unlink(struct sched *s, struct seq *q) {
     q->prev = q->next = NULL;
     s->n_waiting--;
     s->waiting_tokens -= q->n_hist;
+    if (q->paused) wait_count_paused(s, q, -1);
 }
 
 void sched_wait_push_back(struct sched *s, struct seq *q) {
@@ -156,6 +163,7 @@ void sched_wait_push_back(struct sched *s, struct seq *q) {
     s->wait_tail = q;
     s->n_waiting++;
     s->waiting_tokens += q->n_hist;
+    if (q->paused) wait_count_paused(s, q, 1);
 }
 
 /* Preempted sequences go before every newcomer, in arrival order among themselves. */
@@ -170,6 +178,7 @@ static void wait_push_preempted(struct sched *s, struct seq *q) {
     else s->wait_tail = q;
     s->n_waiting++;
     s->waiting_tokens += q->n_hist;
+    if (q->paused) wait_count_paused(s, q, 1);
 }
 
 /* ---- admission ---------------------------------------------------------------------- */
@@ -563,7 +572,10 @@ static struct seq *intake(struct sched *s, double now) {
     for (int c = 0; c < s->n_pause; c++) {
         struct sched_pause_op op = s->pause_ops[c];
         for (struct seq *q = s->wait_head; q; q = q->next)
-            if (q->id == op.id) q->paused = op.paused;
+            if (q->id == op.id && q->paused != op.paused) {
+                q->paused = op.paused;
+                wait_count_paused(s, q, op.paused ? 1 : -1);
+            }
         for (int i = 0; i < s->n_run; i++)
             if (s->run[i]->id == op.id && (s->run[i]->paused = op.paused) && !s->run[i]->cancel) {
                 sched_requeue(s, s->run[i]);

@@ -126,7 +126,7 @@ void api_new_id(const char *prefix, char *out, size_t cap) {
         clock_gettime(CLOCK_REALTIME, &ts);
         unsigned long long x =
             (unsigned long long)ts.tv_nsec ^ ((unsigned long long)ts.tv_sec << 30);
-        x += ++ctr * 0x9e3779b97f4a7c15ull;
+        x += __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull;
         for (size_t i = 0; i < sizeof r; i++)
             r[i] = (unsigned char)(x >> (8 * (i % 8)) ^ i * 31);
     }

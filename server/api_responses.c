@@ -3,6 +3,7 @@
  */
 #include "server/api_responses.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ struct resp_entry {
 };
 
 struct resp_store {
+    pthread_mutex_t mu; /* resp_to_chat reads it on intake's workers */
     struct resp_entry *head, *tail;
     int n, cap;
     double ttl_s;
@@ -31,6 +33,7 @@ struct resp_store {
 int resp_store_create(int cap, double ttl_s, struct resp_store **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return -1;
+    pthread_mutex_init(&(*out)->mu, NULL);
     (*out)->cap = cap < 0 ? 0 : cap;
     (*out)->ttl_s = ttl_s;
     return 0;
@@ -67,11 +70,16 @@ void resp_store_destroy(struct resp_store *s) {
     if (!s) return;
     while (s->head)
         resp_drop(s, s->head);
+    pthread_mutex_destroy(&s->mu);
     free(s);
 }
 
-int resp_store_count(const struct resp_store *s) {
-    return s ? s->n : 0;
+int resp_store_count(struct resp_store *s) {
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    int n = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 static void resp_expire(struct resp_store *s, double now) {
@@ -79,7 +87,7 @@ static void resp_expire(struct resp_store *s, double now) {
         resp_drop(s, s->tail);
 }
 
-/* Looks id up (and makes it the most recent), or NULL. */
+/* Looks id up (and makes it the most recent), or NULL. Lock held. */
 static struct resp_entry *resp_store_get(struct resp_store *s, const char *id, double now) {
     if (!s) return NULL;
     resp_expire(s, now);
@@ -108,9 +116,11 @@ static void resp_store_put(struct resp_store *s, const char *id, const char *ses
     snprintf(e->session, sizeof e->session, "%s", session);
     e->messages = messages;
     e->t = now;
+    pthread_mutex_lock(&s->mu);
     resp_push_front(s, e);
     s->n++;
     resp_expire(s, now);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the request ------------------------------------------------------------------------- */
@@ -236,14 +246,18 @@ int resp_to_chat(json_t *req, struct resp_store *st, int max_tokens, struct resp
     json_t *prev = api_field(req, "previous_response_id");
     snprintf(r->session, sizeof r->session, "%s", r->id);
     if (prev) {
+        if (st) pthread_mutex_lock(&st->mu);
         struct resp_entry *pe = resp_store_get(st, json_string_value(prev), clock_mono_s());
+        if (pe) {
+            json_array_extend(r->history, pe->messages);
+            snprintf(r->session, sizeof r->session, "%s", pe->session);
+        }
+        if (st) pthread_mutex_unlock(&st->mu);
         if (!pe) {
             oai_fail(e, 400, "previous_response_id", NULL,
                      "previous response with id '%.64s' not found", json_string_value(prev));
             goto fail_msgs;
         }
-        json_array_extend(r->history, pe->messages);
-        snprintf(r->session, sizeof r->session, "%s", pe->session);
     }
     if (resp_input(req, r->history, e)) goto fail_msgs;
     json_t *ins = api_field(req, "instructions");

@@ -16,7 +16,8 @@
  * previous_response_id continues that conversation under the same KV session key, so the
  * scheduler finds the earlier turns' KV blocks warm and prefills only the new input.
  *
- * Loop thread only: the store and the shapes are not locked.
+ * Threads: resp_to_chat runs on intake's workers (the store is locked: resp_store_* from
+ * any thread); the shapes are the loop thread's.
  */
 #ifndef GEMMAD_API_RESPONSES_H
 #define GEMMAD_API_RESPONSES_H
@@ -30,7 +31,7 @@ struct resp_store;
 /* cap 0: nothing is stored (previous_response_id then never resolves). */
 int resp_store_create(int cap, double ttl_s, struct resp_store **out);
 void resp_store_destroy(struct resp_store *s);
-int resp_store_count(const struct resp_store *s);
+int resp_store_count(struct resp_store *s);
 
 /* One request, translated. */
 struct resp_req {

@@ -537,7 +537,9 @@ static void cmpl_free(struct hreq *hr, void *arg) {
     }
     if (g->emb) emb_req_free(g->emb);
     free(g->emb);
+    if (g->job.free_ctx) g->job.free_ctx(g->job_ctx);
     free(g->emb_vecs);
+    free(g->reply);
     free(g);
     hr->cmpl = NULL;
 }
@@ -668,12 +670,60 @@ struct cmpl *cmpl_new(struct hreq *hr, struct api_shape *shape) {
     return g;
 }
 
+/* Embeddings: the reply (megabytes of numbers for many inputs) is built and serialized off
+ * the loop (intake_task on g, which the loop leaves alone meanwhile); the access handler
+ * then queues the text. */
+static int cmpl_emb_work(void *arg, json_t *root, struct oai_error *e) {
+    struct cmpl *g = arg;
+    (void)root;
+    g->reply = conn_json_text(emb_reply(g->emb, g->emb_vecs, g->emb_dim, g->model),
+                              &g->reply_len);
+    return g->reply ? 0 : oai_fail(e, 500, NULL, NULL, "out of memory");
+}
+
+static void cmpl_emb_done(void *arg, int rc, const struct oai_error *e) {
+    struct hreq *hr = arg;
+    (void)rc;
+    (void)e;
+    hr->cmpl->parsing = 0;
+    hr->cmpl->emb_out = 1;
+    if (!hr->mhd_done && !hr->client_gone) conn_wake(hr);
+    conn_unref(hr); /* the job's reference */
+}
+
+static enum MHD_Result cmpl_emb_reply(struct hreq *hr) {
+    struct cmpl *g = hr->cmpl;
+    if (g->emb_out) {
+        if (!g->reply) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        char *text = g->reply;
+        g->reply = NULL;
+        return conn_reply_text(hr, 200, "application/json", text, g->reply_len);
+    }
+    conn_ref(hr);
+    g->parsing = 1;
+    if (intake_task(hr->srv, cmpl_emb_work, g, cmpl_emb_done, hr) == 0) {
+        conn_suspend(hr);
+        return MHD_YES;
+    }
+    g->parsing = 0;
+    conn_unref(hr);
+    return conn_reply_json(hr, 200, emb_reply(g->emb, g->emb_vecs, g->emb_dim, g->model));
+}
+
 enum MHD_Result cmpl_resume(struct hreq *hr) {
     struct cmpl *g = hr->cmpl;
     if (g && g->parsing) { /* woken before the parse finished */
         if (hr->client_gone) return MHD_NO;
         conn_suspend(hr);
         return MHD_YES;
+    }
+    if (g && g->parsed && g->job.then) { /* a route's job: its answer */
+        g->parsed = 0;
+        if (g->fail_status)
+            return conn_reply_error(hr, g->fail_status,
+                                    g->fail_status == 504 ? "timeout_error" : NULL, NULL, NULL,
+                                    "%s", g->fail_msg);
+        return g->job.then(hr, g->job_ctx, g->parse_rc, &g->parse_err);
     }
     if (g && g->parsed) {
         g->parsed = 0;
@@ -690,9 +740,7 @@ enum MHD_Result cmpl_resume(struct hreq *hr) {
         conn_suspend(hr);
         return MHD_YES;
     }
-    if (g->emb)
-        return conn_reply_json(hr, 200, emb_reply(g->emb, g->emb_vecs,
-                                                  hr->srv->model->cfg.n_embd, g->model));
+    if (g->emb) return cmpl_emb_reply(hr);
     if (g->shape) {
         const struct hchoice *c = &g->ch[0];
         struct api_result r = {.text = c->text ? c->text : "", .text_len = c->text_len,

@@ -18,6 +18,7 @@
 
 #include "server/api_common.h"
 #include "server/conn.h"
+#include "server/intake.h"
 
 struct emb_req;
 struct oai_limits;
@@ -26,10 +27,21 @@ struct oai_limits;
  * completions request and starts it; replies itself on every error. Parsing, rendering and
  * tokenizing run off the loop thread (intake.h). */
 enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat);
-/* The same for a request translated from another API (root: its chat request, borrowed),
- * answered in that API's shape (taken over, also on errors). */
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape);
+/* A route's work on the request body off the loop thread (intake_call: hr->body, kept
+ * unchanged until answered), then its answer from the access handler: then(hr, ctx, rc, e)
+ * with work's outcome, which replies, or starts generation (cmpl_start_parsed) or
+ * embeddings (cmpl_start_embed). ctx is the work's argument; free_ctx (may be NULL) releases
+ * it with the request. Replies itself when the work cannot be queued. */
+struct cmpl_job {
+    intake_work_fn work;
+    enum MHD_Result (*then)(struct hreq *hr, void *ctx, int rc, const struct oai_error *e);
+    void (*free_ctx)(void *ctx);
+};
+enum MHD_Result cmpl_start_job(struct hreq *hr, const struct cmpl_job *job, void *ctx);
+/* From a job's then: oai_parse's outcome (rc 0: p, taken over; else the refusal e) replied
+ * or started, answered in shape (taken over, also on errors; NULL: OpenAI's). */
+enum MHD_Result cmpl_start_parsed(struct hreq *hr, int rc, struct oai_params *p,
+                                  const struct oai_error *e, struct api_shape *shape);
 /* Embeddings: prefills each input (emb taken over), answers with emb_reply naming model. */
 enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model);
 /* The request limits of this server (for parsing a chat request outside the flow). */

@@ -63,6 +63,12 @@ struct cmpl {
     int parse_rc;
     struct oai_params *parsed_params; /* rc 0: the parsed request (owned until begun) */
     struct oai_error parse_err; /* rc != 0: the refusal */
+    int emb_dim;                /* embeddings: n_embd */
+    int emb_out;                /* embeddings: the reply was serialized off the loop */
+    char *reply;                /* its text (owned until queued), NULL when out of memory */
+    size_t reply_len;
+    struct cmpl_job job;        /* a route's job (cmpl_start_job), or all NULL */
+    void *job_ctx;
 };
 
 /* The request's completion state, its release registered with the connection layer; NULL

@@ -1,7 +1,8 @@
 /*
  * completion_start — starting generation and embedding requests: the body is parsed,
  * rendered and tokenized off the loop thread (intake.h), then the choices are submitted
- * from the connection's access handler (cmpl_resume -> cmpl_begin).
+ * from the connection's access handler (cmpl_resume -> cmpl_begin). Other routes' work on
+ * their bodies goes the same way (cmpl_start_job -> the route's then).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -72,51 +73,82 @@ static void cmpl_parsed(void *arg, int rc, struct oai_params *p, const struct oa
     conn_unref(hr); /* the job's reference */
 }
 
-/* Starts a generation request from root, or (root NULL) from the raw request body. */
-static enum MHD_Result cmpl_start(struct hreq *hr, json_t *root, int is_chat,
-                                  struct api_shape *shape) {
+enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat) {
     struct srv *s = hr->srv;
     struct oai_limits lim;
     cmpl_limits(s, &lim);
-    struct cmpl *g = cmpl_new(hr, shape);
+    struct cmpl *g = cmpl_new(hr, NULL);
     if (!g) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     /* Parsing, rendering and tokenizing a long prompt take long: off the loop thread. */
     conn_ref(hr);
     g->parsing = 1;
-    if (intake_parse(s, root, hr->body, hr->body_len, is_chat, &lim, cmpl_parsed, hr) == 0) {
+    if (intake_parse(s, NULL, hr->body, hr->body_len, is_chat, &lim, cmpl_parsed, hr) == 0) {
         hr->phase = PH_WAIT;
         conn_suspend(hr);
         return MHD_YES;
     }
     g->parsing = 0;
     conn_unref(hr);
-    if (!root) return conn_reply_error(hr, 503, NULL, NULL, NULL, "cannot queue the request");
-    struct oai_error e;
-    struct oai_params *p;
-    int rc = tools_parse_request(root, is_chat, &lim, &p, &e);
-    return cmpl_begin(hr, rc, p, &e);
+    return conn_reply_error(hr, 503, NULL, NULL, NULL, "cannot queue the request");
 }
 
-enum MHD_Result cmpl_start_shape(struct hreq *hr, json_t *root, int is_chat,
-                                 struct api_shape *shape) {
-    return cmpl_start(hr, root, is_chat, shape);
+/* intake's callback for a route's job (loop thread): like cmpl_parsed. */
+static void cmpl_job_done(void *arg, int rc, const struct oai_error *e) {
+    struct hreq *hr = arg;
+    struct cmpl *g = hr->cmpl;
+    g->parsing = 0;
+    if (!hr->mhd_done && !hr->client_gone) {
+        g->parsed = 1;
+        g->parse_rc = rc;
+        if (rc) g->parse_err = *e;
+        conn_wake(hr);
+    }
+    conn_unref(hr); /* the job's reference */
 }
 
-enum MHD_Result cmpl_start_body(struct hreq *hr, int is_chat) {
-    return cmpl_start(hr, NULL, is_chat, NULL);
+enum MHD_Result cmpl_start_job(struct hreq *hr, const struct cmpl_job *job, void *ctx) {
+    struct cmpl *g = cmpl_new(hr, NULL);
+    if (!g) {
+        if (job->free_ctx) job->free_ctx(ctx);
+        return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    }
+    g->job = *job;
+    g->job_ctx = ctx;
+    conn_ref(hr);
+    g->parsing = 1;
+    if (intake_call(hr->srv, NULL, hr->body, hr->body_len, job->work, ctx, cmpl_job_done, hr)) {
+        g->parsing = 0;
+        conn_unref(hr);
+        return conn_reply_error(hr, 503, NULL, NULL, NULL, "cannot queue the request");
+    }
+    hr->phase = PH_WAIT;
+    conn_suspend(hr);
+    return MHD_YES;
+}
+
+enum MHD_Result cmpl_start_parsed(struct hreq *hr, int rc, struct oai_params *p,
+                                  const struct oai_error *e, struct api_shape *shape) {
+    struct cmpl *g = hr->cmpl;
+    if (g->shape) {
+        g->shape->destroy(g->shape->st);
+        free(g->shape);
+    }
+    g->shape = shape;
+    return cmpl_begin(hr, rc, p, e);
 }
 
 /* Embeddings: one prefill-only scheduler request per input, answered when all are done. */
 enum MHD_Result cmpl_start_embed(struct hreq *hr, struct emb_req *emb, const char *model) {
     struct srv *s = hr->srv;
     const int E = s->model->cfg.n_embd;
-    struct cmpl *g = cmpl_new(hr, NULL);
+    struct cmpl *g = hr->cmpl ? hr->cmpl : cmpl_new(hr, NULL); /* a job's, or a new one */
     if (!g) {
         emb_req_free(emb);
         free(emb);
         return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
     }
     g->emb = emb;
+    g->emb_dim = E;
     snprintf(g->model, sizeof g->model, "%s", model);
     g->ch = calloc((size_t)emb->n, sizeof *g->ch);
     g->emb_vecs = calloc((size_t)emb->n * (size_t)E, sizeof(float));

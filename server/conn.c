@@ -58,24 +58,32 @@ enum MHD_Result conn_reply_text(struct hreq *hr, int status, const char *ctype, 
     return ret;
 }
 
-enum MHD_Result conn_reply_json(struct hreq *hr, int status, json_t *body) {
+char *conn_json_text(json_t *body, size_t *len) {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    if (!text) return NULL;
+    *len = strlen(text);
+    /* a trailing newline makes curl output readable */
+    char *t2 = realloc(text, *len + 2);
+    if (t2) {
+        text = t2;
+        text[(*len)++] = '\n';
+        text[*len] = 0;
+    }
+    return text;
+}
+
+enum MHD_Result conn_reply_json(struct hreq *hr, int status, json_t *body) {
+    size_t len = 0;
+    char *text = conn_json_text(body, &len);
     if (!text) {
         text = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                       "\"param\":null,\"code\":null}}");
         status = 500;
         if (!text) return MHD_NO;
+        len = strlen(text);
     }
-    size_t len = strlen(text);
-    /* MHD owns text now; a trailing newline makes curl output readable. */
-    char *t2 = realloc(text, len + 2);
-    if (t2) {
-        text = t2;
-        text[len++] = '\n';
-        text[len] = 0;
-    }
-    return conn_reply_text(hr, status, "application/json", text, len);
+    return conn_reply_text(hr, status, "application/json", text, len); /* MHD owns text now */
 }
 
 /* The error body in the route's shape (OpenAI's unless the route set another). */

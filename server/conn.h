@@ -101,6 +101,9 @@ void conn_unref(struct hreq *hr);
 enum MHD_Result conn_reply_text(struct hreq *hr, int status, const char *ctype, char *text,
                                 size_t len);
 enum MHD_Result conn_reply_json(struct hreq *hr, int status, json_t *body);
+/* body (taken) as conn_reply_json's text (compact, a newline at the end; *len set), or NULL
+ * when out of memory. Any thread: for large replies serialized off the loop. */
+char *conn_json_text(json_t *body, size_t *len);
 /* An OpenAI error body; type NULL: derived from the status. */
 enum MHD_Result conn_reply_error(struct hreq *hr, int status, const char *type,
                                  const char *param, const char *code, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /*
- * intake — oai_parse off the loop thread. See intake.h.
+ * intake — request work (oai_parse and the like) off the loop thread. See intake.h.
  *
  * Two lanes. Ordinary requests go to libuv's worker pool at the process's priority. Large
  * ones (INTAKE_BIG bytes of body or more: a 4 MB prompt takes jansson alone 0.1 s) go, one
@@ -32,11 +32,20 @@ struct intake_job {
     json_t *root;               /* a reference of its own, or NULL: parse body first */
     const char *body;           /* the request body (the caller keeps it alive) */
     size_t body_len;
+    int raw;                    /* intake_task: no body, fn gets root NULL */
+    intake_work_fn fn;          /* the work on root */
+    void *fn_arg;
+    int rc;
+    struct oai_error e;         /* the refusal when rc != 0 */
+    intake_end_fn end;
+    void *arg;
+};
+
+/* intake_parse's work and callback. */
+struct intake_parse_job {
     int is_chat;
     struct oai_limits lim;
-    int rc;
     struct oai_params *p;       /* the result when rc == 0 */
-    struct oai_error e;         /* the refusal when rc != 0 */
     intake_done_fn done;
     void *arg;
 };
@@ -53,7 +62,7 @@ struct intake_lane {
 
 /* Any thread: touches only the job, the read-only JSON and the immutable vocabulary. */
 static void intake_run(struct intake_job *j) {
-    if (!j->root) { /* a 4 MB body takes jansson about 0.1 s: not on the loop either */
+    if (!j->root && !j->raw) { /* a 4 MB body takes jansson about 0.1 s: not on the loop */
         json_error_t je;
         j->root = json_loadb(j->body, j->body_len, JSON_REJECT_DUPLICATES, &je);
         memset(&j->e, 0, sizeof j->e);
@@ -71,13 +80,13 @@ static void intake_run(struct intake_job *j) {
             return;
         }
     }
-    j->rc = tools_parse_request(j->root, j->is_chat, &j->lim, &j->p, &j->e);
+    j->rc = j->fn(j->fn_arg, j->root, &j->e);
 }
 
 static void intake_finish(struct intake_job *j) {
     j->srv->n_intake--;
     json_decref(j->root);
-    j->done(j->arg, j->rc, j->rc ? NULL : j->p, &j->e);
+    j->end(j->arg, j->rc, &j->e);
     free(j);
 }
 
@@ -150,8 +159,8 @@ fail_async:
     return NULL;
 }
 
-int intake_parse(struct srv *s, json_t *root, const char *body, size_t body_len, int is_chat,
-                 const struct oai_limits *lim, intake_done_fn done, void *arg) {
+static int intake_queue(struct srv *s, json_t *root, const char *body, size_t body_len, int raw,
+                        intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
     struct intake_job *j = calloc(1, sizeof *j);
     if (!j) return -1;
     j->work.data = j;
@@ -159,9 +168,10 @@ int intake_parse(struct srv *s, json_t *root, const char *body, size_t body_len,
     j->root = json_incref(root);
     j->body = body ? body : "";
     j->body_len = body_len;
-    j->is_chat = is_chat;
-    j->lim = *lim;
-    j->done = done;
+    j->raw = raw;
+    j->fn = fn;
+    j->fn_arg = fn_arg;
+    j->end = end;
     j->arg = arg;
     struct intake_lane *L = !root && body_len >= INTAKE_BIG && (!s->intake_lane ||
                                                                  s->intake_lane->stop != 2)
@@ -179,6 +189,38 @@ int intake_parse(struct srv *s, json_t *root, const char *body, size_t body_len,
         return -1;
     }
     s->n_intake++;
+    return 0;
+}
+
+int intake_call(struct srv *s, json_t *root, const char *body, size_t body_len,
+                intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
+    return intake_queue(s, root, body, body_len, 0, fn, fn_arg, end, arg);
+}
+
+int intake_task(struct srv *s, intake_work_fn fn, void *fn_arg, intake_end_fn end, void *arg) {
+    return intake_queue(s, NULL, NULL, 0, 1, fn, fn_arg, end, arg);
+}
+
+static int intake_parse_work(void *arg, json_t *root, struct oai_error *e) {
+    struct intake_parse_job *pj = arg;
+    return tools_parse_request(root, pj->is_chat, &pj->lim, &pj->p, e);
+}
+
+static void intake_parse_end(void *arg, int rc, const struct oai_error *e) {
+    struct intake_parse_job *pj = arg;
+    pj->done(pj->arg, rc, rc ? NULL : pj->p, e);
+    free(pj);
+}
+
+int intake_parse(struct srv *s, json_t *root, const char *body, size_t body_len, int is_chat,
+                 const struct oai_limits *lim, intake_done_fn done, void *arg) {
+    struct intake_parse_job *pj = calloc(1, sizeof *pj);
+    if (!pj) return -1;
+    *pj = (struct intake_parse_job){.is_chat = is_chat, .lim = *lim, .done = done, .arg = arg};
+    if (intake_call(s, root, body, body_len, intake_parse_work, pj, intake_parse_end, pj)) {
+        free(pj);
+        return -1;
+    }
     return 0;
 }
 

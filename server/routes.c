@@ -74,24 +74,6 @@ const char *route_name(enum route_id r) {
     return r < ROUTE_NOT_FOUND ? route_table[r].name : "not_found";
 }
 
-/* Parses the body as one JSON object (duplicates, NUL escapes and bad UTF-8 refused by
- * jansson; nesting depth bounded by it). NULL after queuing the 400. */
-static json_t *route_body(struct hreq *hr, enum MHD_Result *ret) {
-    json_error_t je;
-    json_t *root = json_loadb(hr->body ? hr->body : "", hr->body_len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        *ret = conn_reply_error(hr, 400, NULL, NULL, NULL, "invalid JSON body at byte %d: %s",
-                                je.position, je.text);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        *ret = conn_reply_error(hr, 400, NULL, NULL, NULL, "the request body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
-
 static enum MHD_Result route_not_ready(struct hreq *hr) {
     struct srv *s = hr->srv;
     if (s->state == SRV_LOADING)
@@ -180,46 +162,52 @@ static enum MHD_Result route_metrics(struct hreq *hr) {
     return conn_reply_text(hr, 200, "text/plain; version=0.0.4", buf, b.n);
 }
 
-static int route_get_bool(json_t *root, const char *k, int def, struct hreq *hr,
-                          enum MHD_Result *ret) {
+static int route_get_bool(json_t *root, const char *k, int def, struct oai_error *e) {
     json_t *v = json_object_get(root, k);
     if (!v || json_is_null(v)) return def;
-    if (!json_is_boolean(v)) {
-        *ret = conn_reply_error(hr, 400, NULL, k, NULL, "'%s' must be a boolean", k);
-        return -1;
-    }
+    if (!json_is_boolean(v)) return oai_fail(e, 400, k, NULL, "'%s' must be a boolean", k);
     return json_is_true(v);
 }
 
-static enum MHD_Result route_tokenize(struct hreq *hr) {
-    struct srv *s = hr->srv;
-    enum MHD_Result ret = MHD_YES;
-    json_t *root = route_body(hr, &ret);
-    if (!root) return ret;
+/* /tokenize's and /detokenize's work off the loop (a 4 MB content takes the tokenizer about
+ * a second): the body, the ids and the serialized reply. */
+struct route_tok {
+    const struct tok_vocab *vocab;
+    char *text;                 /* the reply body (owned until replied) */
+    size_t len;
+};
+
+/* Worker: body (taken) serialized as the 200 reply. */
+static int route_tok_reply(struct route_tok *t, json_t *body, struct oai_error *e) {
+    if (!(t->text = conn_json_text(body, &t->len)))
+        return oai_fail(e, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+static int route_tokenize_work(void *arg, json_t *root, struct oai_error *e) {
+    struct route_tok *t = arg;
     json_t *content = json_object_get(root, "content");
-    int add_special = route_get_bool(root, "add_special", 0, hr, &ret);
-    int parse_special = add_special < 0 ? -1 : route_get_bool(root, "parse_special", 1, hr, &ret);
-    int with_pieces = parse_special < 0 ? -1 : route_get_bool(root, "with_pieces", 0, hr, &ret);
-    int32_t *ids = NULL;
-    if (with_pieces < 0) goto done;
-    if (!json_is_string(content)) {
-        ret = conn_reply_error(hr, 400, NULL, "content", NULL, "'content' must be a string");
-        goto done;
-    }
+    int add_special = route_get_bool(root, "add_special", 0, e);
+    int parse_special = add_special < 0 ? -1 : route_get_bool(root, "parse_special", 1, e);
+    int with_pieces = parse_special < 0 ? -1 : route_get_bool(root, "with_pieces", 0, e);
+    if (with_pieces < 0) return -1;
+    if (!json_is_string(content))
+        return oai_fail(e, 400, "content", NULL, "'content' must be a string");
     size_t len = json_string_length(content);
     int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 8, n = -1;
+    int32_t *ids = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         free(ids);
         ids = malloc((size_t)cap * sizeof *ids);
         if (!ids) break;
-        n = tok_encode(s->vocab, json_string_value(content), len, add_special, parse_special, ids,
+        n = tok_encode(t->vocab, json_string_value(content), len, add_special, parse_special, ids,
                        cap);
         if (n <= cap) break;
         cap = n;
     }
     if (!ids || n < 0 || n > cap) {
-        ret = conn_reply_error(hr, 400, NULL, "content", NULL, "'content' cannot be tokenized");
-        goto done;
+        free(ids);
+        return oai_fail(e, 400, "content", NULL, "'content' cannot be tokenized");
     }
     json_t *toks = json_array();
     for (int i = 0; i < n; i++) {
@@ -228,61 +216,83 @@ static enum MHD_Result route_tokenize(struct hreq *hr) {
             continue;
         }
         char piece[256];
-        int pl = tok_token_to_bytes(s->vocab, ids[i], 1, piece, (int)sizeof piece);
+        int pl = tok_token_to_bytes(t->vocab, ids[i], 1, piece, (int)sizeof piece);
         if (pl < 0) pl = 0;
         if (pl > (int)sizeof piece) pl = (int)sizeof piece;
         json_array_append_new(toks, json_pack("{s:i,s:o}", "id", ids[i], "piece",
                                               oai_string(piece, (size_t)pl)));
     }
-    ret = conn_reply_json(hr, 200, json_pack("{s:o}", "tokens", toks));
-done:
     free(ids);
-    json_decref(root);
-    return ret;
+    return route_tok_reply(t, json_pack("{s:o}", "tokens", toks), e);
 }
 
-static enum MHD_Result route_detokenize(struct hreq *hr) {
-    struct srv *s = hr->srv;
-    enum MHD_Result ret = MHD_YES;
-    json_t *root = route_body(hr, &ret);
-    if (!root) return ret;
+static enum MHD_Result route_tok_then(struct hreq *hr, void *ctx, int rc,
+                                           const struct oai_error *e) {
+    struct route_tok *t = ctx;
+    if (rc) return conn_reply_error(hr, e->status, e->type, e->param, e->code, "%s", e->msg);
+    char *text = t->text;
+    t->text = NULL;
+    return conn_reply_text(hr, 200, "application/json", text, t->len);
+}
+
+static void route_tok_free(void *ctx) {
+    struct route_tok *t = ctx;
+    free(t->text);
+    free(t);
+}
+
+static enum MHD_Result route_tok_start(struct hreq *hr, const struct cmpl_job *job) {
+    struct route_tok *t = calloc(1, sizeof *t);
+    if (!t) return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+    t->vocab = hr->srv->vocab;
+    return cmpl_start_job(hr, job, t);
+}
+
+static int route_detokenize_work(void *arg, json_t *root, struct oai_error *e) {
+    struct route_tok *t = arg;
     json_t *toks = json_object_get(root, "tokens");
-    int nv = tok_n_vocab(s->vocab);
-    int32_t *ids = NULL;
-    char *text = NULL;
-    if (!json_is_array(toks) || json_array_size(toks) > (1u << 24)) {
-        ret = conn_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' must be an array of ids");
-        goto done;
-    }
+    int nv = tok_n_vocab(t->vocab);
+    if (!json_is_array(toks) || json_array_size(toks) > (1u << 24))
+        return oai_fail(e, 400, "tokens", NULL, "'tokens' must be an array of ids");
     size_t n = json_array_size(toks);
-    ids = malloc((n ? n : 1) * sizeof *ids);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    char *text = NULL;
+    int rc = -1;
     if (!ids) {
-        ret = conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+        oai_fail(e, 500, NULL, NULL, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(toks, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= nv) {
-            ret = conn_reply_error(hr, 400, NULL, "tokens", NULL,
-                                   "'tokens' holds token ids in [0, %d)", nv);
+        json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
+            oai_fail(e, 400, "tokens", NULL, "'tokens' holds token ids in [0, %d)", nv);
             goto done;
         }
-        ids[i] = (int32_t)json_integer_value(t);
+        ids[i] = (int32_t)json_integer_value(v);
     }
     char probe[1];
-    int len = tok_decode(s->vocab, ids, (int)n, 1, probe, 0);
+    int len = tok_decode(t->vocab, ids, (int)n, 1, probe, 0);
     text = malloc((size_t)(len > 0 ? len : 0) + 1);
     if (len < 0 || !text) {
-        ret = conn_reply_error(hr, 400, NULL, "tokens", NULL, "'tokens' cannot be decoded");
+        oai_fail(e, 400, "tokens", NULL, "'tokens' cannot be decoded");
         goto done;
     }
-    tok_decode(s->vocab, ids, (int)n, 1, text, len);
-    ret = conn_reply_json(hr, 200, json_pack("{s:o}", "content", oai_string(text, (size_t)len)));
+    tok_decode(t->vocab, ids, (int)n, 1, text, len);
+    rc = route_tok_reply(t, json_pack("{s:o}", "content", oai_string(text, (size_t)len)), e);
 done:
     free(text);
     free(ids);
-    json_decref(root);
-    return ret;
+    return rc;
+}
+
+static enum MHD_Result route_tokenize(struct hreq *hr) {
+    static const struct cmpl_job job = {route_tokenize_work, route_tok_then, route_tok_free};
+    return route_tok_start(hr, &job);
+}
+
+static enum MHD_Result route_detokenize(struct hreq *hr) {
+    static const struct cmpl_job job = {route_detokenize_work, route_tok_then, route_tok_free};
+    return route_tok_start(hr, &job);
 }
 
 static enum MHD_Result route_dispatch(struct hreq *hr) {
@@ -302,21 +312,10 @@ static enum MHD_Result route_dispatch(struct hreq *hr) {
     case ROUTE_DETOKENIZE: return route_detokenize(hr);
     case ROUTE_CHAT:
     case ROUTE_COMPLETIONS: return cmpl_start_body(hr, hr->route == ROUTE_CHAT);
-    case ROUTE_RESPONSES:
+    case ROUTE_RESPONSES: return route_responses(hr);
+    case ROUTE_EMBEDDINGS: return route_embeddings(hr);
     case ROUTE_MESSAGES:
-    case ROUTE_COUNT_TOKENS:
-    case ROUTE_EMBEDDINGS: {
-        enum MHD_Result ret = MHD_YES;
-        json_t *root = route_body(hr, &ret);
-        if (!root) return ret;
-        hr->body_len = 0;
-        ret = hr->route == ROUTE_RESPONSES     ? route_responses(hr, root)
-              : hr->route == ROUTE_EMBEDDINGS ? route_embeddings(hr, root)
-                                              : route_messages(hr, root,
-                                                               hr->route == ROUTE_COUNT_TOKENS);
-        json_decref(root);
-        return ret;
-    }
+    case ROUTE_COUNT_TOKENS: return route_messages(hr, hr->route == ROUTE_COUNT_TOKENS);
     default: break;
     }
     return conn_reply_error(hr, 404, NULL, NULL, NULL, "no route for %s", hr->path);

@@ -4,7 +4,8 @@
  * preflights. The request shapes are translated into chat requests (api_*.c) and run through
  * the completion flow, which renders the reply through the shape (struct api_shape).
  *
- * Threads: the loop thread only. Called from the access handler (routes.c).
+ * Threads: the loop thread, called from the access handler (routes.c); the *_work
+ * functions run on intake's workers.
  */
 #ifndef GEMMAD_SERVER_ROUTES_CLIENTS_H
 #define GEMMAD_SERVER_ROUTES_CLIENTS_H
@@ -14,10 +15,11 @@
 
 #include "server/conn.h"
 
-/* Each takes root (borrowed), replies itself on every error. */
-enum MHD_Result route_responses(struct hreq *hr, json_t *root);
-enum MHD_Result route_messages(struct hreq *hr, json_t *root, int count_only);
-enum MHD_Result route_embeddings(struct hreq *hr, json_t *root);
+/* Each works on the request body off the loop thread (JSON, translation, rendering and
+ * tokenizing: cmpl_start_job), replies itself on every error. */
+enum MHD_Result route_responses(struct hreq *hr);
+enum MHD_Result route_messages(struct hreq *hr, int count_only);
+enum MHD_Result route_embeddings(struct hreq *hr);
 /* GET /: the chat page (404 with no_ui). */
 enum MHD_Result route_ui(struct hreq *hr);
 /* OPTIONS on any route: a CORS preflight. */

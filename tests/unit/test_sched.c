@@ -821,6 +821,38 @@ static void test_pause_resume(void) {
     model_free(m);
 }
 
+/* A paused request (its client stopped reading) is admitted work, not backlog: it does not
+ * count against max_queue, so a newcomer is still accepted (and runs) while it waits. */
+static void test_paused_not_queued(void) {
+    struct model *m = t_model_or_skip();
+    struct sched *s = mk(m, one_seq_tiny_queue);
+    int32_t ids[64];
+    int n = encode(m, prompts[1], ids, 64);
+    static struct result a, b;
+    uint64_t aid, bid;
+    submit(s, ids, n, seeded(3), 200, &a, &aid);
+    wait_tokens(&a, 4);
+    sched_pause(s, aid, 1);
+    struct sched_counts c = {0};
+    for (int i = 0; i < 300; i++) {
+        sched_get_counts(s, &c);
+        if (c.running == 0 && c.waiting == 1) break;
+        sleep_ms(10);
+    }
+    T_ASSERTF(c.running == 0 && c.waiting == 1, "paused: running %d waiting %d", c.running,
+              c.waiting);
+    struct sched_req q = req(ids, n, greedy(), 4, &b);
+    T_ASSERT(sched_submit(s, &q, &bid) == SCHED_OK);
+    res_wait(&b);
+    T_ASSERT(b.finish == SCHED_FINISH_LENGTH && b.n_tok == 4);
+    sched_pause(s, aid, 0);
+    sched_cancel(s, aid);
+    res_wait(&a);
+    wait_kv_baseline(s);
+    sched_destroy(s);
+    model_free(m);
+}
+
 static void tweak_fair(struct sched_opts *o) {
     o->max_seqs = 4;
     o->group_max_seqs = 2;
@@ -911,7 +943,7 @@ int main(int argc, char **argv) {
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
         T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress),
-        T_CASE(test_pause_resume), T_CASE(test_fair_newcomer),
+        T_CASE(test_pause_resume), T_CASE(test_paused_not_queued), T_CASE(test_fair_newcomer),
         T_CASE(test_spec_under_preemption), {0}};
     return t_main(argc, argv, cases);
 }
