@@ -806,11 +806,19 @@ static void test_pause_resume(void) {
     submit(s, ids, n, seeded(7), gen, &b, &id);
     wait_tokens(&b, 4);
     sched_pause(s, id, 1);
-    sleep_ms(200);
+    /* The pause takes effect between steps: a step already under way (slow under TSan) may
+     * still deliver one token, so wait until the scheduler shows the sequence out of the
+     * batch before counting. */
+    struct sched_counts c;
+    for (int i = 0; i < 1000; i++) {
+        sched_get_counts(s, &c);
+        if (c.running == 0 && c.waiting == 1) break;
+        sleep_ms(10);
+    }
+    T_ASSERTF(c.running == 0 && c.waiting == 1, "running %d waiting %d", c.running, c.waiting);
     int k = n_tok_of(&b);
     sleep_ms(300);
     T_ASSERTF(n_tok_of(&b) == k && k < gen, "paused request went on: %d -> %d", k, n_tok_of(&b));
-    struct sched_counts c;
     sched_get_counts(s, &c);
     T_ASSERTF(c.running == 0 && c.waiting == 1, "running %d waiting %d", c.running, c.waiting);
     sched_pause(s, id, 0);
