@@ -161,14 +161,15 @@ def test_queue_overflow_429(start_server):
 
 
 def test_kv_exhaustion_preempts_and_stays_correct(start_server):
-    # 10 blocks of 16 positions; each request needs ~20 prompt + 40 generated tokens = 4
-    # blocks, so 4 running sequences (16 blocks) must preempt.
+    # 10 blocks of 16 positions; each request needs ~20 prompt + 90 generated tokens = 7
+    # blocks, so any two sequences that run at the same time (14 blocks) must preempt, even
+    # when a loaded machine staggers the four requests' arrivals.
     srv = start_server("--max-seqs", "4", "--ctx-size", "128", "--kv-tokens", "160",
                        "--prefix-cache", "0")
     model = model_of(srv)
     prompts = PROMPTS[:4]
-    ref = [solo(srv, model, p, 40, ignore_eos=True) for p in prompts]
-    got = run_threads(lambda p: stream_chat(srv, chat_body(model, p, 40, True, ignore_eos=True)),
+    ref = [solo(srv, model, p, 90, ignore_eos=True) for p in prompts]
+    got = run_threads(lambda p: stream_chat(srv, chat_body(model, p, 90, True, ignore_eos=True)),
                       [(p,) for p in prompts])
     for p, want, (text, finish) in zip(prompts, ref, got):
         assert finish == "length", p

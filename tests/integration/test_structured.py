@@ -328,7 +328,7 @@ BAD = [
         "type": "string", "pattern": "(a)\\1"}}}}, "response_format.json_schema.schema",
      ["pattern"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-        "type": "string", "format": "uri"}}}}, "response_format.json_schema.schema",
+        "type": "string", "format": "iri-reference"}}}}, "response_format.json_schema.schema",
      ["'format'"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s"}}},
      "response_format.json_schema.schema", []),
