@@ -49,6 +49,7 @@ struct config {
     int max_queued_tokens;              /* waiting prompt tokens before 429 */
     int max_seqs;                       /* sequences running at once */
     int max_batch_tokens;               /* token budget of one scheduler step */
+    double prefill_stall;               /* a step with prefill chunks vs a decode-only one */
     int kv_block_size;                  /* positions per KV block */
     int kv_memory_mib;                  /* KV pool size in MiB; 0 = from kv_tokens */
     int kv_tokens;                      /* KV capacity in tokens when kv_memory_mib is 0 */

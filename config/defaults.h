@@ -37,6 +37,7 @@
     X(int, max_queued_tokens, 262144)                                                        \
     X(int, max_seqs, 16)                                                                     \
     X(int, max_batch_tokens, 512)                                                            \
+    X(double, prefill_stall, 3)                                                              \
     X(int, kv_block_size, 16)                                                                \
     X(int, kv_memory_mib, 0)                                                                 \
     X(int, kv_tokens, 65536)                                                                 \

@@ -42,6 +42,7 @@ void sched_opts_default(struct sched_opts *o) {
     o->n_threads = d->threads;
     o->n_ctx = d->ctx_size;
     o->max_batch_tokens = d->max_batch_tokens;
+    o->prefill_stall = d->prefill_stall;
     o->max_seqs = d->max_seqs;
     o->kv_block_size = d->kv_block_size;
     o->kv_memory_mib = (size_t)d->kv_memory_mib;

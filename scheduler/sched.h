@@ -35,6 +35,9 @@ struct sched_opts {
     int n_threads;            /* compute threads (0 = physical cores) */
     int n_ctx;                /* max positions per sequence (prompt + generated) */
     int max_batch_tokens;     /* token budget of one step (decode rows + prefill chunks) */
+    double prefill_stall;     /* > 1: while sequences decode, prefill chunks are cut so a step
+                               * takes about this many times a decode-only step (measured;
+                               * sched_spec.c); otherwise only max_batch_tokens bounds them */
     int max_seqs;             /* sequences running at once */
     int kv_block_size;        /* positions per KV block */
     size_t kv_memory_mib;     /* KV pool size in MiB (0: derive from kv_tokens) */

@@ -149,6 +149,7 @@ struct sched {
     int spec_on;                 /* enum spec_mode in effect (OFF unless batch-invariant) */
     uint64_t spec_pend[3];       /* this step's spec_total increments */
     struct spec_cost spec_cost;  /* step seconds by rows (steps without prefill) */
+    double pf_tok_s;             /* EMA: seconds one prefill token adds to a step (0: unknown) */
 };
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -194,13 +195,16 @@ void *sched_main(void *arg);
  * sampling: adapts, counts, and returns how many tokens to report (1 without drafts);
  * sched_spec_take(q, j) loads the j-th of them into q->tok (q->logprob, q->top) before
  * handle_token. sched_spec_step_done: the step's time for the cost model.
- * sched_spec_publish (lock held): adds the step's counts to spec_total. */
+ * sched_spec_publish (lock held): adds the step's counts to spec_total.
+ * sched_prefill_cap: the prefill tokens a step with `dec` decode rows may carry under
+ * prefill_stall (INT_MAX when unbounded or not yet measured). */
 void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left);
 void sched_spec_sample(struct sched *s, struct seq *q, int task);
 int sched_spec_accept(struct sched *s, struct seq *q);
 void sched_spec_take(struct seq *q, int j);
 void sched_spec_publish(struct sched *s);
-/* rows: the step's rows; prefill: 1 if it held a prefill chunk; seconds: its wall time. */
-void sched_spec_step_done(struct sched *s, int rows, int prefill, double seconds);
+/* rows: the step's rows (n_prefill of them prefill tokens); seconds: its wall time. */
+void sched_spec_step_done(struct sched *s, int rows, int n_prefill, double seconds);
+int sched_prefill_cap(const struct sched *s, int dec);
 
 #endif

@@ -5,7 +5,7 @@
  * between groups, arrival order within that; one that lacks KV blocks blocks those behind
  * it, so nobody starves), then build one batch in arrival order with one
  * decode row per decoding sequence and prefill chunks from the budget left after the decode
- * rows, run fwd_run once, sample one token for every sequence whose row reached the end of
+ * rows (while sequences decode, cut further to prefill_stall: sched_spec.c), run fwd_run once, sample one token for every sequence whose row reached the end of
  * its known tokens (in parallel on the forward pass's compute threads through fwd_parallel,
  * one sampler scratch per task), and finish sequences at once (stop, length, cancel,
  * deadline).
@@ -410,6 +410,8 @@ static void step(struct sched *s) {
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
     int plp_left = SCHED_PLP_ROWS, any_hidden = 0, n_prefill = 0;
     sched_spec_plan(s, &prefill_budget, &plp_left);
+    int cap = sched_prefill_cap(s, dec);
+    if (prefill_budget > cap) prefill_budget = cap;
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];
         int todo = q->n_hist - q->n_kv, n = todo;
@@ -535,7 +537,7 @@ static void step(struct sched *s) {
         }
     }
     double dt = clock_mono_s() - t0;
-    sched_spec_step_done(s, n_tokens, n_prefill > 0, dt);
+    sched_spec_step_done(s, n_tokens, n_prefill, dt);
     pthread_mutex_lock(&s->lock);
     prom_hist_observe(&s->h_batch, nb);
     prom_hist_observe(&s->h_tokens, n_tokens);

@@ -1,11 +1,13 @@
 /*
  * sched_spec — the scheduler's side of speculative decoding (scheduler/spec.h): plan the
  * drafts of a step, verify a drafting sequence's rows, hand its accepted tokens to the step
- * one by one, feed the cost model and publish the counters. Scheduler thread, except
- * sched_spec_sample (a compute task, one sequence).
+ * one by one, feed the cost model and publish the counters; and the cost model's other use,
+ * the prefill chunk cap of prefill_stall. Scheduler thread, except sched_spec_sample (a
+ * compute task, one sequence).
  */
 #include "scheduler/sched_int.h"
 
+#include <limits.h>
 #include <string.h>
 
 _Static_assert(SPEC_MAX_TOP == SCHED_MAX_TOP, "spec keeps as many alternatives as events carry");
@@ -88,8 +90,33 @@ void sched_spec_take(struct seq *q, int j) {
         memcpy(q->top, st->top[j], (size_t)q->top_logprobs * sizeof(q->top[0]));
 }
 
-void sched_spec_step_done(struct sched *s, int rows, int prefill, double seconds) {
-    if (!prefill) spec_cost_observe(&s->spec_cost, rows, seconds);
+void sched_spec_step_done(struct sched *s, int rows, int n_prefill, double seconds) {
+    if (n_prefill == 0) {
+        spec_cost_observe(&s->spec_cost, rows, seconds);
+        return;
+    }
+    /* What the prefill tokens added to the step: its time less a decode-only step of the
+     * same decode rows (all of it when there were none). */
+    int dec = rows - n_prefill;
+    double base = dec > 0 ? spec_cost_est(&s->spec_cost, dec) : 0;
+    if (dec > 0 && base <= 0) return; /* no decode-only step of that size measured yet */
+    double per = (seconds - base) / n_prefill;
+    if (!(per > 0)) return;
+    s->pf_tok_s = s->pf_tok_s > 0 ? 0.8 * s->pf_tok_s + 0.2 * per : per;
+}
+
+/* Prefill chunks of a step with running decoders: (prefill_stall - 1) decode-only steps'
+ * worth of prefill tokens, so the decoders' next token comes about prefill_stall times later
+ * than without the prompt, never fewer than SCHED_PREFILL_MIN tokens (every prompt makes
+ * progress). */
+#define SCHED_PREFILL_MIN 16
+int sched_prefill_cap(const struct sched *s, int dec) {
+    if (!(s->o.prefill_stall > 1) || dec <= 0 || !(s->pf_tok_s > 0)) return INT_MAX;
+    double t = spec_cost_est(&s->spec_cost, dec);
+    if (!(t > 0)) return INT_MAX;
+    double n = (s->o.prefill_stall - 1) * t / s->pf_tok_s;
+    if (n >= (double)INT_MAX) return INT_MAX;
+    return n < SCHED_PREFILL_MIN ? SCHED_PREFILL_MIN : (int)n;
 }
 
 void sched_spec_publish(struct sched *s) {

@@ -183,6 +183,7 @@ static void *srv_loader(void *arg) {
     o.n_threads = c->threads;
     o.n_ctx = c->ctx_size;
     o.max_batch_tokens = c->max_batch_tokens;
+    o.prefill_stall = c->prefill_stall;
     o.max_seqs = c->max_seqs;
     o.kv_block_size = c->kv_block_size;
     o.kv_memory_mib = (size_t)c->kv_memory_mib;

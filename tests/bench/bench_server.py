@@ -37,6 +37,7 @@ import http.client
 import json
 import os
 import random
+import shlex
 import socket
 import statistics
 import subprocess
@@ -548,6 +549,8 @@ def main():
                     help="most tokens a running stream decodes (it stops once the long "
                          "prompts are answered)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--gemmad-args", default="",
+                    help="more gemmad options, one string (e.g. '--prefill-stall 0')")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     # Token ids from a stretch of ordinary pieces of the Gemma vocabulary.
@@ -565,7 +568,7 @@ def main():
     gsrv = Server("gemmad", [a.gemmad, "--model", a.model, "--host", "127.0.0.1", "--port",
                              str(port), "--threads", str(a.threads), "--max-seqs",
                              str(g_seqs), "--ctx-size", str(g_ctx),
-                             "--prefix-cache", "0"], port, "/health")
+                             "--prefix-cache", "0"] + shlex.split(a.gemmad_args), port, "/health")
     results["gemmad_ready_s"] = gsrv.ready_s
     print(f"gemmad ready (start -> /health 200) in {gsrv.ready_s:.3f} s", flush=True)
     gport, gname = port, model_id(port)

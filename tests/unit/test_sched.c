@@ -307,13 +307,21 @@ static void on_long_event(void *user, const struct sched_event *ev) {
 static void budget_64(struct sched_opts *o) {
     o->n_ctx = 1024;
     o->max_batch_tokens = 64;
+    o->prefill_stall = 0; /* the budget alone */
 }
 
-/* A long prompt arriving while streams decode is prefilled in chunks: every step keeps one
- * decode row per stream, so each stream gains a token per prefill step. */
-static void test_long_prompt_does_not_freeze_streams(void) {
+static void stall_2(struct sched_opts *o) {
+    o->n_ctx = 1024;
+    o->max_batch_tokens = 512; /* the whole prompt would fit in one step */
+    o->prefill_stall = 2;
+}
+
+/* Submits 4 greedy streams, then (once all decode) a long prompt; returns the fewest tokens a
+ * stream made between the long prompt's submission and its first token, and its length. */
+static int long_prompt_gap(void (*tweak)(struct sched_opts *), int *len_out) {
     struct model *m = t_model_or_skip();
-    struct sched *s = mk(m, budget_64);
+    struct sched *s = mk(m, tweak);
+    g_first_seen = 0;
     enum { NS = 4 };
     static struct result st[NS];
     int32_t ids[NS][64];
@@ -352,16 +360,34 @@ static void test_long_prompt_does_not_freeze_streams(void) {
     T_ASSERT(sched_submit(s, &q, &lid) == SCHED_OK);
     res_wait(&lr);
     T_ASSERT(g_first_seen);
-    int steps = (len + 63 - NS) / (64 - NS); /* prefill steps at the least */
+    int fewest = 1 << 30;
     for (int i = 0; i < NS; i++) {
-        T_ASSERTF(g_at_first[i] - before[i] >= steps - 1, "stream %d: %d tokens over %d steps", i,
-                  g_at_first[i] - before[i], steps);
+        if (g_at_first[i] - before[i] < fewest) fewest = g_at_first[i] - before[i];
         sched_cancel(s, sid[i]);
     }
     for (int i = 0; i < NS; i++) res_wait(&st[i]);
     wait_kv_baseline(s);
     sched_destroy(s);
     model_free(m);
+    *len_out = len;
+    return fewest;
+}
+
+/* A long prompt arriving while streams decode is prefilled in chunks: every step keeps one
+ * decode row per stream, so each stream gains a token per prefill step. */
+static void test_long_prompt_does_not_freeze_streams(void) {
+    int len, fewest = long_prompt_gap(budget_64, &len);
+    int steps = (len + 63 - 4) / (64 - 4); /* prefill steps at the least */
+    T_ASSERTF(fewest >= steps - 1, "a stream made %d tokens over %d steps", fewest, steps);
+}
+
+/* prefill_stall: with a budget the whole prompt fits in, running streams still get tokens
+ * while it is prefilled (its chunks are cut to about one decode-only step's worth; without
+ * the cut the prompt takes one step and the streams get at most 2 tokens meanwhile). */
+static void test_prefill_stall_cuts_chunks(void) {
+    int len, fewest = long_prompt_gap(stall_2, &len);
+    T_ASSERTF(fewest >= 4, "a stream made %d tokens while a %d-token prompt was prefilled",
+              fewest, len);
 }
 
 static void long_ctx(struct sched_opts *o) {
@@ -947,7 +973,8 @@ int main(int argc, char **argv) {
         T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
         T_CASE(test_seeded_chunking_and_preemption),
         T_CASE(test_prefix_hit_long_prompt),
-        T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_session_turns),
+        T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_prefill_stall_cuts_chunks),
+        T_CASE(test_session_turns),
         T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
         T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
         T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress),
