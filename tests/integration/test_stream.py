@@ -41,21 +41,33 @@ def test_first_chunk_before_generation(server, model_id):
     assert rest[-1] == "[DONE]"
 
 
-def test_keepalive_while_queued(start_server):
+def test_keepalive_while_queued(start_server, tmp_path):
     """With one running sequence, a second stream waits in the queue and receives
-    ': keep-alive' comments meanwhile."""
-    s = start_server("--max-seqs", "1", "--sse-keepalive-s", "0.1")
-    mid = s.get("/v1/models").json()["data"][0]["id"]
+    ': keep-alive' comments meanwhile. Both requests use one API key, so they form one
+    fairness group and the newcomer does not take the running sequence's slot after its
+    first tokens (sched_fair.c: a request of another group would, and wait only briefly)."""
+    keys = tmp_path / "keys"
+    keys.write_text("sk-queue\n")
+    s = start_server("--max-seqs", "1", "--sse-keepalive-s", "0.1", "--api-keys-file",
+                     str(keys))
+    auth = {"Authorization": "Bearer sk-queue"}
+    mid = s.get("/v1/models", headers=auth).json()["data"][0]["id"]
     # Long enough to be running while the second request waits, also on a fast machine.
     long_body = {"model": mid, "messages": MSG, "max_tokens": 300, "ignore_eos": True,
                  "stream": True}
-    t = threading.Thread(target=lambda: s.post("/v1/chat/completions", long_body), daemon=True)
+    t = threading.Thread(target=lambda: s.post("/v1/chat/completions", long_body, headers=auth),
+                         daemon=True)
     t.start()
+
+    def running():
+        text = s.get("/metrics", headers=auth).text
+        return any(line.startswith('gemmad_sched_sequences{state="running"} ') and
+                   float(line.split()[-1]) >= 1 for line in text.splitlines())
+
     deadline = time.time() + 30
-    while time.time() < deadline and s.metrics().get(
-            'gemmad_sched_sequences{state="running"}', 0) < 1:
+    while time.time() < deadline and not running():
         time.sleep(0.05)
-    r = requests.post(s.url + "/v1/chat/completions", stream=True, timeout=120,
+    r = requests.post(s.url + "/v1/chat/completions", stream=True, timeout=120, headers=auth,
                       json={"model": mid, "messages": MSG, "max_tokens": 2, "stream": True})
     kinds = list(sse_events(r))
     t.join(120)
