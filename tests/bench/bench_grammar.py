@@ -83,16 +83,21 @@ def post(port, body, timeout=600):
         return json.loads(r.read())
 
 
-def throughput(port, model_id, conc, n_req, gen, schema):
+def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
     def one(i):
         body = {"model": model_id, "temperature": 0, "max_tokens": gen,
                 "messages": [{"role": "user", "content": f"List {i} words as JSON."}]}
+        if not spec:
+            body["speculative"] = False
         if schema:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "s", "schema": schema}}
         return post(port, body)["usage"]["completion_tokens"]
 
-    one(0)  # warm-up (for the constrained run: builds the trie and fills the cache)
+    # Warm-up, untimed: for the constrained run it builds the trie and fills the grammar
+    # cache; at `conc` streams at once it also touches the KV pages that many sequences use.
+    with cf.ThreadPoolExecutor(conc) as ex:
+        list(ex.map(one, range(-conc, 0)))
     t0 = time.time()
     with cf.ThreadPoolExecutor(conc) as ex:
         toks = sum(ex.map(one, range(1, n_req + 1)))
@@ -128,7 +133,10 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [GEMMAD, "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
-            "--max-seqs", "16", "--ctx-size", "2048"]
+            "--max-seqs", "16", "--ctx-size", "2048",
+            # Every run sends the same prompts: without this, the first run of a level
+            # would prefill them and the later ones would find them cached.
+            "--prefix-cache", "0"]
     if a.threads:
         argv += ["--threads", str(a.threads)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -144,11 +152,15 @@ def main():
             mid = json.loads(r.read())["data"][0]["id"]
         schema = {"type": "array", "items": {"type": "string", "maxLength": 12}}
         print(f"decode throughput, {a.gen} tokens per request (tok/s):")
+        # Constrained rows are never drafted (speculative decoding skips grammars), so the
+        # second pair turns drafting off for both: the grammar's own cost.
         for conc, n_req in ((1, 4), (16, 32)):
-            free, nf = throughput(port, mid, conc, n_req, a.gen, None)
-            cons, nc = throughput(port, mid, conc, n_req, a.gen, schema)
-            print(f"  {conc:2d} streams: unconstrained {free:7.1f} ({nf} tokens), "
-                  f"constrained {cons:7.1f} ({nc} tokens), ratio {cons / free:.2f}")
+            for spec in (True, False):
+                free, nf = throughput(port, mid, conc, n_req, a.gen, None, spec)
+                cons, nc = throughput(port, mid, conc, n_req, a.gen, schema, spec)
+                print(f"  {conc:2d} streams, speculative {'on ' if spec else 'off'}: "
+                      f"unconstrained {free:7.1f} ({nf} tokens), constrained {cons:7.1f} "
+                      f"({nc} tokens), ratio {cons / free:.2f}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
