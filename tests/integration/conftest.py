@@ -86,10 +86,10 @@ class Server:
     def get(self, path, **kw):
         return requests.get(self.url + path, timeout=kw.pop("timeout", 30), **kw)
 
-    def metrics(self):
-        """Parses /metrics into {name{labels}: value}."""
+    def metrics(self, **kw):
+        """Parses /metrics into {name{labels}: value} (kw: passed to get, e.g. headers)."""
         out = {}
-        for line in self.get("/metrics").text.splitlines():
+        for line in self.get("/metrics", **kw).text.splitlines():
             if line and not line.startswith("#"):
                 k, _, v = line.rpartition(" ")
                 out[k] = float(v)

@@ -59,13 +59,9 @@ def test_keepalive_while_queued(start_server, tmp_path):
                          daemon=True)
     t.start()
 
-    def running():
-        text = s.get("/metrics", headers=auth).text
-        return any(line.startswith('gemmad_sched_sequences{state="running"} ') and
-                   float(line.split()[-1]) >= 1 for line in text.splitlines())
-
     deadline = time.time() + 30
-    while time.time() < deadline and not running():
+    while time.time() < deadline and s.metrics(headers=auth).get(
+            'gemmad_sched_sequences{state="running"}', 0) < 1:
         time.sleep(0.05)
     r = requests.post(s.url + "/v1/chat/completions", stream=True, timeout=120, headers=auth,
                       json={"model": mid, "messages": MSG, "max_tokens": 2, "stream": True})
