@@ -9,19 +9,20 @@ into each format under BUILD/bench/formats/, then per format:
     (a near-tie may flip one; a broken format gives garbage from the first token);
   * speed (unless --no-speed): prefill and decode tok/s, gemmad (gemmad-cli bench) and llama.cpp (llama-bench,
     pp P and tg G), alternating, median of --runs, with the ratio.
-The llama.cpp build is portable (GGML_NATIVE=OFF with the AVX2 and AVX-512 options, no AMX):
-a native build crashes on some AMX hosts (KVM guests), and the portable one runs everywhere
-those instruction sets do. Requantizing from the bundled Q4_K_M cannot add precision back:
+The llama.cpp build is portable (GGML_NATIVE=OFF with each AVX / AVX2 / AVX-512 option this
+CPU has, AMX off; baseline.portable_isa_options): a native build crashes on some AMX hosts
+(KVM guests), and AVX-512 code must not be switched on where the CPU lacks it. Requantizing from the bundled Q4_K_M cannot add precision back:
 the F16/BF16/Q8_0 files hold the Q4_K_M values in a wider format, which is what a speed
 comparison needs.
 """
-import glob
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+import baseline
 
 FORMATS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K",
            "IQ4_NL"]
@@ -35,31 +36,37 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def llama_source():
-    hits = sorted(glob.glob(os.path.join(CACHE, "src", "llama_cpp_python-*", "vendor", "llama.cpp")))
-    return hits[-1] if hits else None
-
-
 def build_tools(jobs):
-    """Paths of the llama.cpp tools, built when missing; None when the sources are absent."""
+    """Paths of the llama.cpp tools, built when missing (or built for other options); None
+    when the sources are absent."""
     exes = {t: os.path.join(TOOLS_BUILD, "bin", t) for t in TOOLS}
-    if all(os.path.exists(e) for e in exes.values()):
+    isa = baseline.portable_isa_options(baseline.cpu_flags())
+    stamp = os.path.join(TOOLS_BUILD, "gemmad-isa-options")
+    try:
+        with open(stamp) as f:
+            same = f.read().split() == isa
+    except OSError:
+        same = False
+    if same and all(os.path.exists(e) for e in exes.values()):
         return exes
-    src = llama_source()
+    src = baseline.llama_source()
     if not src:
         log("bench_formats: llama.cpp sources not found under", CACHE, "(run deploy/setup-bench.sh)")
         return None
-    log(f"bench_formats: building {', '.join(TOOLS)} from {src} (portable x86-64 AVX-512 build; "
-        "several minutes)")
+    on = [o[2:-3] for o in isa if o.endswith("=ON")]
+    log(f"bench_formats: building {', '.join(TOOLS)} from {src} (portable build: GGML_NATIVE=OFF, "
+        f"{', '.join(on)}, AMX off; several minutes)")
     subprocess.run(["cmake", "-S", src, "-B", TOOLS_BUILD, "-DCMAKE_BUILD_TYPE=Release",
                     "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
-                    "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON",
-                    "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
-                    "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON",
-                    "-DGGML_BLAS=OFF"], check=True, stdout=subprocess.DEVNULL)
+                    "-DLLAMA_BUILD_SERVER=OFF", "-DGGML_NATIVE=OFF", "-DGGML_BLAS=OFF"] + isa,
+                   check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", TOOLS_BUILD, "--target", *TOOLS, f"-j{jobs}"],
                    check=True, stdout=subprocess.DEVNULL)
-    return exes if all(os.path.exists(e) for e in exes.values()) else None
+    if not all(os.path.exists(e) for e in exes.values()):
+        return None
+    with open(stamp, "w") as f:
+        f.write("\n".join(isa) + "\n")
+    return exes
 
 
 def requantize(quantize, src, fmt, out_dir):
