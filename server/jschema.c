@@ -7,6 +7,7 @@
  * skippable while commas stay right (F_i: nothing written yet; T_i: something written).
  */
 #include "server/jschema.h"
+#include "server/jschema_int.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -74,19 +75,24 @@ static const char *const supported[] = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", NULL,
+    "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", NULL,
 };
 static const char *const refused[] = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems",
+    "propertyNames", "minProperties", "maxProperties", "uniqueItems",
     "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
-    "unevaluatedItems", "$dynamicRef", "$recursiveRef", "additionalItems", NULL,
+    "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
 };
 
 static int in_list(const char *const *l, const char *k) {
     for (; *l; l++)
         if (strcmp(*l, k) == 0) return 1;
     return 0;
+}
+
+int jschema_keyword_kind(const char *k) {
+    if (in_list(annotations, k)) return 0;
+    return in_list(supported, k) ? 1 : in_list(refused, k) ? 2 : 0;
 }
 
 static int gen(struct jsc *c, json_t *s, const char *ptr);
@@ -116,10 +122,10 @@ static int lit_json(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr
 
 /* ---- $ref --------------------------------------------------------------------------- */
 
-static json_t *resolve(struct jsc *c, const char *ref) {
-    if (strcmp(ref, "#") == 0) return c->root;
+json_t *jschema_resolve(json_t *root, const char *ref) {
+    if (strcmp(ref, "#") == 0) return root;
     if (strncmp(ref, "#/", 2) != 0) return NULL;
-    json_t *cur = c->root;
+    json_t *cur = root;
     const char *p = ref + 2;
     while (cur && *p) {
         const char *e = strchr(p, '/');
@@ -147,7 +153,7 @@ static json_t *resolve(struct jsc *c, const char *ref) {
 static int gen_ref(struct jsc *c, const char *ref, const char *ptr) {
     for (int i = 0; i < c->n_refs; i++)
         if (strcmp(c->refs[i].ref, ref) == 0) return c->refs[i].id;
-    json_t *t = resolve(c, ref);
+    json_t *t = jschema_resolve(c->root, ref);
     if (!t) return jfail(c, "unknown $ref '%.200s' at %s", ref, ptr);
     if (c->n_refs == JSC_MAX_REFS) return jfail(c, "too many $ref targets at %s", ptr);
     int id = new_id(c);
@@ -201,7 +207,14 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
                 pr[j].required = 1;
                 found = 1;
             }
-        if (!found) pr[n++] = (struct prop){json_string_value(r), NULL, 1, -1};
+        if (!found) { /* not declared: additionalProperties decides its value */
+            if (json_is_false(addl)) {
+                jfail(c, "required property '%.100s' is not allowed by additionalProperties "
+                      "false at %s/required", json_string_value(r), ptr);
+                goto done;
+            }
+            pr[n++] = (struct prop){json_string_value(r), json_is_object(addl) ? addl : NULL, 1, -1};
+        }
     }
     for (int i = 0; i < n; i++) {
         ptr_join(p2, sizeof p2, ptr, "properties");
@@ -212,8 +225,39 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     }
     /* extra keys: only for objects without declared properties */
     int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
-    if (n == 0 && (!addl || json_is_true(addl))) extra = -2;
-    if (n == 0 && json_is_object(addl)) {
+    int key_rule = -1; /* the rule of an extra key's text; -1: any string */
+    json_t *pp = json_object_get(s, "patternProperties");
+    if (pp) {
+        /* Only keys matching the one pattern are written, each with that pattern's value
+         * schema: always valid, whatever additionalProperties says of other keys. */
+        const char *pat;
+        json_t *pv = NULL;
+        if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, pat, pv) break;
+        if (!pv || n > 0) {
+            jfail(c, "unsupported keyword 'patternProperties' (one pattern, on an object without "
+                  "properties or required keys) at %s/patternProperties", ptr);
+            goto done;
+        }
+        char e2[200];
+        struct jsc_buf kb = {0};
+        jsc_buf_add(&kb, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
+        if (jschema_pattern(pat, &kb, e2, sizeof e2)) {
+            jsc_buf_free(&kb);
+            jfail(c, "unsupported keyword 'patternProperties' at %s/patternProperties: %s", ptr, e2);
+            goto done;
+        }
+        jsc_buf_add(&kb, ") \"\\\"\"", sizeof(") \"\\\"\"") - 1);
+        key_rule = new_id(c);
+        emit_rule(c, key_rule, &kb);
+        jsc_buf_free(&kb);
+        ptr_join(p2, sizeof p2, ptr, "patternProperties");
+        char p3[512];
+        ptr_join(p3, sizeof p3, p2, pat);
+        extra = gen(c, pv, p3);
+        if (extra < 0) goto done;
+    } else if (n == 0 && (!addl || json_is_true(addl))) {
+        extra = -2;
+    } else if (n == 0 && json_is_object(addl)) {
         ptr_join(p2, sizeof p2, ptr, "additionalProperties");
         extra = gen(c, addl, p2);
         if (extra < 0) goto done;
@@ -236,9 +280,10 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         emit_rule(c, T[n], &t);
         emit_rule(c, F[n], &t);
     } else {
-        char kv[96];
-        if (extra == -2) snprintf(kv, sizeof kv, "string ws \":\" ws value ws");
-        else snprintf(kv, sizeof kv, "string ws \":\" ws %s-%d ws", c->name, extra);
+        char kv[160], kname[64] = "string";
+        if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
+        if (extra == -2) snprintf(kv, sizeof kv, "%s ws \":\" ws value ws", kname);
+        else snprintf(kv, sizeof kv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
         jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
         emit_rule(c, T[n], &t);
         t.n = 0;
@@ -299,7 +344,17 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
     long long mn = 0, mx = -1;
     if (get_count(c, s, "minItems", &mn, ptr) || get_count(c, s, "maxItems", &mx, ptr)) return -1;
     if (pre && !json_is_array(pre)) return jfail(c, "'prefixItems' must be an array at %s", ptr);
-    if (json_is_array(items)) return jfail(c, "unsupported keyword 'items' (array form) at %s", ptr);
+    const char *pre_kw = "prefixItems";
+    if (json_is_array(items)) {
+        /* draft 4-7 tuples: items [..] are prefixItems, additionalItems the rest (absent:
+         * anything); with items as a schema, additionalItems means nothing */
+        if (pre) return jfail(c, "unsupported keyword combination (items as an array beside prefixItems) at %s", ptr);
+        pre = items;
+        pre_kw = "items";
+        items = json_object_get(s, "additionalItems");
+        if (items && !json_is_object(items) && !json_is_boolean(items))
+            return jfail(c, "'additionalItems' must be a schema at %s/additionalItems", ptr);
+    }
     size_t k = pre ? json_array_size(pre) : 0;
     if (json_is_false(items) && (mx < 0 || mx > (long long)k)) mx = (long long)k;
     if (mx >= 0 && mn > mx) return jfail(c, "minItems > maxItems at %s", ptr);
@@ -307,7 +362,7 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
     if (!pr) return jfail(c, "out of memory");
     char p2[512];
     for (size_t i = 0; i < k; i++) {
-        ptr_idx(p2, sizeof p2, ptr, "prefixItems", i);
+        ptr_idx(p2, sizeof p2, ptr, pre_kw, i);
         pr[i] = gen(c, json_array_get(pre, i), p2);
         if (pr[i] < 0) {
             free(pr);
@@ -316,7 +371,7 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
     }
     int item = -2;
     if (items && !json_is_boolean(items)) {
-        ptr_join(p2, sizeof p2, ptr, "items");
+        ptr_join(p2, sizeof p2, ptr, pre_kw[0] == 'i' ? "additionalItems" : "items");
         item = gen(c, items, p2);
         if (item < 0) {
             free(pr);
@@ -368,6 +423,17 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
 
 /* ---- strings and numbers ------------------------------------------------------------ */
 
+/* 1 when a JSON Schema draft (3 to 2020-12) defines this format name. */
+static int spec_format(const char *f) {
+    static const char *const names[] = {
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+        "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
+        "uri-template", "json-pointer", "relative-json-pointer", "regex", "host-name",
+        "ip-address", "color", "style", "phone", "utc-millisec", NULL,
+    };
+    return in_list(names, f);
+}
+
 static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
     long long mn = 0, mx = -1;
     if (get_count(c, s, "minLength", &mn, ptr) || get_count(c, s, "maxLength", &mx, ptr)) return -1;
@@ -388,11 +454,16 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (fmt) {
         if (!json_is_string(fmt)) return jfail(c, "'format' must be a string at %s/format", ptr);
         const char *g = jschema_format(json_string_value(fmt));
-        if (!g) /* formats are assertions for most validators: never let one through unchecked */
+        /* A format the JSON Schema drafts define is asserted by validators that know it:
+         * never let one through unchecked. Other names are annotations (no validator can
+         * check them): the string is any string. */
+        if (!g && spec_format(json_string_value(fmt)))
             return jfail(c, "unsupported keyword 'format' ('%.40s') at %s/format",
                          json_string_value(fmt), ptr);
-        jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
-        return 0;
+        if (g) {
+            jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
+            return 0;
+        }
     }
     if (mn == 0 && mx < 0) {
         jsc_buf_add(b, "string", sizeof("string") - 1);
@@ -522,50 +593,6 @@ static int gen_typed(struct jsc *c, json_t *s, const char *type, const char *ptr
 
 /* ---- combinators -------------------------------------------------------------------- */
 
-/* allOf of object schemas merged into one (a new reference). */
-static json_t *merge_all_of(struct jsc *c, json_t *arr, const char *ptr) {
-    json_t *m = json_object(), *props = json_object(), *req = json_array();
-    int addl_false = 0;
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        json_t *part = json_array_get(arr, i);
-        for (int hops = 0; json_is_object(part) && json_object_get(part, "$ref") && hops < 16; hops++)
-            part = resolve(c, json_string_value(json_object_get(part, "$ref")) ?
-                              json_string_value(json_object_get(part, "$ref")) : "");
-        if (!json_is_object(part)) goto bad;
-        const char *k;
-        json_t *v;
-        json_object_foreach(part, k, v) {
-            if (in_list(annotations, k)) continue;
-            if (strcmp(k, "type") == 0 && json_is_string(v) && strcmp(json_string_value(v), "object") == 0) continue;
-            if (strcmp(k, "properties") == 0 && json_is_object(v)) {
-                const char *pk;
-                json_t *pv;
-                json_object_foreach(v, pk, pv) {
-                    if (json_object_get(props, pk)) goto bad; /* would need intersection */
-                    json_object_set(props, pk, pv);
-                }
-            } else if (strcmp(k, "required") == 0 && json_is_array(v)) {
-                json_array_extend(req, v);
-            } else if (strcmp(k, "additionalProperties") == 0 && json_is_false(v)) {
-                addl_false = 1;
-            } else {
-                goto bad;
-            }
-        }
-    }
-    json_object_set_new(m, "type", json_string("object"));
-    json_object_set_new(m, "properties", props);
-    json_object_set_new(m, "required", req);
-    if (addl_false) json_object_set_new(m, "additionalProperties", json_false());
-    return m;
-bad:
-    json_decref(m);
-    json_decref(props);
-    json_decref(req);
-    jfail(c, "unsupported keyword 'allOf' (only object schemas with distinct properties merge) at %s/allOf", ptr);
-    return NULL;
-}
-
 static int gen_alts(struct jsc *c, json_t *arr, const char *kw, const char *ptr,
                     struct jsc_buf *b) {
     if (!json_is_array(arr) || json_array_size(arr) == 0)
@@ -581,8 +608,27 @@ static int gen_alts(struct jsc *c, json_t *arr, const char *kw, const char *ptr,
     return 0;
 }
 
+/* s (a $ref, anyOf, oneOf or allOf with other keywords, or an allOf of several parts) as
+ * one schema: the intersection jschema_merge computes. nullable stays with s. */
+static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    json_t *self = json_deep_copy(s);
+    if (!self) return jfail(c, "out of memory");
+    json_object_del(self, "nullable");
+    char err[512] = "";
+    json_t *parts[1] = {self};
+    json_t *m = jschema_merge(c->root, parts, 1, ptr, err, sizeof err);
+    json_decref(self);
+    if (!m) return jfail(c, "%s", err[0] ? err : "unsupported keyword combination");
+    int r = gen(c, m, ptr);
+    json_decref(m);
+    if (r < 0) return -1;
+    ref_name(c, b, r);
+    return 0;
+}
+
 static const char *infer_type(json_t *s) {
-    static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
+    static const char *const obj[] = {"properties", "required", "additionalProperties",
+                                      "patternProperties", NULL};
     static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
     static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
@@ -656,23 +702,23 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
     json_t *en = json_object_get(s, "enum"), *type = json_object_get(s, "type");
     json_t *nullable = json_object_get(s, "nullable");
     int add_null = json_is_true(nullable);
-    if (ref) {
+    if (((ref || anyof || oneof || allof) && n_valid > 1) ||
+        (oneof && !anyof && json_is_array(oneof) && json_array_size(oneof) > 1)) {
+        /* a combinator with sibling keywords: their intersection as one schema; a oneOf of
+         * several branches: they must exclude each other (jschema_merge checks) */
+        rc = gen_merged(c, s, ptr, &b);
+    } else if (ref) {
         if (!json_is_string(ref)) rc = jfail(c, "'$ref' must be a string at %s/$ref", ptr);
-        else if (n_valid > 1) rc = jfail(c, "unsupported keyword combination ($ref with siblings) at %s", ptr);
         else {
             int r = gen_ref(c, json_string_value(ref), ptr);
             if (r < 0) rc = -1;
             else ref_name(c, &b, r);
         }
     } else if (anyof || oneof) {
-        if (n_valid > 1)
-            rc = jfail(c, "unsupported keyword combination (%s with siblings) at %s",
-                       anyof ? "anyOf" : "oneOf", ptr);
-        else rc = gen_alts(c, anyof ? anyof : oneof, anyof ? "anyOf" : "oneOf", ptr, &b);
+        rc = gen_alts(c, anyof ? anyof : oneof, anyof ? "anyOf" : "oneOf", ptr, &b);
     } else if (allof) {
         if (!json_is_array(allof) || json_array_size(allof) == 0)
             rc = jfail(c, "'allOf' must be a non-empty array at %s/allOf", ptr);
-        else if (n_valid > 1) rc = jfail(c, "unsupported keyword combination (allOf with siblings) at %s", ptr);
         else if (json_array_size(allof) == 1) {
             char p2[512];
             ptr_idx(p2, sizeof p2, ptr, "allOf", 0);
@@ -680,14 +726,7 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
             if (r < 0) rc = -1;
             else ref_name(c, &b, r);
         } else {
-            json_t *m = merge_all_of(c, allof, ptr);
-            if (!m) rc = -1;
-            else {
-                int r = gen(c, m, ptr);
-                json_decref(m);
-                if (r < 0) rc = -1;
-                else ref_name(c, &b, r);
-            }
+            rc = gen_merged(c, s, ptr, &b);
         }
     } else if (cst || en) {
         /* the values that also have an allowed type; other keywords beside them are not

@@ -4,13 +4,18 @@
  *
  * Supported: type (every type and unions), properties, required, additionalProperties
  * (false, true, a schema: extra keys only when the object declares no properties; with
- * declared properties only those are generated, which is always valid), items (schema or
- * false), prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: branches are
- * not made exclusive), allOf (one branch, or object branches merged), $ref into $defs /
+ * declared properties only those are generated, which is always valid), patternProperties
+ * (one pattern, no properties or required keys: only matching keys are generated), items
+ * (schema or false; an array is prefixItems, with additionalItems), prefixItems, minItems,
+ * maxItems, enum, const, anyOf, oneOf (branches that provably exclude each other, or
+ * required-key branches made exclusive; other oneOfs are refused), allOf (the parts
+ * intersected into one schema; so are $ref, anyOf and oneOf with sibling keywords: see
+ * jschema_merge.c), $ref into $defs /
  * definitions / the root (recursion included), minLength, maxLength, pattern (a regex
  * subset: literals, ., classes with ranges and negation, \d \w \s \D \W \S, groups,
  * alternation, * + ? {m} {m,} {m,n}, ^ and $ at the ends; no backreferences, lookaround or
- * \b), format (date, time, date-time, uuid, email, hostname, ipv4; others refused), integer
+ * \b), format (date, time, date-time, uuid, email, hostname, ipv4, ...; other names a draft
+ * defines are refused, names no draft defines are annotations), integer
  * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: integer-valued bounds
  * only), nullable (OpenAPI) and type
  * unions with "null". Annotations (title, description, default, examples, $comment, ...)
