@@ -439,14 +439,21 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (get_count(c, s, "minLength", &mn, ptr) || get_count(c, s, "maxLength", &mx, ptr)) return -1;
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     if (mx >= 0 && mn > mx) return jfail(c, "minLength > maxLength at %s", ptr);
-    int n_kw = (pat != NULL) + (fmt && jschema_format(json_string_value(fmt)) != NULL) +
-               (mn > 0 || mx >= 0);
-    if (n_kw > 1) return jfail(c, "unsupported keyword combination (pattern, format, minLength/maxLength) at %s", ptr);
+    int known_fmt = fmt && json_is_string(fmt) && jschema_format(json_string_value(fmt)) != NULL;
+    int n_kw = (pat != NULL) + known_fmt + (mn > 0 || mx >= 0);
+    if (n_kw > 1 && !(pat && !known_fmt))
+        return jfail(c, "unsupported keyword combination (pattern, format, minLength/maxLength) at %s", ptr);
     if (pat) {
         if (!json_is_string(pat)) return jfail(c, "'pattern' must be a string at %s/pattern", ptr);
         char e2[200];
         jsc_buf_add(b, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
-        if (jschema_pattern(json_string_value(pat), b, e2, sizeof e2))
+        if (n_kw > 1) { /* pattern with minLength / maxLength */
+            if (jschema_pattern_len(json_string_value(pat), (long)mn, (long)mx, b, e2, sizeof e2)) {
+                if (strncmp(e2, "unsupported keyword combination", 31) == 0)
+                    return jfail(c, "%s at %s", e2, ptr);
+                return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
+            }
+        } else if (jschema_pattern(json_string_value(pat), b, e2, sizeof e2))
             return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
         jsc_buf_add(b, ") \"\\\"\"", sizeof(") \"\\\"\"") - 1);
         return 0;

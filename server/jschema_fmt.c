@@ -86,6 +86,16 @@ void jsc_buf_free(struct jsc_buf *b) {
 
 /* ---- regex subset ------------------------------------------------------------------- */
 
+#define RX_INF (-1L)       /* an unbounded length */
+#define RX_MAX_ITEMS 64
+
+/* One item of the pattern's top-level sequence: its atom's grammar text (o from..to), the
+ * atom's length range in code points and its repeat range. */
+struct rx_item {
+    size_t from, to;
+    long amn, amx, qlo, qhi;
+};
+
 struct rx {
     const char *p, *end;
     struct jsc_buf *o;
@@ -93,7 +103,15 @@ struct rx {
     size_t errlen;
     int failed;
     int depth;
+    long mn, mx; /* code points the last atom / sequence / alternation matches */
+    int record;  /* record the top-level sequence's items (jschema_pattern_len) */
+    int top_alt; /* the top level has alternatives */
+    int n_items;
+    struct rx_item items[RX_MAX_ITEMS];
 };
+
+static long len_add(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a + b; }
+static long len_mul(long a, long q) { return a == 0 || q == 0 ? 0 : a == RX_INF || q == RX_INF ? RX_INF : a * q; }
 
 struct cpr {
     unsigned lo, hi;
@@ -292,13 +310,14 @@ static int rx_atom(struct rx *r) {
         }
         if (++r->depth > 64) return rfail(r, "regex nested too deeply");
         jsc_buf_add(r->o, "(", sizeof("(") - 1);
-        if (rx_alt(r)) return -1;
+        if (rx_alt(r)) return -1; /* sets r->mn, r->mx */
         if (r->p >= r->end || *r->p != ')') return rfail(r, "missing ')'");
         r->p++;
         r->depth--;
         jsc_buf_add(r->o, ")", sizeof(")") - 1);
         return 0;
     }
+    r->mn = r->mx = 1; /* everything else is one code point */
     if (c == '[') {
         r->p++;
         int neg = 0, n = 0;
@@ -369,12 +388,18 @@ static int rx_atom(struct rx *r) {
 
 static int rx_seq(struct rx *r) {
     int items = 0;
+    long smn = 0, smx = 0;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
         jsc_buf_add(r->o, " ", sizeof(" ") - 1);
+        size_t from = r->o->n;
         if (rx_atom(r)) return -1;
+        size_t to = r->o->n;
+        long amn = r->mn, amx = r->mx, qlo = 1, qhi = 1;
         items++;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
+            qlo = *r->p == '+' ? 1 : 0;
+            qhi = *r->p == '?' ? 1 : RX_INF;
             jsc_buf_add(r->o, r->p, 1);
             r->p++;
         } else if (r->p < r->end && *r->p == '{') {
@@ -392,27 +417,43 @@ static int rx_seq(struct rx *r) {
             if (hi < 0) jsc_buf_printf(r->o, "{%ld,}", lo);
             else jsc_buf_printf(r->o, "{%ld,%ld}", lo, hi);
             r->p = q + 1;
+            qlo = lo;
+            qhi = hi < 0 ? RX_INF : hi;
+        }
+        smn = len_add(smn, len_mul(amn, qlo));
+        smx = len_add(smx, len_mul(amx, qhi));
+        if (r->record && r->depth == 0) {
+            if (r->n_items == RX_MAX_ITEMS) r->record = 0; /* too many: no rewriting */
+            else r->items[r->n_items++] = (struct rx_item){from, to, amn, amx, qlo, qhi};
         }
         if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '{'))
             return rfail(r, "unsupported stacked quantifier");
     }
     if (!items) jsc_buf_add(r->o, " \"\"", sizeof(" \"\"") - 1);
+    r->mn = smn;
+    r->mx = smx;
     return 0;
 }
 
 static int rx_alt(struct rx *r) {
     if (rx_seq(r)) return -1;
+    long mn = r->mn, mx = r->mx;
     while (r->p < r->end && *r->p == '|') {
+        if (r->depth == 0) r->top_alt = 1;
         r->p++;
         jsc_buf_add(r->o, " |", sizeof(" |") - 1);
         if (rx_seq(r)) return -1;
+        if (r->mn < mn) mn = r->mn;
+        if (mx != RX_INF && (r->mx == RX_INF || r->mx > mx)) mx = r->mx;
     }
+    r->mn = mn;
+    r->mx = mx;
     return 0;
 }
 
 int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen) {
-    struct rx r = {re, re + strlen(re), out, err, errlen, 0, 0};
+    struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen};
     int start = r.p < r.end && *r.p == '^';
     if (start) r.p++;
     size_t n = strlen(re);
@@ -426,6 +467,114 @@ int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errle
     jsc_buf_add(out, ")", sizeof(")") - 1);
     if (!end) jsc_buf_add(out, " char*", sizeof(" char*") - 1);
     return out->oom ? rfail(&r, "pattern too large") : 0;
+}
+
+/* The pattern's strings with between lo and hi code points (hi < 0: no upper bound), where
+ * that can be written: when the bounds hold for every match anyway, or when the top level
+ * is one sequence in which a single item's repeat count is free and each repeat is a fixed
+ * number of code points (then the count is bounded instead). An unanchored end is such an
+ * item (any character, repeated). Other combinations are refused. */
+int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, char *err,
+                        size_t errlen) {
+    struct jsc_buf tmp = {0};
+    struct rx *r = calloc(1, sizeof(*r));
+    if (!r) return snprintf(err, errlen, "out of memory"), -1;
+    *r = (struct rx){.end = re + strlen(re), .o = &tmp, .err = err, .errlen = errlen, .record = 1};
+    r->p = re;
+    int start = r->p < r->end && *r->p == '^', rc = -1;
+    if (start) r->p++;
+    size_t n = strlen(re);
+    int end = n > 0 && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
+    if (rx_alt(r)) goto done;
+    if (r->p < r->end && *r->p == ')') { rfail(r, "unbalanced ')'"); goto done; }
+    if (r->p < r->end && *r->p == '$') r->p++;
+    if (r->p != r->end) { rfail(r, "unexpected text"); goto done; }
+    if (tmp.oom) { rfail(r, "pattern too large"); goto done; }
+    long mn = r->mn, mx = r->mx;
+    if (!start || !end) mx = RX_INF;
+    if ((hi >= 0 && mn > hi) || (mx != RX_INF && mx < lo)) {
+        rfail(r, "no string of the pattern has a length within minLength/maxLength");
+        goto done;
+    }
+    if (mn >= lo && (hi < 0 || (mx != RX_INF && mx <= hi))) { /* the bounds change nothing */
+        rc = jschema_pattern(re, out, err, errlen);
+        goto done;
+    }
+    /* items in order, with the unanchored ends as "any character, repeated" */
+    struct rx_item it[RX_MAX_ITEMS + 2];
+    int k = 0, var = -1, n_var = 0;
+    if (!start) it[k++] = (struct rx_item){0, 0, 1, 1, 0, RX_INF};
+    for (int i = 0; i < r->n_items; i++) it[k++] = r->items[i];
+    if (!end) it[k++] = (struct rx_item){0, 0, 1, 1, 0, RX_INF};
+    if (r->top_alt || !r->record) {
+        snprintf(err, errlen, "unsupported keyword combination (pattern with alternatives at its top "
+                 "level, with minLength/maxLength)");
+        goto done;
+    }
+    /* An open end absorbs optional items next to it: X{0,n} followed by any characters is
+     * any characters. */
+    for (int i = 0; i < k; i++) {
+        int near_open = (i > 0 && it[i - 1].to == 0) || (i + 1 < k && it[i + 1].to == 0);
+        if (it[i].to != 0 && it[i].qlo == 0 && near_open) {
+            memmove(&it[i], &it[i + 1], (size_t)(k - i - 1) * sizeof it[0]);
+            k--;
+            i = -1;
+        }
+    }
+    long fixed = 0, least = 0;
+    for (int i = 0; i < k; i++) {
+        if (it[i].amn == it[i].amx && it[i].amx != RX_INF && it[i].qlo == it[i].qhi) {
+            fixed += it[i].amn * it[i].qlo;
+        } else {
+            var = i;
+            n_var++;
+            least += it[i].amn * it[i].qlo;
+        }
+    }
+    if (n_var > 1 && hi >= 0 && fixed + least == hi && fixed + least >= lo) {
+        /* no room left: every free item takes its fewest repeats */
+        for (int i = 0; i < k; i++)
+            if (!(it[i].amn == it[i].amx && it[i].qlo == it[i].qhi)) it[i].qhi = it[i].qlo;
+        fixed = hi;
+        n_var = 0;
+    }
+    if (n_var == 0 && fixed >= lo && (hi < 0 || fixed <= hi)) var = -1;
+    else if (n_var != 1 || it[var].amn != it[var].amx ||
+             it[var].amx == RX_INF || it[var].amx == 0) {
+        snprintf(err, errlen, "unsupported keyword combination (pattern with minLength/maxLength)");
+        goto done;
+    }
+    long w = var >= 0 ? it[var].amx : 1, qlo = var >= 0 ? it[var].qlo : 0,
+         qhi = var >= 0 ? it[var].qhi : 0;
+    long need_lo = lo - fixed > 0 ? (lo - fixed + w - 1) / w : 0;
+    if (need_lo > qlo) qlo = need_lo;
+    if (hi >= 0) {
+        long cap = hi - fixed >= 0 ? (hi - fixed) / w : -1;
+        if (qhi == RX_INF || cap < qhi) qhi = cap;
+    }
+    if (qhi != RX_INF && (qhi < qlo || qhi < 0)) {
+        rfail(r, "no string of the pattern has a length within minLength/maxLength");
+        goto done;
+    }
+    if (qlo > 100000 || qhi > 100000) {
+        rfail(r, "pattern with minLength/maxLength too large");
+        goto done;
+    }
+    jsc_buf_add(out, "(", 1);
+    for (int i = 0; i < k; i++) {
+        jsc_buf_add(out, " ", 1);
+        if (it[i].to == 0) jsc_buf_add(out, "char1", sizeof("char1") - 1); /* an open end */
+        else jsc_buf_add(out, tmp.p + it[i].from, it[i].to - it[i].from);
+        long a = i == var ? qlo : it[i].qlo, b = i == var ? qhi : it[i].qhi;
+        if (b == RX_INF) jsc_buf_printf(out, "{%ld,}", a);
+        else if (a != 1 || b != 1) jsc_buf_printf(out, "{%ld,%ld}", a, b);
+    }
+    jsc_buf_add(out, ")", 1);
+    rc = out->oom ? rfail(r, "pattern too large") : 0;
+done:
+    jsc_buf_free(&tmp);
+    free(r);
+    return rc;
 }
 
 /* ---- integer ranges ----------------------------------------------------------------- */

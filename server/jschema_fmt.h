@@ -24,6 +24,10 @@ void jsc_buf_free(struct jsc_buf *b);
 /* The pattern subset as a GBNF expression over JSON string content (the
  * characters between the quotes); -1 with err naming the unsupported construct. */
 int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen);
+/* The same with a length range in code points (hi < 0: none) where it can be written;
+ * -1 with the reason otherwise. */
+int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, char *err,
+                        size_t errlen);
 /* Integers in [lo, hi] (has_lo/has_hi 0: unbounded) as a GBNF expression. */
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
 /* The GBNF expression of a string format's content, or NULL for an unknown format. */

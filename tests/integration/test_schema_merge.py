@@ -1,5 +1,6 @@
 """JSON Schema combinators with sibling keywords, allOf intersections and oneOf exclusivity
-(server/jschema_merge.c), patternProperties, draft-4 tuples and unknown formats, through `gemmad-cli grammar --schema S --check I`.
+(server/jschema_merge.c), patternProperties, draft-4 tuples, pattern with length bounds and unknown formats,
+through `gemmad-cli grammar --schema S --check I`.
 
 The property that matters is soundness: whatever the grammar accepts must validate against
 the schema (jsonschema decides). Named cases also pin what is accepted and refused, and a
@@ -90,6 +91,15 @@ CASES = [
      [[1, "a"], [1], [1, "a", True, False]], [["a"], [1, "a", 2]]),
     ("unknown_format_is_an_annotation", {"type": "string", "format": "file-path"},
      ["a/b", ""], [1]),
+    ("pattern_with_length_bounds_the_free_item",
+     {"type": "string", "pattern": "^mystring-[a-zA-Z0-9]+$", "minLength": 10, "maxLength": 12},
+     ["mystring-a", "mystring-abc"], ["mystring-", "mystring-abcd", "xmystring-ab"]),
+    ("unanchored_pattern_with_length",
+     {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_]*", "minLength": 2, "maxLength": 4},
+     ["ab", "a_:!"], ["a", "abcde", "1abc"]),
+    ("pattern_whose_lengths_already_fit",
+     {"type": "string", "pattern": "^[0-9]{4}$", "minLength": 4, "maxLength": 4},
+     ["2024"], ["202", "20245"]),
     ("nullable_meets_a_type",
      {"allOf": [{"type": "string", "nullable": True}, {"type": ["string", "integer"]}]},
      ["s"], [None, 1]),
@@ -103,6 +113,8 @@ REFUSED = [
      "oneOf"),
     ("two_patterns", {"allOf": [{"type": "string", "pattern": "^a"},
                                 {"type": "string", "pattern": "b$"}]}, "pattern"),
+    ("pattern_length_two_free_items",
+     {"type": "string", "pattern": "^a+b+$", "maxLength": 5}, "minLength/maxLength"),
     ("no_common_type", {"allOf": [{"type": "string"}, {"type": "integer"}]}, "type"),
     ("pattern_properties_meet_other_object_keywords",
      {"allOf": [{"patternProperties": {"^a": {"type": "integer"}}},
