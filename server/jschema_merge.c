@@ -408,8 +408,10 @@ static int excl(json_t *x, json_t *y, int depth) {
             json_t *v = json_array_get(vx, i);
             if ((!vy || in_array(vy, v)) && json_type_ok(json_object_get(y, "type"), v)) disjoint = 0;
         }
-    } else if (vy && (tx & 4u) == 0 && (tx & 8u) == 0) {
-        disjoint = 0; /* x's scalars may equal one of y's values */
+    } else if (vy) { /* x writes values of its types only: none of y's values has one */
+        disjoint = 1;
+        for (size_t i = 0; i < json_array_size(vy) && disjoint; i++)
+            if (json_type_ok(json_object_get(x, "type"), json_array_get(vy, i))) disjoint = 0;
     }
     json_decref(vx);
     json_decref(vy);
@@ -453,6 +455,30 @@ static int excl_any(json_t *x, json_t *y, int depth) {
         return 1;
     }
     return excl(x, y, depth);
+}
+
+/* A oneOf branch x that may overlap branch y only through a property x does not require,
+ * whose schemas in x and y exclude each other (a discriminator left optional): x now
+ * requires it, which narrows what x generates to values y rejects. 1 when done (x changed;
+ * y never is), else 0. */
+static int discriminate(json_t *x, json_t *y) {
+    json_t *px = json_object_get(x, "properties"), *py = json_object_get(y, "properties");
+    if (!json_is_object(px) || !json_is_object(py) || json_object_get(x, "anyOf") ||
+        json_object_get(y, "anyOf"))
+        return 0;
+    const char *k;
+    json_t *sx;
+    json_object_foreach(px, k, sx) {
+        json_t *sy = json_object_get(py, k);
+        if (!sy || !excl_any(sx, sy, 1)) continue;
+        json_t *old = json_object_get(x, "required");
+        json_t *req = json_is_array(old) ? json_copy(old) : json_array(), *ks = json_string(k);
+        if (!in_array(req, ks)) json_array_append(req, ks);
+        json_object_set_new(x, "required", req); /* a fresh array: never the input's */
+        json_decref(ks);
+        return excl(x, y, 0);
+    }
+    return 0;
 }
 
 /* 1 when br is {"required": [...]} and nothing else that matters. */
@@ -559,13 +585,23 @@ static json_t *distribute(struct jsm *m, const char *kw, json_t *alts, json_t *r
             }
             json_array_append_new(groups, r);
         }
-        for (size_t i = 0; one_of && i < json_array_size(groups); i++)
-            for (size_t j = 0; j < json_array_size(groups); j++)
-                if (i != j && !excl_any(json_array_get(groups, i), json_array_get(groups, j), 0)) {
-                    json_decref(groups);
-                    jsm_fail(m, "branches that may overlap in", "oneOf");
-                    goto done;
-                }
+        /* oneOf: what branch i generates (narrowed where that helps) must satisfy no other
+         * branch as the schema gives it */
+        json_t *gen_groups = one_of ? json_array() : json_incref(groups);
+        for (size_t i = 0; one_of && i < json_array_size(groups); i++) {
+            json_t *gi = json_copy(json_array_get(groups, i));
+            json_array_append_new(gen_groups, gi);
+            for (size_t j = 0; j < json_array_size(groups); j++) {
+                json_t *gj = json_array_get(groups, j);
+                if (i == j || excl_any(gi, gj, 0) || discriminate(gi, gj)) continue;
+                json_decref(groups);
+                json_decref(gen_groups);
+                jsm_fail(m, "branches that may overlap in", "oneOf");
+                goto done;
+            }
+        }
+        json_decref(groups);
+        groups = gen_groups;
         for (size_t i = 0; i < json_array_size(groups); i++) {
             json_t *r = json_array_get(groups, i), *sub = json_object_get(r, "anyOf");
             if (sub && json_object_size(r) == 1) json_array_extend(list, sub);
