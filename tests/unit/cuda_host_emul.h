@@ -467,6 +467,34 @@ int cf_argmax_rows(cudaStream_t stream, const float *Y, int ldy, int n, int M, i
     return h_argmax(Y, ldy, n, M, ids);
 }
 
+/* cf_topk_rows: engine/backend.c be_topk_row, the contract's host form, row by row. */
+static int h_topk(const float *Y, int ldy, int n, const int32_t *rows, const float *scale, int M,
+                  int32_t *ids, float *vals) {
+    if (n <= 0 || ldy < n) return -1;
+    for (int j = 0; j < M; j++)
+        be_topk_row(Y + (size_t)rows[j] * ldy, n, scale[j], ids + (size_t)j * CF_TOPK_MAX,
+                    vals + (size_t)j * CF_TOPK_MAX);
+    return 0;
+}
+
+struct a_topk {
+    const float *Y;
+    int ldy, n;
+    const int32_t *rows;
+    const float *scale;
+    int M;
+    int32_t *ids;
+    float *vals;
+};
+EMU_OP(a_topk, h_topk(a->Y, a->ldy, a->n, a->rows, a->scale, a->M, a->ids, a->vals))
+int cf_topk_rows(cudaStream_t stream, const float *Y, int ldy, int n, const int32_t *rows,
+                 const float *scale, int M, int32_t *ids, float *vals) {
+    (void)stream;
+    const struct a_topk a = {Y, ldy, n, rows, scale, M, ids, vals};
+    if (emu_capturing) return emu_record(emu_run_a_topk, &a, sizeof a);
+    return h_topk(Y, ldy, n, rows, scale, M, ids, vals);
+}
+
 /* cf_matmul_set: each weight as the kernel path computes it; with geglu the up product goes
  * to a scratch row block (Y[1] is not the launcher's to write), then gelu(gate) * up. */
 static int h_matmul_set(const struct cf_weight *w, int n, const float *X, int M, float *const *Y,

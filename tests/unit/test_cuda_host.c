@@ -44,6 +44,7 @@ static void test_host_graph_decode(void) {
 #include "engine/cuda/cuda_attn.h"
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_head.h"
+#include "engine/cuda/cuda_topk.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_probe.h"
