@@ -419,6 +419,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
 
     const char *ge = getenv("GEMMAD_CUDA_GRAPHS");
     c->graphs_off = ge && !strcmp(ge, "0");
+    const char *fk = getenv("GEMMAD_CUDA_FUSE_KV");
+    c->fuse_kv = fk && !strcmp(fk, "1");
     for (; c->n_ev < 4; c->n_ev++)
         if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
 

@@ -106,6 +106,9 @@ struct cf_fwd {
      * GEMMAD_CUDA_GRAPHS=0 in the environment. */
     struct cf_graph graphs[CF_MAX_GRAPHS];
     int n_graphs, graphs_off;
+    /* 1 (GEMMAD_CUDA_FUSE_KV=1 at create): q/k/v norm + RoPE + KV store in one launch
+     * (cuda_qkv.h; never ran on a GPU) */
+    int fuse_kv;
 
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;

@@ -25,6 +25,7 @@
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_head.h"
 #include "engine/cuda/cuda_norm.h"
+#include "engine/cuda/cuda_qkv.h"
 #include "engine/cuda/cuda_rope.h"
 #include "base/log.h"
 
@@ -244,7 +245,8 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     } else if (cf_mm(c, &L->wq, c->h, T, c->q, nq)) {
         return -1;
     }
-    if (cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
+    const int fuse_kv = c->fuse_kv && lc->has_kv; /* q's rotation waits for k and v */
+    if (!fuse_kv && cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
     if (lc->has_kv) {
         if (!qkv && cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
         if (qkv) {
@@ -256,10 +258,18 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
         } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
             return -1;
         }
-        if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
-            return -1;
-        if (cf_heads_rope(c, l, c->k, nkv, L->k_norm, K) ||
-            cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
+        if (fuse_kv) {
+            const struct cf_rope rp = {lc->n_rot, lc->rope_base, lc->rope_scale, L->rope_freqs};
+            if (cf_qkv_rope_store(s, R, &L->kv, c->q, nq, nh, L->q_norm, c->k, nk, L->k_norm,
+                                  c->v, nv, cfg->v_norm, cfg->eps, &rp) ||
+                cf_mark(c, BE_PROF_ATTN))
+                return -1;
+        } else {
+            if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
+                return -1;
+            if (cf_heads_rope(c, l, c->k, nkv, L->k_norm, K) ||
+                cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
+        }
     }
     const int window = lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0;
     const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap, window};

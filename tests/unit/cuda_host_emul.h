@@ -12,6 +12,7 @@
 /* ---- the CUDA runtime, on the host -------------------------------------------------------- */
 
 static char fake_stream, fake_blas;
+static long emu_fused_kv; /* cf_qkv_rope_store calls (recorded or run) */
 
 cudaError_t cudaSetDevice(int device) {
     return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
@@ -708,6 +709,51 @@ int cf_kv_store(cudaStream_t stream, const struct cf_rows *R, const struct cf_kv
     const struct a_kvs a = {*R, *kv, k, v, ld_k, ld_v};
     if (emu_capturing) return emu_record(emu_run_a_kvs, &a, sizeof a);
     return h_kv_store(stream, R, kv, k, ld_k, v, ld_v);
+}
+
+/* cf_qkv_rope_store: the separate launches' host forms in the step's order (q, v's norm, k,
+ * the store). */
+static int h_heads_rope(float *x, int ld, int n_heads, int hd, const float *w, float eps,
+                        const struct cf_rope *rp, const int32_t *pos, int rows) {
+    if (w)
+        return h_norm_rope(x, ld, n_heads, hd, w, eps, rp->n_rot, pos, rows, rp->base,
+                           rp->freq_scale, rp->freq_div);
+    return h_rope_neox(NULL, x, ld, n_heads, hd, rp->n_rot, pos, rows, rp->base, rp->freq_scale,
+                       rp->freq_div);
+}
+struct a_qkv {
+    struct cf_rows R;
+    struct cf_kv kv;
+    struct cf_rope rope;
+    float *q, *k, *v;
+    const float *q_norm, *k_norm;
+    int ld_q, ld_k, ld_v, n_head, v_norm;
+    float eps;
+};
+static int h_qkv(const struct a_qkv *a) {
+    const int T = a->R.n_rows, nkv = a->kv.n_kv, hdv = a->kv.hd_v;
+    if (h_heads_rope(a->q, a->ld_q, a->n_head, a->kv.hd, a->q_norm, a->eps, &a->rope, a->R.pos, T))
+        return -1;
+    for (int r = 0; a->v_norm && r < T; r++)
+        for (int h = 0; h < nkv; h++) {
+            float *vr = a->v + (size_t)r * a->ld_v + (size_t)h * hdv;
+            if (h_rms_norm(NULL, vr, hdv, NULL, NULL, 0, vr, hdv, hdv, 1, a->eps)) return -1;
+        }
+    if (h_heads_rope(a->k, a->ld_k, nkv, a->kv.hd, a->k_norm, a->eps, &a->rope, a->R.pos, T))
+        return -1;
+    return h_kv_store(NULL, &a->R, &a->kv, a->k, a->ld_k, a->v, a->ld_v);
+}
+EMU_OP(a_qkv, h_qkv(a))
+int cf_qkv_rope_store(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
+                      float *q, int ld_q, int n_head, const float *q_norm, float *k, int ld_k,
+                      const float *k_norm, float *v, int ld_v, int v_norm, float eps,
+                      const struct cf_rope *rope) {
+    (void)stream;
+    emu_fused_kv++;
+    const struct a_qkv a = {*rows, *kv,   *rope, q,    k,      v,     q_norm,
+                            k_norm, ld_q, ld_k,  ld_v, n_head, v_norm, eps};
+    if (emu_capturing) return emu_record(emu_run_a_qkv, &a, sizeof a);
+    return h_qkv(&a);
 }
 
 struct a_att {
