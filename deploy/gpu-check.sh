@@ -130,10 +130,15 @@ tally() { tail -1 "$1" 2>/dev/null; }
 # ---- CUDA unit tests ------------------------------------------------------------------------
 : >"$OUT/tests.txt"
 if [ "$DRY" = 0 ]; then
-    for t in test_cuda test_cuda_head test_cuda_fwd; do
+    for t in test_cuda test_cuda_head test_cuda_topk test_cuda_qkv test_cuda_fwd; do
         T_TIMEOUT=45 run 150 "$OUT/tests.txt" "$E/tests/$t"
         rc=$?
         say "$t: exit $rc — $(tally "$OUT/tests.txt")"
+    done
+    # the opt-in q/k/v + KV store launch through the whole forward pass (CUDA vs CPU, graphs)
+    for c in test_e2e_bundled_vs_cpu test_e2e_graph_decode; do
+        GEMMAD_CUDA_FUSE_KV=1 T_TIMEOUT=45 run 60 "$OUT/tests.txt" "$E/tests/test_cuda_fwd" "$c"
+        say "test_cuda_fwd $c with GEMMAD_CUDA_FUSE_KV=1: exit $? — $(tally "$OUT/tests.txt")"
     done
     grep -E "^(FAIL|SKIP)|^    " "$OUT/tests.txt" | head -30 | tee -a "$OUT/summary.txt"
 
@@ -142,7 +147,8 @@ if [ "$DRY" = 0 ]; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for bt in test_cuda:test_dequant_vs_ref test_cuda:test_norm_rope_act \
                   test_cuda:test_attention_vs_ref test_cuda_head:test_head_batch_invariant \
-                  test_cuda_head:test_argmax_rows test_cuda_fwd:test_e2e_step_validation \
+                  test_cuda_head:test_argmax_rows test_cuda_topk:test_topk_narrow_row test_cuda_qkv:test_qkv_same_bits \
+                  test_cuda_fwd:test_e2e_step_validation \
                   test_cuda_fwd:test_e2e_graph_decode; do
             # 30 s each at most: the benchmark after it is worth more than a slow memcheck
             T_NOFORK=1 T_TIMEOUT=30 run 30 "$OUT/memcheck.txt" compute-sanitizer \

@@ -140,11 +140,22 @@ struct be_ops {
     /* Optional (NULL: no profiling): 1 times every operation class of later runs with device
      * events (slower; no graphs), 0 stops. */
     int (*set_profile)(void *b, int on);
-    /* Optional (NULL: never reduces): run() that may return flagged logit rows as their
-     * argmax only (forward.h fwd_run_greedy's contract; greedy non-NULL). */
-    int (*run_greedy)(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
-                      const uint8_t *greedy, int32_t *ids);
+    /* Optional (NULL: forward.c runs run() and selects the TOPK rows' candidates on the
+     * host, be_topk_row): run() with forward.h fwd_run_rows's per-row kinds (enum be_row;
+     * kind non-NULL, topk arrays of BE_TOPK_MAX per row). */
+    int (*run_rows)(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                    const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
+                    float *topk_val);
 };
+
+/* forward.h's FWD_TOPK_MAX and enum fwd_row. */
+#define BE_TOPK_MAX 64
+enum be_row { BE_ROW_FULL = 0, BE_ROW_GREEDY = 1, BE_ROW_TOPK = 2 };
+
+/* The BE_TOPK_MAX best ids of l[0 .. n) by l[i] * scale (the product is the value written),
+ * best first, ties to the lower id, NaNs never chosen (id -1, value NaN pad the rest):
+ * forward.h's FWD_ROW_TOPK contract on the host. engine/backend.c. */
+void be_topk_row(const float *l, int n, float scale, int32_t *id, float *val);
 
 /* Fault injection for tests (forward.h's fwd_set_fail_at): be_fault() is 1 when this
  * failable step of fwd_create must fail; call it once before each allocation a create makes.

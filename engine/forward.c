@@ -324,9 +324,33 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
     return fwd_run_hidden(c, seqs, n_seqs, logits, NULL);
 }
 
-/* fwd_run_hidden and fwd_run_greedy (greedy and ids NULL when not asked). */
+/* The TOPK rows' candidates from whole rows on the host, over the compute threads. */
+struct topk_job {
+    const float *logits;
+    size_t nv;
+    int n;
+    const uint8_t *kind;
+    const float *scale;
+    int32_t *id;
+    float *val;
+};
+
+static void topk_task(void *arg, int task, int n_tasks) {
+    const struct topk_job *J = arg;
+    for (int r = task; r < J->n; r += n_tasks)
+        if (J->kind[r] == FWD_ROW_TOPK)
+            be_topk_row(J->logits + (size_t)r * J->nv, (int)J->nv, J->scale[r],
+                        J->id + (size_t)r * FWD_TOPK_MAX, J->val + (size_t)r * FWD_TOPK_MAX);
+}
+
+_Static_assert(FWD_TOPK_MAX == BE_TOPK_MAX && (int)FWD_ROW_TOPK == (int)BE_ROW_TOPK &&
+                   (int)FWD_ROW_GREEDY == (int)BE_ROW_GREEDY,
+               "forward.h and backend.h disagree on the row kinds");
+
+/* fwd_run_hidden and fwd_run_rows (kind NULL when not asked). */
 static int run_step(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
-                    float *hidden, const uint8_t *greedy, int32_t *ids) {
+                    float *hidden, const uint8_t *kind, const float *scale, int32_t *ids,
+                    int32_t *topk_id, float *topk_val) {
     int rows = 0, n_logits = 0;
     int st = validate(c, seqs, n_seqs, &rows, &n_logits);
     if (st != FWD_OK) return st;
@@ -342,20 +366,38 @@ static int run_step(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, f
                                      hidden ? hidden + row * E : NULL};
         row += (size_t)q->n_tokens;
     }
-    if (greedy && n_logits > 0) {
-        if (!ids) return FWD_EINVAL;
-        if (c->be->run_greedy) return c->be->run_greedy(c->b, c->bseq, n_seqs, logits, greedy, ids);
-        for (int r = 0; r < n_logits; r++) ids[r] = -1; /* the rows come back whole */
+    if (!kind || n_logits == 0) return c->be->run(c->b, c->bseq, n_seqs, logits);
+    int n_topk = 0;
+    for (int r = 0; r < n_logits; r++) {
+        if (kind[r] > FWD_ROW_TOPK) return FWD_EINVAL;
+        n_topk += kind[r] == FWD_ROW_TOPK;
     }
-    return c->be->run(c->b, c->bseq, n_seqs, logits);
+    if (!ids || (n_topk && (!scale || !topk_id || !topk_val))) return FWD_EINVAL;
+    if (c->be->run_rows)
+        return c->be->run_rows(c->b, c->bseq, n_seqs, logits, kind, scale, ids, topk_id,
+                               topk_val);
+    for (int r = 0; r < n_logits; r++) ids[r] = -1; /* the rows come back whole */
+    st = c->be->run(c->b, c->bseq, n_seqs, logits);
+    if (st == FWD_OK && n_topk) {
+        struct topk_job J = {logits, (size_t)c->m->cfg.n_vocab, n_logits, kind, scale,
+                             topk_id, topk_val};
+        fwd_parallel(c, topk_task, &J, n_topk < fwd_threads(c) ? n_topk : fwd_threads(c));
+    }
+    return st;
 }
 
 int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    float *hidden) {
-    return run_step(c, seqs, n_seqs, logits, hidden, NULL, NULL);
+    return run_step(c, seqs, n_seqs, logits, hidden, NULL, NULL, NULL, NULL, NULL);
 }
 
 int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    const uint8_t *greedy, int32_t *ids) {
-    return run_step(c, seqs, n_seqs, logits, NULL, greedy, ids);
+    return run_step(c, seqs, n_seqs, logits, NULL, greedy, NULL, ids, NULL, NULL);
+}
+
+int fwd_run_rows(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                 const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
+                 float *topk_val) {
+    return run_step(c, seqs, n_seqs, logits, NULL, kind, scale, ids, topk_id, topk_val);
 }

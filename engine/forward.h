@@ -77,8 +77,8 @@ int fwd_run(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *lo
 int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    float *hidden);
 
-/* fwd_run that may hand logit rows back as their greedy choice only. greedy: one flag per
- * logit row the step returns (in logits' order); for a row flagged 1 the backend may write
+/* fwd_run that may hand logit rows back as their greedy choice only. greedy: one flag (0 or
+ * 1; fwd_run_rows's FWD_ROW_FULL / FWD_ROW_GREEDY) per logit row the step returns (in logits' order); for a row flagged 1 the backend may write
  * ids[r] = the first index of the row's largest logit (NaNs never win; 0 when nothing beats
  * -inf: scheduler/sample.c smp_argmax's rule) and leave logits row r unwritten (the CUDA
  * backend computes it on the device and copies one id back instead of the row). Every other
@@ -86,6 +86,27 @@ int fwd_run_hidden(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, fl
  * logits as from fwd_run. greedy NULL: fwd_run (ids not touched). */
 int fwd_run_greedy(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
                    const uint8_t *greedy, int32_t *ids);
+
+/* fwd_run with a choice per logit row of what comes back (fwd_run_greedy generalised).
+ * kind[r] (enum fwd_row) for each logit row the step returns, in logits' order:
+ *  FWD_ROW_FULL   logits row r; ids[r] = -1.
+ *  FWD_ROW_GREEDY as fwd_run_greedy's flag: ids[r] = the argmax and row r maybe unwritten,
+ *                 or ids[r] = -1 and the row.
+ *  FWD_ROW_TOPK   topk_id/topk_val[r * FWD_TOPK_MAX + j], j < FWD_TOPK_MAX: the row's
+ *                 FWD_TOPK_MAX best ids by logit × scale[r] (one float multiply, round to
+ *                 nearest: the value written), best first, ties to the lower id; NaNs never
+ *                 chosen: a row with fewer non-NaN ids pads with id -1, value NaN. Every
+ *                 backend writes them (the CUDA one on the device, copying 512 bytes instead
+ *                 of the row; the others from the row on the host); ids[r] = -1; logits row
+ *                 r maybe unwritten.
+ * scale: read for TOPK rows only (NULL when there are none); topk_id/topk_val: NULL when no
+ * row is TOPK. kind NULL: fwd_run. FWD_TOPK_MAX = 64: the top_k of common requests (40, 50,
+ * 64) fits, and the device selection and the copy grow with it. */
+#define FWD_TOPK_MAX 64
+enum fwd_row { FWD_ROW_FULL = 0, FWD_ROW_GREEDY = 1, FWD_ROW_TOPK = 2 };
+int fwd_run_rows(struct fwd_ctx *c, const struct fwd_seq *seqs, int n_seqs, float *logits,
+                 const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
+                 float *topk_val);
 
 /* The compute threads of the context (including the calling one), and a way to run other
  * work on them between steps (the scheduler samples its sequences there): fn(arg, task,

@@ -167,12 +167,13 @@ static void apply_penalties(struct smp_ctx *c, const struct sched_sampling *sp, 
 }
 
 /* The last token of the shortest best-first prefix whose mass reaches top_p * z. Masses
- * e[] (0 = excluded) are bucketed by logit so that only the boundary bucket is sorted. */
+ * e[] (0 = excluded) are bucketed by logit so that only the boundary bucket is sorted. l and
+ * e hold nv entries: the whole row, or the candidates in id order (then the result is a
+ * position among them: positions order like the ids, so ties break the same way). */
 static int32_t top_p_cut(struct smp_ctx *c, const float *l, float m, const float *e, double z,
-                         float top_p) {
+                         float top_p, int nv) {
     double *mass = c->mass, target = (double)top_p * z;
     memset(mass, 0, (SMP_BUCKETS + 1) * sizeof(double));
-    int nv = c->n_vocab;
     for (int i = 0; i < nv; i++) {
         if (e[i] == 0) continue;
         c->bucket[i] = bucket_of(l[i], m);
@@ -323,6 +324,58 @@ int32_t smp_argmax(const float *l, int n) {
     return 0;
 }
 
+/* smp_sample's keep test: l > lc, or l == lc and position i <= ci; and l >= floor_l. */
+static inline __attribute__((always_inline)) int kept(float lv, float lc, int i, int ci,
+                                                      float floor_l) {
+    return (lv > lc || (lv == lc && i <= ci)) && lv >= floor_l;
+}
+
+/* The 16 lane sums of a draw block, added in double in lane order. */
+static double lanes_sum(const float *z16) {
+    double bm = 0;
+    for (int j = 0; j < SMP_LANES; j++) bm += z16[j];
+    return bm;
+}
+
+/* min_p: keep p >= min_p * p_max, i.e. logit >= m + log(min_p). */
+static float min_p_floor(const struct sched_sampling *sp, float m) {
+    return sp->min_p > 0 && sp->min_p <= 1 ? m + logf(sp->min_p) : -INFINITY;
+}
+
+/* The draw: walks the segments' masses, then one segment's kept entries (e > 0) in order,
+ * until the mass passed reaches r. Dense (id, seg0, segb NULL): segment s is draw block s,
+ * positions [s * SMP_DRAW_BLOCK, ...) of the n = n_vocab ids. Sparse: segment s holds
+ * positions [seg0[s], seg0[s + 1]) of id[], all in draw block segb[s]. Returns the id, or -1
+ * when nothing has mass. */
+static int32_t draw_walk(const struct smp_ctx *c, double r, const float *e, const int32_t *id,
+                         int n, const int32_t *seg0, const int32_t *segb, const double *mass,
+                         int n_seg) {
+    const int nblk = (c->n_vocab + SMP_DRAW_BLOCK - 1) / SMP_DRAW_BLOCK;
+    double acc = 0;
+    int pick = -1;
+    for (int s = 0; s < n_seg && pick < 0; s++) {
+        if (mass[s] == 0) continue;
+        const int last_blk = (segb ? segb[s] : s) == nblk - 1;
+        if (acc + mass[s] <= r && !last_blk) {
+            acc += mass[s];
+            continue;
+        }
+        const int p0 = seg0 ? seg0[s] : s * SMP_DRAW_BLOCK;
+        const int p1 = seg0 ? seg0[s + 1] : (p0 + SMP_DRAW_BLOCK < n ? p0 + SMP_DRAW_BLOCK : n);
+        for (int p = p0; p < p1; p++) {
+            if (e[p] == 0) continue;
+            acc += e[p];
+            pick = p;
+            if (acc > r) break;
+        }
+        if (acc <= r && !last_blk) pick = -1; /* rounding: the block fell short, go on */
+    }
+    if (pick < 0) /* rounding left r beyond the last mass: the last kept id */
+        for (int p = n - 1; p >= 0 && pick < 0; p--)
+            if (e[p] > 0) pick = p;
+    return pick < 0 ? -1 : (id ? id[pick] : pick);
+}
+
 int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
                    float *l, const int32_t *hist, int n_hist, int n_out, const int32_t *ban,
                    int n_ban) {
@@ -337,7 +390,7 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
 
     if (!(sp->temperature > 0)) return smp_argmax(l, nv);
 
-    const float m = scale_max(l, nv, 1.0f / sp->temperature);
+    const float m = scale_max(l, nv, smp_inv_temp(sp));
     if (m == -INFINITY) return 0; /* everything banned: nothing sensible to draw */
 
     /* The kept set is {i : i == cut or better(i, cut)} for a cut token found in O(n): the
@@ -361,9 +414,8 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
             z += e[i];
         }
     }
-    if (sp->top_p > 0 && sp->top_p < 1) cut = top_p_cut(c, l, m, e, z, sp->top_p);
-    /* min_p: keep p >= min_p * p_max, i.e. logit >= m + log(min_p). */
-    float floor_l = sp->min_p > 0 && sp->min_p <= 1 ? m + logf(sp->min_p) : -INFINITY;
+    if (sp->top_p > 0 && sp->top_p < 1) cut = top_p_cut(c, l, m, e, z, sp->top_p, nv);
+    const float floor_l = min_p_floor(sp, m);
     /* Keep set applied to e[]; per block of SMP_DRAW_BLOCK ids its mass, so that the draw
      * walks block masses first and then one block. */
     /* i is kept iff i == cut or better(l, i, cut) — i.e. l > lc, or l == lc and i <= cut —
@@ -380,46 +432,86 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
         int i = i0;
         for (; i + SMP_LANES <= i1; i += SMP_LANES)
             for (int j = 0; j < SMP_LANES; j++) {
-                const float lv = l[i + j];
-                const int keep = (lv > lc || (lv == lc && i + j <= ci)) && lv >= floor_l;
+                const int keep = kept(l[i + j], lc, i + j, ci, floor_l);
                 const float v = keep ? e[i + j] : 0.0f;
                 e[i + j] = v;
                 z16[j] += v;
             }
         for (; i < i1; i++) {
-            const float lv = l[i];
-            if (!((lv > lc || (lv == lc && i <= ci)) && lv >= floor_l)) e[i] = 0;
+            if (!kept(l[i], lc, i, ci, floor_l)) e[i] = 0;
             z16[i % SMP_LANES] += e[i];
         }
-        double bm = 0;
-        for (int j = 0; j < SMP_LANES; j++) bm += z16[j];
-        c->blk[b] = bm;
-        zk += bm;
+        c->blk[b] = lanes_sum(z16);
+        zk += c->blk[b];
     }
     const double r = smp_rng_uniform(rng) * zk;
-    double acc = 0;
-    int32_t pick = -1;
-    for (int b = 0; b < nblk && pick < 0; b++) {
-        if (c->blk[b] == 0) continue;
-        const int last_blk = b == nblk - 1;
-        if (acc + c->blk[b] <= r && !last_blk) {
-            acc += c->blk[b];
-            continue;
-        }
-        const int i0 = b * SMP_DRAW_BLOCK;
-        const int i1 = i0 + SMP_DRAW_BLOCK < nv ? i0 + SMP_DRAW_BLOCK : nv;
-        for (int i = i0; i < i1; i++) {
-            if (e[i] == 0) continue;
-            acc += e[i];
-            pick = i;
-            if (acc > r) break;
-        }
-        if (acc <= r && !last_blk) pick = -1; /* rounding: the block fell short, go on */
-    }
-    if (pick < 0) /* rounding left r beyond the last mass: the last kept id */
-        for (int i = nv - 1; i >= 0 && pick < 0; i--)
-            if (e[i] > 0) pick = i;
+    const int32_t pick = draw_walk(c, r, e, NULL, nv, NULL, NULL, c->blk, nblk);
     return pick >= 0 ? pick : (cut >= 0 ? cut : 0);
+}
+
+float smp_inv_temp(const struct sched_sampling *sp) { return 1.0f / sp->temperature; }
+
+int smp_topk_ok(const struct sched_sampling *sp, int n_vocab, int n_cand) {
+    return sp->temperature > 0 && sp->top_k >= 1 && sp->top_k <= n_cand &&
+           sp->top_k <= SMP_TOPK_MAX && sp->top_k < n_vocab && sp->n_logit_bias == 0 &&
+           sp->presence_penalty == 0 && sp->frequency_penalty == 0 &&
+           !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f);
+}
+
+/* smp_sample's steps after the top_k cut, on the top_k kept candidates only: every id
+ * outside them has e = 0 there, and adding 0 changes no sum, so each sum below takes the
+ * same nonzero terms in the same order (z in id order; per draw block, lane id % 16 in
+ * float, the 16 lanes in double, the blocks in order) and the walk visits the same ids. */
+int32_t smp_sample_topk(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
+                        const int32_t *id, const float *val, int n_cand) {
+    const int nv = c->n_vocab;
+    if (!smp_topk_ok(sp, nv, n_cand)) return -1;
+    if (id[0] < 0) return 0; /* no id but NaNs: scale_max's maximum is -inf */
+    const float m = val[0];
+    if (m == -INFINITY) return 0;
+    /* The kept ids (the first top_k; fewer only in a row with NaNs), sorted by id. */
+    int32_t kid[SMP_TOPK_MAX] = {0}, seg0[SMP_TOPK_MAX + 1], segb[SMP_TOPK_MAX];
+    float kl[SMP_TOPK_MAX], e[SMP_TOPK_MAX];
+    double mass[SMP_TOPK_MAX];
+    int n = 0;
+    for (int j = 0; j < sp->top_k && id[j] >= 0; j++) {
+        int p = n++;
+        for (; p > 0 && kid[p - 1] > id[j]; p--) {
+            kid[p] = kid[p - 1];
+            kl[p] = kl[p - 1];
+        }
+        kid[p] = id[j];
+        kl[p] = val[j];
+    }
+    int cut = 0; /* position of the top_k-th best */
+    while (kid[cut] != id[n - 1]) cut++;
+    double z = 0;
+    for (int j = 0; j < n; j++) {
+        e[j] = exp_le0(kl[j] - m);
+        z += e[j];
+    }
+    if (sp->top_p > 0 && sp->top_p < 1) cut = top_p_cut(c, kl, m, e, z, sp->top_p, n);
+    const float floor_l = min_p_floor(sp, m);
+    const float lc = cut >= 0 ? kl[cut] : -INFINITY;
+    const int ci = cut >= 0 ? cut : n;
+    int n_seg = 0;
+    double zk = 0;
+    for (int j = 0; j < n;) {
+        const int b = kid[j] / SMP_DRAW_BLOCK;
+        float z16[SMP_LANES] = {0};
+        seg0[n_seg] = j;
+        segb[n_seg] = b;
+        for (; j < n && kid[j] / SMP_DRAW_BLOCK == b; j++) {
+            if (!kept(kl[j], lc, j, ci, floor_l)) e[j] = 0;
+            z16[kid[j] % SMP_LANES] += e[j];
+        }
+        mass[n_seg] = lanes_sum(z16);
+        zk += mass[n_seg++];
+    }
+    seg0[n_seg] = n;
+    const double r = smp_rng_uniform(rng) * zk;
+    const int32_t pick = draw_walk(c, r, e, kid, n, seg0, segb, mass, n_seg);
+    return pick >= 0 ? pick : (cut >= 0 ? kid[cut] : 0);
 }
 
 float smp_logprobs(const float *l, int nv, int32_t token, int n_top, struct sched_top *top) {

@@ -48,6 +48,25 @@ int32_t smp_sample(struct smp_ctx *c, const struct sched_sampling *sp, struct sm
                    float *logits, const int32_t *hist, int n_hist, int n_out,
                    const int32_t *ban, int n_ban);
 
+/* Sampling from the top candidates of a row instead of the whole row (the CUDA backend
+ * selects them on the device, engine/forward.h fwd_run_rows). SMP_TOPK_MAX: the most
+ * candidates smp_sample_topk reads. smp_topk_ok: 1 when sp's token depends only on the row's
+ * top_k best ids (temperature > 0, 1 <= top_k <= min(n_cand, SMP_TOPK_MAX), top_k < n_vocab,
+ * no logit_bias, no penalties); bans, grammar masks and logprobs also read other ids, and
+ * are the caller's to rule out. smp_inv_temp: the factor smp_sample scales logits by.
+ *
+ * smp_sample_topk: id/val [n_cand] are the row's n_cand best ids and their logits times
+ * smp_inv_temp(sp) (one float multiply), best first, ties to the lower id (NaNs never chosen;
+ * id -1 pads a row with fewer non-NaN ids). For a row without NaNs it returns exactly
+ * smp_sample's token for the same row (no hist, no bans) and draws the same one number from
+ * rng; -1 (no draw) when !smp_topk_ok(sp, n_vocab, n_cand). smp_sample's choice is not
+ * well defined with NaNs in the row and top_k set; this path never picks a NaN id. */
+#define SMP_TOPK_MAX 64
+int smp_topk_ok(const struct sched_sampling *sp, int n_vocab, int n_cand);
+float smp_inv_temp(const struct sched_sampling *sp);
+int32_t smp_sample_topk(struct smp_ctx *c, const struct sched_sampling *sp, struct smp_rng *rng,
+                        const int32_t *id, const float *val, int n_cand);
+
 /* Log-probability of `token` under softmax(logits) and the n_top most likely ids (most
  * likely first, ties to the lower id). n_top <= 20. */
 float smp_logprobs(const float *logits, int n_vocab, int32_t token, int n_top,

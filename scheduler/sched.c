@@ -155,6 +155,12 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
         malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * (size_t)s->n_vocab * sizeof(float));
     s->greedy = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS));
     s->gid = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * sizeof(int32_t));
+    const size_t ntk = (size_t)(o->max_seqs + SCHED_PLP_ROWS) * FWD_TOPK_MAX;
+    s->tk_scale = malloc((size_t)(o->max_seqs + SCHED_PLP_ROWS) * sizeof(float));
+    s->tk_id = malloc(ntk * sizeof(int32_t));
+    s->tk_val = malloc(ntk * sizeof(float));
+    const char *tke = getenv("GEMMAD_TOPK_ROWS");
+    s->topk_rows = !(tke && strcmp(tke, "0") == 0);
     s->n_embd = m->cfg.n_embd;
     s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)s->n_embd * sizeof(float));
     const size_t nplp = (size_t)(o->max_seqs + SCHED_PLP_ROWS);
@@ -172,7 +178,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     s->run = calloc((size_t)o->max_seqs, sizeof(*s->run));
     s->batch = calloc((size_t)o->max_seqs, sizeof(*s->batch));
     s->eog = malloc(64 * sizeof(int32_t));
-    if (!s->logits || !s->greedy || !s->gid || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
+    if (!s->logits || !s->greedy || !s->gid || !s->tk_scale || !s->tk_id || !s->tk_val || !s->scratch || !s->sampling || !s->rows || !s->views || !s->run ||
         !s->batch || !s->eog)
         goto fail_mem;
     for (int32_t t = 0; t < s->n_vocab && s->n_eog < 64; t++)
@@ -225,6 +231,9 @@ void sched_destroy(struct sched *s) {
     free(s->logits);
     free(s->greedy);
     free(s->gid);
+    free(s->tk_scale);
+    free(s->tk_id);
+    free(s->tk_val);
     free(s->hidden);
     free(s->plp_row);
     free(s->plp_k);
@@ -416,6 +425,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->spec_draft_tokens = s->spec_total[0];
     out->spec_accepted_tokens = s->spec_total[1];
     out->spec_verify_steps = s->spec_total[2];
+    out->topk_rows = (uint64_t)s->topk_rows_done;
     out->pending = s->n_waiting + s->counts.running;
     out->loop_turns = s->loop_turns;
     out->progress_age_s = s->idle_wait ? 0 : clock_mono_s() - s->progress_at;

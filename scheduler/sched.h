@@ -179,6 +179,7 @@ struct sched_stats {
     uint64_t spec_draft_tokens;       /* tokens drafted by prompt lookup and verified */
     uint64_t spec_accepted_tokens;    /* drafts accepted (tokens gained over plain decode) */
     uint64_t spec_verify_steps;       /* sequence-steps that carried drafts */
+    uint64_t topk_rows;               /* tokens sampled from a row's top-k candidates only */
     /* Liveness: the thread's progress. pending counts the requests it owes work to (waiting,
      * including those submitted since it last published, plus running); progress_age_s is
      * how long ago it last finished a loop turn (0 while it sleeps for want of work). A

@@ -95,9 +95,15 @@ struct sched {
     int32_t *eog;                /* [n_eog] end-of-generation ids (banned under ignore_eos) */
     int n_eog;
     float *logits;               /* [max_seqs + SCHED_PLP_ROWS][n_vocab] */
-    uint8_t *greedy;             /* [max_seqs + SCHED_PLP_ROWS] per logits row: a plain greedy
-                                  * request's (fwd_run_greedy may return its id only) */
+    uint8_t *greedy;             /* [max_seqs + SCHED_PLP_ROWS] per logits row, enum fwd_row:
+                                  * GREEDY for a plain greedy request (fwd_run_rows may return
+                                  * its id only), TOPK for topk_row's, else FULL */
     int32_t *gid;                /* [.. the same] the ids it returned, -1: the row is there */
+    float *tk_scale;             /* [.. the same] a FWD_ROW_TOPK row's 1/temperature */
+    int32_t *tk_id;              /* [.. the same][FWD_TOPK_MAX] a top-k row's candidates */
+    float *tk_val;               /* [.. the same][FWD_TOPK_MAX] their scaled logits */
+    int topk_rows;               /* 1: top_k requests may get candidates instead of rows
+                                  * (topk_row; GEMMAD_TOPK_ROWS=0 in the environment: 0) */
     float *hidden;               /* [max_batch_tokens][n_embd] final hidden rows of a step
                                   * with embed sequences */
     int n_embd;
@@ -140,6 +146,7 @@ struct sched {
     struct sched_counts counts;
     struct kvcache_stats kst;
     long long preemptions, rejections, steps;
+    long long topk_rows_done;    /* logits rows sampled from top-k candidates (lock) */
     struct prom_hist h_batch, h_tokens, h_step;
     uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
     double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */

@@ -264,6 +264,12 @@ static void sample_task(void *arg, int task, int n_tasks) {
             q->tok = s->gid[q->logit_row];
             continue;
         }
+        if (s->greedy[q->logit_row] == FWD_ROW_TOPK) { /* candidates only (topk_row) */
+            const size_t o = (size_t)q->logit_row * FWD_TOPK_MAX;
+            q->tok = smp_sample_topk(s->smp[task], &q->sp, &q->rng, s->tk_id + o, s->tk_val + o,
+                                     FWD_TOPK_MAX);
+            continue;
+        }
         float *row = s->logits + (size_t)q->logit_row * (size_t)s->n_vocab, *l = row;
         if (q->top_logprobs >= 0) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
@@ -403,6 +409,19 @@ static int greedy_row(const struct seq *q) {
            q->spec.n_draft == 0; /* verification samples every row of the drafts */
 }
 
+/* Top-k candidates from the backend (fwd_run_rows): a request whose token smp_sample_topk
+ * draws exactly as smp_sample would from the whole row (smp_topk_ok: temperature > 0,
+ * 1 <= top_k <= FWD_TOPK_MAX, no bias, no penalties) and nothing else reads the row: no bans
+ * (ignore_eos), logprobs, prompt scoring, grammar mask or drafts. Any new per-request use of
+ * the row must make this 0. */
+static int topk_row(const struct sched *s, const struct seq *q) {
+    return s->topk_rows && smp_topk_ok(&q->sp, s->n_vocab, FWD_TOPK_MAX) &&
+           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 && !q->gm &&
+           q->spec.n_draft == 0;
+}
+
+_Static_assert(SMP_TOPK_MAX == FWD_TOPK_MAX, "sample.h and forward.h disagree on top-k");
+
 static void step(struct sched *s) {
     double t0 = clock_mono_s();
     int dec = 0;
@@ -485,10 +504,20 @@ static void step(struct sched *s) {
     if (nb == 0) return;
     for (int r = 0; r < n_logits; r++)
         s->greedy[r] = 0, s->gid[r] = -1;
-    for (int i = 0; i < nb; i++)
-        if (s->batch[i]->logit_row >= 0) s->greedy[s->batch[i]->logit_row] = greedy_row(s->batch[i]);
+    for (int i = 0; i < nb; i++) {
+        const struct seq *q = s->batch[i];
+        if (q->logit_row < 0 || any_hidden) continue; /* fwd_run_hidden: whole rows */
+        s->greedy[q->logit_row] = greedy_row(q)  ? FWD_ROW_GREEDY
+                                  : topk_row(s, q) ? FWD_ROW_TOPK
+                                                   : FWD_ROW_FULL;
+        s->tk_scale[q->logit_row] = smp_inv_temp(&q->sp);
+    }
+    int n_topk = 0;
+    for (int r = 0; r < n_logits; r++)
+        n_topk += s->greedy[r] == FWD_ROW_TOPK;
     int rc = any_hidden ? fwd_run_hidden(s->fwd, s->rows, nb, s->logits, s->hidden)
-                        : fwd_run_greedy(s->fwd, s->rows, nb, s->logits, s->greedy, s->gid);
+                        : fwd_run_rows(s->fwd, s->rows, nb, s->logits, s->greedy, s->tk_scale,
+                                       s->gid, s->tk_id, s->tk_val);
     if (rc != FWD_OK) {
         LOG_E(SCHED_MOD, 0, "forward pass failed: %s", fwd_strerror(rc));
         for (int i = 0; i < nb; i++) fail_running(s, s->batch[i], "the compute backend failed");
@@ -543,6 +572,7 @@ static void step(struct sched *s) {
     prom_hist_observe(&s->h_tokens, n_tokens);
     prom_hist_observe(&s->h_step, dt);
     s->steps++;
+    s->topk_rows_done += n_topk;
     sched_spec_publish(s);
     pthread_mutex_unlock(&s->lock);
 }

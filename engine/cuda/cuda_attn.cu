@@ -7,15 +7,7 @@
 #define CF_ATT_WARPS 8
 #define CF_ATT_PER_LANE (CF_ATT_MAX_HD / 32)
 
-/* Row index (in units of one position of this layer) where position p of sequence seq is
- * stored: block * block_size + p % block_size. */
-__device__ __forceinline__ int64_t cf_kv_slot(const struct cf_rows &R, const struct cf_kv &kv,
-                                              int seq, int p) {
-    const int32_t *info = R.seq_info + 4 * seq;
-    const int b = p / kv.block_size;
-    const int32_t blk = kv.ring ? R.tables[info[2] + b % info[3]] : R.tables[info[0] + b];
-    return (int64_t)blk * kv.block_size + p % kv.block_size;
-}
+#include "engine/cuda/cuda_attn.cuh"
 
 __global__ void cf_kv_store_kernel(struct cf_rows R, struct cf_kv kv, const float *__restrict__ k,
                                    int ld_k, const float *__restrict__ v, int ld_v) {

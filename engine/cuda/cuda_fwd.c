@@ -419,6 +419,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
 
     const char *ge = getenv("GEMMAD_CUDA_GRAPHS");
     c->graphs_off = ge && !strcmp(ge, "0");
+    const char *fk = getenv("GEMMAD_CUDA_FUSE_KV");
+    c->fuse_kv = fk && !strcmp(fk, "1");
     for (; c->n_ev < 4; c->n_ev++)
         if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
 
@@ -456,7 +458,9 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
         CUDA_CHECK(cudaMalloc((void **)&c->meta_d, meta_bytes)) ||
         CUDA_CHECK(cudaMallocHost((void **)&c->meta_h, meta_bytes)) ||
         CUDA_CHECK(cudaMalloc((void **)&c->ids_d, (size_t)o->max_logit_rows * sizeof(int32_t))) ||
-        CUDA_CHECK(cudaMallocHost((void **)&c->ids_h, (size_t)o->max_logit_rows * sizeof(int32_t))))
+        CUDA_CHECK(cudaMallocHost((void **)&c->ids_h, (size_t)o->max_logit_rows * sizeof(int32_t))) ||
+        CUDA_CHECK(cudaMalloc((void **)&c->tk_d, cf_tk_bytes(o->max_logit_rows))) ||
+        CUDA_CHECK(cudaMallocHost((void **)&c->tk_h, cf_tk_bytes(o->max_logit_rows))))
         goto fail_nomem;
     if (c->mm_scratch_bytes && CUDA_CHECK(cudaMalloc(&c->mm_scratch, c->mm_scratch_bytes)))
         goto fail_nomem;
@@ -504,6 +508,8 @@ static void cf_fwd_destroy(struct cf_fwd *c) {
     cudaFreeHost(c->meta_h);
     cudaFree(c->ids_d);
     cudaFreeHost(c->ids_h);
+    cudaFree(c->tk_d);
+    cudaFreeHost(c->tk_h);
     cudaFree(c->amem);
     cudaFree(c->kvmem);
     cudaFree(c->wmem);
@@ -524,12 +530,13 @@ static int cf_be_create(const struct be_desc *d, void **out, char *err, size_t e
 }
 
 static int cf_be_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits) {
-    return cf_fwd_run(b, seqs, n_seqs, logits, NULL, NULL);
+    return cf_fwd_run(b, seqs, n_seqs, logits, NULL, NULL, NULL, NULL, NULL);
 }
 
-static int cf_be_run_greedy(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
-                            const uint8_t *greedy, int32_t *ids) {
-    return cf_fwd_run(b, seqs, n_seqs, logits, greedy, ids);
+static int cf_be_run_rows(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
+                          const uint8_t *kind, const float *scale, int32_t *ids,
+                          int32_t *topk_id, float *topk_val) {
+    return cf_fwd_run(b, seqs, n_seqs, logits, kind, scale, ids, topk_id, topk_val);
 }
 
 static int cf_be_set_tap(void *b, be_tap_fn fn, void *user) {
@@ -550,5 +557,5 @@ static int cf_be_set_profile(void *b, int on) {
 
 const struct be_ops be_cuda = {"cuda",          cf_fwd_available, cf_be_create,
                                cf_be_run,       cf_be_set_tap,    cf_be_destroy,
-                               cf_be_step_times, cf_be_set_profile, cf_be_run_greedy};
+                               cf_be_step_times, cf_be_set_profile, cf_be_run_rows};
 

@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_attn.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_matmul.h"
+#include "engine/cuda/cuda_topk.h"
 
 #define CF_ALIGN 256
 #define CF_MAX_GRAPHS 64 /* captured decode steps kept (padded rows x split bucket) */
@@ -83,6 +84,10 @@ struct cf_fwd {
      * tokens[T] | pos[T] | seq[T] | seq_info[S][4] | sel[Lx] | tables[tab_cap] */
     int32_t *meta_h, *meta_d;
     int32_t *ids_h, *ids_d; /* [max_logit_rows] greedy ids of a step (host pinned, device) */
+    /* Top-k rows of a step (cuda_topk.h), host pinned and device copies of one layout:
+     * rows[M] | scale[M] (M: the step's top-k rows, packed) at tk_*, ids at tk_* + 2R and
+     * values at tk_* + 2R + R·CF_TOPK_MAX (R = max_logit_rows; 4-byte elements). */
+    int32_t *tk_h, *tk_d;
     size_t off_pos, off_seq, off_info, off_sel, off_tab, tab_cap;
 
     /* Step timing: events before the metadata copy, after it, before the logits copy and
@@ -101,20 +106,29 @@ struct cf_fwd {
      * GEMMAD_CUDA_GRAPHS=0 in the environment. */
     struct cf_graph graphs[CF_MAX_GRAPHS];
     int n_graphs, graphs_off;
+    /* 1 (GEMMAD_CUDA_FUSE_KV=1 at create): q/k/v norm + RoPE + KV store in one launch
+     * (cuda_qkv.h; never ran on a GPU) */
+    int fuse_kv;
 
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;
     float *tap_buf; /* host [max(T, Lx)][n_embd], allocated by cf_fwd_set_tap */
 };
 
+/* Bytes of tk_h / tk_d for R = max_logit_rows (layout above). */
+static inline size_t cf_tk_bytes(int R) {
+    return (size_t)R * (2 + 2 * CF_TOPK_MAX) * 4;
+}
+
 static inline size_t cf_al(size_t n) {
     return (n + CF_ALIGN - 1) & ~(size_t)(CF_ALIGN - 1);
 }
 
 /* cuda_step.c */
-/* greedy, ids: NULL, or forward.h fwd_run_greedy's flags and ids. */
+/* kind, scale, ids, topk_id, topk_val: NULL, or forward.h fwd_run_rows's arguments. */
 int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits,
-               const uint8_t *greedy, int32_t *ids);
+               const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
+               float *topk_val);
 int cf_fwd_step_times(const struct cf_fwd *c, struct be_step_times *t);
 int cf_fwd_set_tap(struct cf_fwd *c, be_tap_fn fn, void *user);
 int cf_fwd_set_profile(struct cf_fwd *c, int on);

@@ -3,30 +3,8 @@
 
 #include <math.h>
 
+#include "engine/cuda/cuda_norm.cuh"
 #include "engine/cuda/cuda_rope.cuh"
-
-#define CF_NORM_THREADS 256
-
-/* 1 / sqrt(mean(x^2) + eps) of one row for the whole block: squares in f32, their sum in
- * double (as ggml's CPU rms_norm and engine/kernels/vec.h), a fixed reduction order. Every
- * thread of the block must call it. */
-__device__ __forceinline__ float cf_rms_scale(const float *xr, int n, float eps) {
-    __shared__ double part[CF_NORM_THREADS / 32];
-    double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += CF_NORM_THREADS)
-        s += (double)(xr[i] * xr[i]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    double tot = 0.0;
-#pragma unroll
-    for (int k = 0; k < CF_NORM_THREADS / 32; k++)
-        tot += part[k];
-    const float mean = (float)(tot / n);
-    return 1.0f / sqrtf(mean + eps);
-}
 
 __global__ void __launch_bounds__(CF_NORM_THREADS)
     cf_rms_norm_kernel(const float *x, int ld_x, const float *__restrict__ w, const float *res,
@@ -73,13 +51,7 @@ __global__ void __launch_bounds__(CF_NORM_THREADS)
                         float freq_scale, const float *__restrict__ freq_div) {
     const int r = blockIdx.x, h = blockIdx.y;
     float *xr = x + (size_t)r * ld + (size_t)h * hd;
-    const float scale = cf_rms_scale(xr, hd, eps);
-    for (int i = threadIdx.x; i < hd; i += CF_NORM_THREADS) {
-        float v = __fmul_rn(xr[i], scale);
-        if (w) v = __fmul_rn(v, w[i]);
-        xr[i] = v;
-    }
-    __syncthreads(); /* the normalised head is in memory for the rotation's pairs */
+    cf_norm_inplace(xr, hd, w, eps); /* then in memory for the rotation's pairs */
     const int half = n_rot / 2;
     const float p = (float)pos[r];
     for (int i = threadIdx.x; i < half; i += CF_NORM_THREADS)

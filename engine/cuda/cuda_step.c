@@ -25,6 +25,7 @@
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_head.h"
 #include "engine/cuda/cuda_norm.h"
+#include "engine/cuda/cuda_qkv.h"
 #include "engine/cuda/cuda_rope.h"
 #include "base/log.h"
 
@@ -244,7 +245,8 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     } else if (cf_mm(c, &L->wq, c->h, T, c->q, nq)) {
         return -1;
     }
-    if (cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
+    const int fuse_kv = c->fuse_kv && lc->has_kv; /* q's rotation waits for k and v */
+    if (!fuse_kv && cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
     if (lc->has_kv) {
         if (!qkv && cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
         if (qkv) {
@@ -256,10 +258,18 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
         } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
             return -1;
         }
-        if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
-            return -1;
-        if (cf_heads_rope(c, l, c->k, nkv, L->k_norm, K) ||
-            cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
+        if (fuse_kv) {
+            const struct cf_rope rp = {lc->n_rot, lc->rope_base, lc->rope_scale, L->rope_freqs};
+            if (cf_qkv_rope_store(s, R, &L->kv, c->q, nq, nh, L->q_norm, c->k, nk, L->k_norm,
+                                  c->v, nv, cfg->v_norm, cfg->eps, &rp) ||
+                cf_mark(c, BE_PROF_ATTN))
+                return -1;
+        } else {
+            if (cfg->v_norm && cf_norm(c, c->v, hdv, NULL, NULL, 0, c->v, hdv, hdv, T * nkv))
+                return -1;
+            if (cf_heads_rope(c, l, c->k, nkv, L->k_norm, K) ||
+                cf_kv_store(s, R, &L->kv, c->k, nk, c->v, nv)) return -1;
+        }
     }
     const int window = lc->sliding && cfg->sliding_window > 0 ? cfg->sliding_window : 0;
     const struct cf_attn A = {nh, cfg->attn_scale, cfg->attn_softcap, window};
@@ -404,25 +414,35 @@ void cf_step_free(struct cf_fwd *c) {
 
 /* ---- the step ----------------------------------------------------------------------------- */
 
-/* Copies the logit rows back: all of them without greedy flags; else the greedy ids (one
- * int per row, into pinned memory) and only the unflagged rows, run by run. */
-static int cf_copy_back(struct cf_fwd *c, int n_sel, float *logits, const uint8_t *greedy,
-                        int n_greedy) {
+_Static_assert(CF_TOPK_MAX == BE_TOPK_MAX, "cuda_topk.h and backend.h disagree");
+
+/* Copies the step's results back: every logit row without kinds; else the greedy ids (one
+ * int per row, into pinned memory) when a row is greedy, the top-k rows' candidates (packed,
+ * pinned), and only the FULL rows' logits, run by run. */
+static int cf_copy_back(struct cf_fwd *c, int n_sel, float *logits, const uint8_t *kind,
+                        int n_greedy, int n_topk) {
     cudaStream_t s = c->stream;
     const size_t row = (size_t)c->m->n_vocab * sizeof(float);
-    if (!n_greedy)
+    if (!kind)
         return CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n_sel * row,
                                           cudaMemcpyDeviceToHost, s));
-    if (CUDA_CHECK(cudaMemcpyAsync(c->ids_h, c->ids_d, (size_t)n_sel * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, s)))
+    if (n_greedy && CUDA_CHECK(cudaMemcpyAsync(c->ids_h, c->ids_d, (size_t)n_sel * sizeof(int32_t),
+                                               cudaMemcpyDeviceToHost, s)))
+        return -1;
+    const size_t R = (size_t)c->o.max_logit_rows, tk = (size_t)n_topk * CF_TOPK_MAX * 4;
+    if (n_topk && (CUDA_CHECK(cudaMemcpyAsync(c->tk_h + 2 * R, c->tk_d + 2 * R, tk,
+                                              cudaMemcpyDeviceToHost, s)) ||
+                   CUDA_CHECK(cudaMemcpyAsync(c->tk_h + 2 * R + R * CF_TOPK_MAX,
+                                              c->tk_d + 2 * R + R * CF_TOPK_MAX, tk,
+                                              cudaMemcpyDeviceToHost, s))))
         return -1;
     for (int r = 0; r < n_sel;) {
-        if (greedy[r]) {
+        if (kind[r] != BE_ROW_FULL) {
             r++;
             continue;
         }
         int e = r + 1;
-        while (e < n_sel && !greedy[e])
+        while (e < n_sel && kind[e] == BE_ROW_FULL)
             e++;
         if (CUDA_CHECK(cudaMemcpyAsync((char *)logits + (size_t)r * row,
                                        (const char *)c->logits + (size_t)r * row,
@@ -433,17 +453,38 @@ static int cf_copy_back(struct cf_fwd *c, int n_sel, float *logits, const uint8_
     return 0;
 }
 
+/* The top-k rows of a step into tk_h's head (rows, then scales) and its copy to the device;
+ * returns how many, or -1. */
+static int cf_topk_put(struct cf_fwd *c, int n_sel, const uint8_t *kind, const float *scale) {
+    int M = 0;
+    for (int r = 0; kind && r < n_sel; r++)
+        M += kind[r] == BE_ROW_TOPK;
+    if (!M) return 0;
+    float *sc = (float *)(void *)(c->tk_h + M);
+    for (int r = 0, j = 0; r < n_sel; r++)
+        if (kind[r] == BE_ROW_TOPK) c->tk_h[j] = r, sc[j++] = scale[r];
+    if (CUDA_CHECK(cudaMemcpyAsync(c->tk_d, c->tk_h, (size_t)M * 2 * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, c->stream)))
+        return -1;
+    return M;
+}
+
 int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *logits,
-               const uint8_t *greedy, int32_t *ids) {
+               const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
+               float *topk_val) {
     int T = 0, n_sel = 0, pmax = 0, decode = 0;
     size_t n_ints = 0;
     int st = cf_prepare(c, seqs, n_seqs, &T, &n_sel, &n_ints, &pmax, &decode);
     if (st != BE_OK) return st;
     if (n_sel > 0 && !logits) return BE_EINVAL;
-    if (greedy && !ids) return BE_EINVAL;
-    int n_greedy = 0;
-    for (int r = 0; greedy && r < n_sel; r++)
-        n_greedy += greedy[r] != 0;
+    if (kind && !ids) return BE_EINVAL;
+    int n_greedy = 0, n_topk = 0;
+    for (int r = 0; kind && r < n_sel; r++) {
+        if (kind[r] > BE_ROW_TOPK) return BE_EINVAL;
+        n_greedy += kind[r] == BE_ROW_GREEDY;
+        n_topk += kind[r] == BE_ROW_TOPK;
+    }
+    if (n_topk && (!scale || !topk_id || !topk_val)) return BE_EINVAL;
     cudaStream_t s = c->stream;
     const int V = c->m->n_vocab;
     struct cf_stepk K = {T,
@@ -470,7 +511,7 @@ int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *l
     if (CUDA_CHECK(cudaSetDevice(0)) || CUDA_CHECK(cudaEventRecord(c->ev[0], s)) ||
         CUDA_CHECK(cudaMemcpyAsync(c->meta_d, c->meta_h, n_ints * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, s)) ||
-        CUDA_CHECK(cudaEventRecord(c->ev[1], s)))
+        cf_topk_put(c, n_sel, kind, scale) < 0 || CUDA_CHECK(cudaEventRecord(c->ev[1], s)))
         goto fail;
     const struct cf_graph *g = graph ? cf_graph_get(c, &K) : NULL;
     if (g) {
@@ -483,14 +524,29 @@ int cf_fwd_run(struct cf_fwd *c, const struct be_seq *seqs, int n_seqs, float *l
         }
         if (cf_kernels(c, &K)) goto fail;
     }
-    /* greedy rows: their argmax on the device, outside the graph (the real rows only) */
+    /* greedy and top-k rows: reduced on the device, outside the graph (the real rows only;
+     * the top-k launch reads the packed rows and scales cf_topk_put copied) */
     if (n_greedy && cf_argmax_rows(s, c->logits, V, V, n_sel, c->ids_d)) goto fail;
+    const size_t R = (size_t)c->o.max_logit_rows;
+    if (n_topk && cf_topk_rows(s, c->logits, V, V, c->tk_d, (const float *)(void *)(c->tk_d + n_topk),
+                               n_topk, c->tk_d + 2 * R,
+                               (float *)(void *)(c->tk_d + 2 * R + R * CF_TOPK_MAX)))
+        goto fail;
     if (CUDA_CHECK(cudaEventRecord(c->ev[2], s))) goto fail;
-    if (n_sel > 0 && cf_copy_back(c, n_sel, logits, greedy, n_greedy)) goto fail;
+    if (n_sel > 0 && cf_copy_back(c, n_sel, logits, kind, n_greedy, n_topk)) goto fail;
     if (CUDA_CHECK(cudaEventRecord(c->ev[3], s)) || CUDA_CHECK(cudaStreamSynchronize(s)))
         goto fail;
-    for (int r = 0; greedy && r < n_sel; r++)
-        ids[r] = greedy[r] ? c->ids_h[r] : -1;
+    const int32_t *tid = c->tk_h + 2 * R;
+    const float *tval = (const float *)(const void *)(c->tk_h + 2 * R + R * CF_TOPK_MAX);
+    for (int r = 0, j = 0; kind && r < n_sel; r++) {
+        ids[r] = kind[r] == BE_ROW_GREEDY ? c->ids_h[r] : -1;
+        if (kind[r] != BE_ROW_TOPK) continue;
+        memcpy(topk_id + (size_t)r * CF_TOPK_MAX, tid + (size_t)j * CF_TOPK_MAX,
+               CF_TOPK_MAX * sizeof(int32_t));
+        memcpy(topk_val + (size_t)r * CF_TOPK_MAX, tval + (size_t)j * CF_TOPK_MAX,
+               CF_TOPK_MAX * sizeof(float));
+        j++;
+    }
     c->timed = 1;
     return BE_OK;
 fail:

@@ -12,6 +12,7 @@
 /* ---- the CUDA runtime, on the host -------------------------------------------------------- */
 
 static char fake_stream, fake_blas;
+static long emu_fused_kv; /* cf_qkv_rope_store calls (recorded or run) */
 
 cudaError_t cudaSetDevice(int device) {
     return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
@@ -467,6 +468,34 @@ int cf_argmax_rows(cudaStream_t stream, const float *Y, int ldy, int n, int M, i
     return h_argmax(Y, ldy, n, M, ids);
 }
 
+/* cf_topk_rows: engine/backend.c be_topk_row, the contract's host form, row by row. */
+static int h_topk(const float *Y, int ldy, int n, const int32_t *rows, const float *scale, int M,
+                  int32_t *ids, float *vals) {
+    if (n <= 0 || ldy < n) return -1;
+    for (int j = 0; j < M; j++)
+        be_topk_row(Y + (size_t)rows[j] * ldy, n, scale[j], ids + (size_t)j * CF_TOPK_MAX,
+                    vals + (size_t)j * CF_TOPK_MAX);
+    return 0;
+}
+
+struct a_topk {
+    const float *Y;
+    int ldy, n;
+    const int32_t *rows;
+    const float *scale;
+    int M;
+    int32_t *ids;
+    float *vals;
+};
+EMU_OP(a_topk, h_topk(a->Y, a->ldy, a->n, a->rows, a->scale, a->M, a->ids, a->vals))
+int cf_topk_rows(cudaStream_t stream, const float *Y, int ldy, int n, const int32_t *rows,
+                 const float *scale, int M, int32_t *ids, float *vals) {
+    (void)stream;
+    const struct a_topk a = {Y, ldy, n, rows, scale, M, ids, vals};
+    if (emu_capturing) return emu_record(emu_run_a_topk, &a, sizeof a);
+    return h_topk(Y, ldy, n, rows, scale, M, ids, vals);
+}
+
 /* cf_matmul_set: each weight as the kernel path computes it; with geglu the up product goes
  * to a scratch row block (Y[1] is not the launcher's to write), then gelu(gate) * up. */
 static int h_matmul_set(const struct cf_weight *w, int n, const float *X, int M, float *const *Y,
@@ -680,6 +709,51 @@ int cf_kv_store(cudaStream_t stream, const struct cf_rows *R, const struct cf_kv
     const struct a_kvs a = {*R, *kv, k, v, ld_k, ld_v};
     if (emu_capturing) return emu_record(emu_run_a_kvs, &a, sizeof a);
     return h_kv_store(stream, R, kv, k, ld_k, v, ld_v);
+}
+
+/* cf_qkv_rope_store: the separate launches' host forms in the step's order (q, v's norm, k,
+ * the store). */
+static int h_heads_rope(float *x, int ld, int n_heads, int hd, const float *w, float eps,
+                        const struct cf_rope *rp, const int32_t *pos, int rows) {
+    if (w)
+        return h_norm_rope(x, ld, n_heads, hd, w, eps, rp->n_rot, pos, rows, rp->base,
+                           rp->freq_scale, rp->freq_div);
+    return h_rope_neox(NULL, x, ld, n_heads, hd, rp->n_rot, pos, rows, rp->base, rp->freq_scale,
+                       rp->freq_div);
+}
+struct a_qkv {
+    struct cf_rows R;
+    struct cf_kv kv;
+    struct cf_rope rope;
+    float *q, *k, *v;
+    const float *q_norm, *k_norm;
+    int ld_q, ld_k, ld_v, n_head, v_norm;
+    float eps;
+};
+static int h_qkv(const struct a_qkv *a) {
+    const int T = a->R.n_rows, nkv = a->kv.n_kv, hdv = a->kv.hd_v;
+    if (h_heads_rope(a->q, a->ld_q, a->n_head, a->kv.hd, a->q_norm, a->eps, &a->rope, a->R.pos, T))
+        return -1;
+    for (int r = 0; a->v_norm && r < T; r++)
+        for (int h = 0; h < nkv; h++) {
+            float *vr = a->v + (size_t)r * a->ld_v + (size_t)h * hdv;
+            if (h_rms_norm(NULL, vr, hdv, NULL, NULL, 0, vr, hdv, hdv, 1, a->eps)) return -1;
+        }
+    if (h_heads_rope(a->k, a->ld_k, nkv, a->kv.hd, a->k_norm, a->eps, &a->rope, a->R.pos, T))
+        return -1;
+    return h_kv_store(NULL, &a->R, &a->kv, a->k, a->ld_k, a->v, a->ld_v);
+}
+EMU_OP(a_qkv, h_qkv(a))
+int cf_qkv_rope_store(cudaStream_t stream, const struct cf_rows *rows, const struct cf_kv *kv,
+                      float *q, int ld_q, int n_head, const float *q_norm, float *k, int ld_k,
+                      const float *k_norm, float *v, int ld_v, int v_norm, float eps,
+                      const struct cf_rope *rope) {
+    (void)stream;
+    emu_fused_kv++;
+    const struct a_qkv a = {*rows, *kv,   *rope, q,    k,      v,     q_norm,
+                            k_norm, ld_q, ld_k,  ld_v, n_head, v_norm, eps};
+    if (emu_capturing) return emu_record(emu_run_a_qkv, &a, sizeof a);
+    return h_qkv(&a);
 }
 
 struct a_att {

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "engine/backend.h"
 #include "engine/cuda/cuda_probe.h"
 #include "engine/forward.h"
 #include "engine/kernels/kern.h"
@@ -120,9 +121,10 @@ static inline void cu_each_synthetic(void (*fn)(struct model *m)) {
  * to four rows, one graph replayed per step) give the same bits as each one alone (one-row
  * graphs) and as the same steps run kernel by kernel (GEMMAD_CUDA_GRAPHS=0 at create); each
  * step says whether it replayed a graph. Tokens are fixed (no sampling), so the runs see the
- * same inputs. A fourth run asks for sequences 0 and 2 as greedy ids (fwd_run_greedy): their
- * ids are the first argmax of the first run's rows and their logit rows are left alone, and
- * sequence 1's row comes back with the same bits (id -1).
+ * same inputs. A fourth run asks (fwd_run_rows) for sequence 0 as a greedy id, sequence 2 as
+ * top-k candidates at scale 1/0.7: the id is the first argmax of the first run's row, the
+ * candidates are be_topk_row's of it, both rows are left alone, and sequence 1's row comes
+ * back with the same bits (id -1).
  */
 static inline void cu_graph_decode_check(struct model *m) {
     enum { S = 3, NP = 12, ND = 3, BS = 16, NB = 2 };
@@ -138,7 +140,10 @@ static inline void cu_graph_decode_check(struct model *m) {
                                      5;
     float *out[4];
     int32_t gid[ND][S];
-    const uint8_t greedy[S] = {1, 0, 1};
+    const uint8_t greedy[S] = {FWD_ROW_GREEDY, FWD_ROW_FULL, FWD_ROW_TOPK};
+    const float scale[S] = {0, 0, 1.0f / 0.7f};
+    int32_t tk_id[ND][S * FWD_TOPK_MAX], want_id[BE_TOPK_MAX];
+    float tk_val[ND][S * FWD_TOPK_MAX], want_val[BE_TOPK_MAX];
     for (int k = 0; k < 4; k++)
         out[k] = cu_xmalloc((size_t)ND * S * V * 4);
     for (size_t i = 0; i < (size_t)ND * S * V; i++)
@@ -183,7 +188,8 @@ static inline void cu_graph_decode_check(struct model *m) {
                     T_ASSERTF(st.graph == 1, "a one-row decode step did not replay a graph");
                 }
             } else if (mode == 3) {
-                T_ASSERT(fwd_run_greedy(f, qs, S, lg, greedy, gid[t]) == FWD_OK);
+                T_ASSERT(fwd_run_rows(f, qs, S, lg, greedy, scale, gid[t], tk_id[t], tk_val[t]) ==
+                         FWD_OK);
                 T_ASSERT(fwd_last_step_times(f, &st) == 0);
                 T_ASSERTF(st.graph == 1, "a greedy decode step did not replay a graph");
             } else {
@@ -202,9 +208,20 @@ static inline void cu_graph_decode_check(struct model *m) {
     for (int t = 0; t < ND; t++)
         for (int s = 0; s < S; s++) {
             const float *ref = out[0] + ((size_t)t * S + s) * V, *got = out[3] + ((size_t)t * S + s) * V;
-            if (!greedy[s]) {
+            if (greedy[s] == FWD_ROW_FULL) {
                 T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a full row", t, s, gid[t][s]);
                 T_ASSERTF(memcmp(ref, got, V * 4) == 0, "step %d seq %d: full row differs", t, s);
+                continue;
+            }
+            for (size_t i = 0; i < V; i++)
+                T_ASSERTF(got[i] == -7.0f, "step %d seq %d: a reduced row was written", t, s);
+            if (greedy[s] == FWD_ROW_TOPK) {
+                T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a top-k row", t, s, gid[t][s]);
+                be_topk_row(ref, (int)V, scale[s], want_id, want_val);
+                T_ASSERTF(memcmp(want_id, tk_id[t] + s * FWD_TOPK_MAX, sizeof want_id) == 0 &&
+                              memcmp(want_val, tk_val[t] + s * FWD_TOPK_MAX, sizeof want_val) == 0,
+                          "step %d seq %d: top-k candidates differ from the host's", t, s);
+                T_ASSERT(want_id[0] >= 0 && want_id[FWD_TOPK_MAX - 1] >= 0);
                 continue;
             }
             int32_t want = 0;
@@ -212,8 +229,6 @@ static inline void cu_graph_decode_check(struct model *m) {
                 if (ref[i] > ref[want]) want = (int32_t)i;
             T_ASSERTF(gid[t][s] == want, "step %d seq %d: greedy id %d, argmax %d", t, s,
                       gid[t][s], want);
-            for (size_t i = 0; i < V; i++)
-                T_ASSERTF(got[i] == -7.0f, "step %d seq %d: a greedy row was written", t, s);
         }
     for (int k = 0; k < 4; k++)
         free(out[k]);

@@ -35,6 +35,9 @@ static void test_host_kv_type_refused(void) {
 static void test_host_graph_decode(void) {
     T_SKIP("built without CUDA (make CUDA=1)");
 }
+static void test_host_fused_kv(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
@@ -44,6 +47,8 @@ static void test_host_graph_decode(void) {
 #include "engine/cuda/cuda_attn.h"
 #include "engine/cuda/cuda_getrows.h"
 #include "engine/cuda/cuda_head.h"
+#include "engine/cuda/cuda_topk.h"
+#include "engine/cuda/cuda_qkv.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_norm.h"
 #include "engine/cuda/cuda_probe.h"
@@ -310,6 +315,30 @@ static void test_host_graph_decode(void) {
     model_free(m);
 }
 
+/* GEMMAD_CUDA_FUSE_KV=1: q/k/v norm + RoPE + KV store in one launch (cf_qkv_rope_store),
+ * against the CPU on the bundled and synthetic models (Gemma 4's V norm and V = K among
+ * them), and through captured and replayed graphs. */
+static void fused_one(struct model *m) {
+    compare(m, 30, 7, 6, cu_parity_bound(m, 0));
+}
+
+static void test_host_fused_kv(void) {
+    setenv("GEMMAD_CUDA_FUSE_KV", "1", 1);
+    const long before = emu_fused_kv;
+    struct model *m = cu_load_model(t_model_path());
+    compare(m, 20, 8, 3, cu_parity_bound(m, 1));
+    T_ASSERT(emu_fused_kv > before);
+    cu_graph_decode_check(m);
+    model_free(m);
+    const char *dir = getenv("GEMMAD_TEST_SYNTH_DIR");
+    DIR *d = opendir(dir ? dir : "build/synthetic");
+    if (d) { /* without them the bundled model's check stands alone */
+        closedir(d);
+        cu_each_synthetic(fused_one);
+    }
+    unsetenv("GEMMAD_CUDA_FUSE_KV");
+}
+
 #endif /* GEMMAD_CUDA */
 
 int main(int argc, char **argv) {
@@ -319,6 +348,7 @@ int main(int argc, char **argv) {
                                           T_CASE(test_host_bundled_vs_cpu),
                                           T_CASE(test_host_synthetic_vs_cpu),
                                           T_CASE(test_host_graph_decode),
+                                          T_CASE(test_host_fused_kv),
                                           {0}};
     return t_main(argc, argv, cases);
 }

@@ -312,7 +312,8 @@ static void test_hidden_rows(void) {
 }
 
 /* fwd_run_greedy on the CPU backend: every row comes back whole with id -1 (the CPU never
- * reduces), the same bits as fwd_run; greedy flags without ids are refused. */
+ * reduces), the same bits as fwd_run; greedy flags without ids are refused. fwd_run_rows:
+ * a top-k row's candidates are the row's best ids in order, a full row is fwd_run's. */
 static void test_greedy_ids_cpu(void) {
     struct model *m = load_or_skip();
     const int V = m->cfg.n_vocab, n = 6, bs = 16, nf = 1;
@@ -341,6 +342,36 @@ static void test_greedy_ids_cpu(void) {
     }
     T_ASSERT(gid[0] == -1 && gid[1] == -1);
     T_ASSERT(!memcmp(a, b, (size_t)2 * V * sizeof(float)));
+    /* fwd_run_rows: row 0 as top-k candidates (from the row on the host), row 1 whole. */
+    const uint8_t kind[2] = {FWD_ROW_TOPK, FWD_ROW_FULL}, bad[2] = {3, 0};
+    const float scale[2] = {1.0f / 0.8f, 0};
+    int32_t tid[2 * FWD_TOPK_MAX];
+    float tval[2 * FWD_TOPK_MAX];
+    env_init(&e, m, bs, 2 * nf, 2 * ns, 2 * n, 2, 1);
+    struct fwd_seq q[2];
+    for (int i = 0; i < 2; i++) {
+        tseq_init(&s[i], e.kv, &e.next_full, &e.next_swa, nf, ns);
+        q[i] = (struct fwd_seq){ids, n - i, 0, &s[i].kv, FWD_LOGITS_LAST};
+    }
+    T_ASSERT(fwd_run_rows(e.fwd, q, 2, a, kind, NULL, gid, tid, tval) == FWD_EINVAL);
+    T_ASSERT(fwd_run_rows(e.fwd, q, 2, a, bad, scale, gid, tid, tval) == FWD_EINVAL);
+    gid[0] = gid[1] = 7;
+    T_ASSERT(fwd_run_rows(e.fwd, q, 2, a, kind, scale, gid, tid, tval) == FWD_OK);
+    env_free(&e);
+    T_ASSERT(gid[0] == -1 && gid[1] == -1);
+    T_ASSERT(!memcmp(a + V, b + V, (size_t)V * sizeof(float)));
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (b[i] > b[best]) best = i;
+    T_ASSERT(tid[0] == best);
+    for (int j = 0; j < FWD_TOPK_MAX; j++) {
+        T_ASSERT(tid[j] >= 0 && tid[j] < V && tval[j] == b[tid[j]] * scale[0]);
+        if (j) T_ASSERT(tval[j] < tval[j - 1] || (tval[j] == tval[j - 1] && tid[j] > tid[j - 1]));
+    }
+    int beat = 0; /* ids that beat the last candidate: exactly the other candidates */
+    for (int i = 0; i < V; i++)
+        beat += b[i] * scale[0] > tval[FWD_TOPK_MAX - 1];
+    T_ASSERT(beat <= FWD_TOPK_MAX - 1 && beat >= 1);
     free(a);
     free(b);
     free(ids);

@@ -284,10 +284,191 @@ static void test_logprobs(void) {
     T_ASSERT(top[5].token == 4 && top[4].token == 5);
 }
 
+/* ---- top-k candidates (smp_sample_topk) ---- */
+
+static const float *g_topk_l;
+static int cmp_best(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    float x = g_topk_l[a], y = g_topk_l[b];
+    if (x != x || y != y) return (x != x) - (y != y) ? (x != x) - (y != y) : (a > b) - (a < b);
+    if (x != y) return x > y ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* The reference candidates: sort every id by scaled logit (NaNs last), take n. */
+static void ref_topk(const float *l, int nv, float scale, int n, int32_t *id, float *val,
+                     int32_t *order, float *scaled) {
+    for (int i = 0; i < nv; i++) scaled[i] = l[i] * scale, order[i] = i;
+    g_topk_l = scaled;
+    qsort(order, (size_t)nv, sizeof(int32_t), cmp_best);
+    for (int j = 0; j < n; j++) {
+        const int ok = j < nv && scaled[order[j]] == scaled[order[j]];
+        id[j] = ok ? order[j] : -1;
+        val[j] = ok ? scaled[order[j]] : NAN;
+    }
+}
+
+static uint64_t inv_odd(uint64_t x) { /* x^-1 mod 2^64, x odd (Newton) */
+    uint64_t y = x;
+    for (int i = 0; i < 6; i++) y *= 2 - x * y;
+    return y;
+}
+
+/* An RNG state whose next smp_rng_uniform is k * 2^-53 (xoshiro256**'s output is
+ * rotl(s[1] * 5, 7) * 9, invertible in s[1]). */
+static struct smp_rng rng_at(uint64_t k) {
+    struct smp_rng r = {{1, 0, 3, 4}};
+    const uint64_t x = (k << 11) * inv_odd(9), y = (x >> 7) | (x << 57);
+    r.s[1] = y * inv_odd(5);
+    return r;
+}
+
+static int32_t full_at(struct smp_ctx *c, const struct sched_sampling *sp, const float *l0,
+                       float *l, int nv, uint64_t k) {
+    struct smp_rng r = rng_at(k);
+    memcpy(l, l0, (size_t)nv * sizeof(float));
+    return smp_sample(c, sp, &r, l, NULL, 0, 0, NULL, 0);
+}
+
+/* Where the full path's token changes between draws k0 and the largest one (bisection over
+ * the 53-bit draws): both paths must agree on the two draws either side of the boundary,
+ * which a different rounding of any mass sum would move. Returns 1 when a boundary exists. */
+static int boundary_agrees(struct smp_ctx *c, struct smp_ctx *c2,
+                           const struct sched_sampling *sp, const float *l0, float *l, int nv,
+                           const int32_t *id, const float *val, int n_cand, uint64_t k0) {
+    uint64_t lo = k0, hi = (1ull << 53) - 1;
+    const int32_t tlo = full_at(c, sp, l0, l, nv, lo);
+    if (full_at(c, sp, l0, l, nv, hi) == tlo) return 0;
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (full_at(c, sp, l0, l, nv, mid) == tlo) lo = mid;
+        else hi = mid;
+    }
+    for (uint64_t k = lo; k <= hi; k++) {
+        struct smp_rng r = rng_at(k);
+        T_ASSERTF(smp_sample_topk(c2, sp, &r, id, val, n_cand) == full_at(c, sp, l0, l, nv, k),
+                  "draw %llu at a boundary", (unsigned long long)k);
+    }
+    return 1;
+}
+
+/* Random rows (ties, -inf, several draw blocks) under many settings: the candidate path
+ * gives smp_sample's token and leaves the RNG in the same state. */
+static void test_topk_candidates_exact(void) {
+    static const int nvs[] = {65, 300, 1000, 4099};
+    static const float temps[] = {1.0f, 0.7f, 1.3f, 0.3f, 2.5f, 0.01f};
+    static const float top_ps[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.1f, 0.999f};
+    static const float min_ps[] = {0.0f, 0.05f, 0.3f, 1.0f};
+    struct smp_rng seeder;
+    smp_rng_seed(&seeder, 7);
+    int checked = 0, differ_from_argmax = 0, boundaries = 0;
+    for (size_t vi = 0; vi < sizeof nvs / sizeof nvs[0]; vi++) {
+        const int nv = nvs[vi];
+        struct smp_ctx *c = ctx(nv), *c2 = ctx(nv);
+        float *l0 = malloc((size_t)nv * sizeof(float)), *l = malloc((size_t)nv * sizeof(float));
+        float *scaled = malloc((size_t)nv * sizeof(float));
+        int32_t *order = malloc((size_t)nv * sizeof(int32_t));
+        for (int rep = 0; rep < 150; rep++) {
+            const int style = rep % 5;
+            for (int i = 0; i < nv; i++) {
+                const double u = smp_rng_uniform(&seeder);
+                float v = (float)(u * 16.0 - 8.0);
+                if (style == 1) v = (float)(int)(u * 6.0) * 0.5f; /* many ties */
+                if (style == 2 && smp_rng_uniform(&seeder) < 0.5) v = -INFINITY;
+                if (style == 3) v = (float)(u * 1e-3); /* near-equal: ties after scaling */
+                if (style == 4 && i % 7) v = -INFINITY; /* few finite ids */
+                l0[i] = v;
+            }
+            if (rep % 31 == 0)
+                for (int i = 0; i < nv; i++) l0[i] = -INFINITY; /* all banned */
+            struct sched_sampling sp = greedy();
+            sp.temperature = temps[rep % 6];
+            sp.top_k = 1 + (int)(smp_rng_next(&seeder) % SMP_TOPK_MAX);
+            if (sp.top_k >= nv) sp.top_k = nv - 1;
+            sp.top_p = top_ps[(rep / 6) % 6];
+            sp.min_p = min_ps[(rep / 3) % 4];
+            const int n_cand = rep % 2 ? SMP_TOPK_MAX : sp.top_k;
+            T_ASSERT(smp_topk_ok(&sp, nv, n_cand));
+            int32_t id[SMP_TOPK_MAX];
+            float val[SMP_TOPK_MAX];
+            ref_topk(l0, nv, smp_inv_temp(&sp), n_cand, id, val, order, scaled);
+            for (int seed = 0; seed < 4; seed++) {
+                struct smp_rng a, b;
+                smp_rng_seed(&a, (uint64_t)rep * 131u + (uint64_t)seed);
+                b = a;
+                memcpy(l, l0, (size_t)nv * sizeof(float));
+                const int32_t want = smp_sample(c, &sp, &a, l, NULL, 0, 0, NULL, 0);
+                const int32_t got = smp_sample_topk(c2, &sp, &b, id, val, n_cand);
+                T_ASSERTF(got == want, "nv %d rep %d seed %d top_k %d top_p %g min_p %g t %g: "
+                          "%d != %d", nv, rep, seed, sp.top_k, sp.top_p, sp.min_p,
+                          sp.temperature, got, want);
+                T_ASSERT(memcmp(&a, &b, sizeof a) == 0);
+                differ_from_argmax += want != smp_argmax(l0, nv);
+                checked++;
+            }
+            boundaries += boundary_agrees(c, c2, &sp, l0, l, nv, id, val, n_cand,
+                                          smp_rng_next(&seeder) >> 11);
+        }
+        smp_ctx_destroy(c);
+        smp_ctx_destroy(c2);
+        free(l0), free(l), free(scaled), free(order);
+    }
+    T_ASSERT(checked == 4 * 150 * 4);
+    T_ASSERT(differ_from_argmax > checked / 10); /* the draws really sample */
+    T_ASSERT(boundaries > 150);
+    struct smp_rng r = rng_at(12345);
+    T_ASSERT(smp_rng_uniform(&r) == 12345 * 0x1p-53);
+}
+
+/* Settings the candidates cannot serve are refused without a draw; NaN rows never give a
+ * NaN id. */
+static void test_topk_candidates_rules(void) {
+    struct smp_ctx *c = ctx(100);
+    struct sched_sampling sp = greedy();
+    sp.temperature = 1, sp.top_k = 10;
+    T_ASSERT(smp_topk_ok(&sp, 100, 64));
+    T_ASSERT(!smp_topk_ok(&sp, 100, 9));  /* fewer candidates than top_k */
+    T_ASSERT(!smp_topk_ok(&sp, 10, 64));  /* top_k reaches the vocabulary: no cut */
+    sp.top_k = SMP_TOPK_MAX + 1;
+    T_ASSERT(!smp_topk_ok(&sp, 1000, SMP_TOPK_MAX + 1));
+    sp.top_k = 0;
+    T_ASSERT(!smp_topk_ok(&sp, 100, 64));
+    sp.top_k = 10;
+    struct sched_sampling g = sp;
+    g.temperature = 0;
+    T_ASSERT(!smp_topk_ok(&g, 100, 64));
+    struct sched_bias lb = {.token = 3, .bias = 1.0f};
+    g = sp, g.logit_bias = &lb, g.n_logit_bias = 1;
+    T_ASSERT(!smp_topk_ok(&g, 100, 64));
+    g = sp, g.repetition_penalty = 1.1f;
+    T_ASSERT(!smp_topk_ok(&g, 100, 64));
+    g = sp, g.presence_penalty = 0.5f;
+    T_ASSERT(!smp_topk_ok(&g, 100, 64));
+    g = sp, g.frequency_penalty = 0.5f;
+    T_ASSERT(!smp_topk_ok(&g, 100, 64));
+    struct smp_rng a, b;
+    smp_rng_seed(&a, 1);
+    b = a;
+    int32_t id[64];
+    float val[64];
+    T_ASSERT(smp_sample_topk(c, &g, &a, id, val, 64) == -1 && memcmp(&a, &b, sizeof a) == 0);
+    /* Every id NaN: token 0 without a draw, as smp_sample. */
+    for (int j = 0; j < 64; j++) id[j] = -1, val[j] = NAN;
+    T_ASSERT(smp_sample_topk(c, &sp, &a, id, val, 64) == 0 && memcmp(&a, &b, sizeof a) == 0);
+    /* Three non-NaN ids: one of them. */
+    id[0] = 40, val[0] = 1, id[1] = 7, val[1] = 0.5f, id[2] = 90, val[2] = 0.5f;
+    for (int i = 0; i < 50; i++) {
+        const int32_t t = smp_sample_topk(c, &sp, &a, id, val, 64);
+        T_ASSERT(t == 40 || t == 7 || t == 90);
+    }
+    smp_ctx_destroy(c);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_rng), T_CASE(test_greedy_and_ties), T_CASE(test_argmax_matches_loop), T_CASE(test_exp_le0), T_CASE(test_temperature_distribution),
         T_CASE(test_top_k_top_p_min_p), T_CASE(test_top_p_large_vocab), T_CASE(test_penalties),
-        T_CASE(test_logit_bias), T_CASE(test_seed_determinism), T_CASE(test_logprobs), {0}};
+        T_CASE(test_logit_bias), T_CASE(test_seed_determinism), T_CASE(test_logprobs),
+        T_CASE(test_topk_candidates_exact), T_CASE(test_topk_candidates_rules), {0}};
     return t_main(argc, argv, cases);
 }

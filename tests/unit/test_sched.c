@@ -257,6 +257,52 @@ static void test_seeded_cache_hit_and_among_others(void) {
     model_free(m);
 }
 
+/* Seeded top_k requests sampled from the backend's top-k candidates (the default) give the
+ * same tokens as from whole rows (GEMMAD_TOPK_ROWS=0), sharing steps with settings that need
+ * the whole row (top_k above FWD_TOPK_MAX, a repetition penalty, no top_k). */
+static void test_topk_rows_on_off(void) {
+    struct model *m = t_model_or_skip();
+    enum { N = 6 };
+    const int gen = seeded_gen();
+    struct sched_sampling sp[N];
+    for (int i = 0; i < N; i++) sp[i] = seeded(500 + (uint64_t)i);
+    sp[1].top_k = 1;
+    sp[2].top_k = 64, sp[2].top_p = 1, sp[2].min_p = 0.05f, sp[2].temperature = 1.4f;
+    sp[3].top_k = 65;                   /* whole row */
+    sp[4].repetition_penalty = 1.3f;    /* whole row */
+    sp[5].top_k = 0, sp[5].top_p = 0.9f; /* whole row */
+    int32_t ids[N][64];
+    int len[N];
+    for (int i = 0; i < N; i++) len[i] = encode(m, prompts[i % 6], ids[i], 64);
+    static struct result r[2][N];
+    uint64_t used[2];
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("GEMMAD_TOPK_ROWS", "0", 1);
+        struct sched *s = mk(m, NULL);
+        unsetenv("GEMMAD_TOPK_ROWS");
+        for (int i = 0; i < N; i++) {
+            struct sched_req q = req(ids[i], len[i], sp[i], gen, &r[off][i]);
+            q.ignore_eos = 0; /* EOG bans read ids outside the top k: whole rows */
+            uint64_t id;
+            T_ASSERT(sched_submit(s, &q, &id) == SCHED_OK);
+        }
+        for (int i = 0; i < N; i++) res_wait(&r[off][i]);
+        struct sched_stats st;
+        sched_stats(s, &st);
+        used[off] = st.topk_rows;
+        wait_kv_baseline(s);
+        sched_destroy(s);
+    }
+    printf("    top-k rows %llu; tokens %d %d %d\n", (unsigned long long)used[0], r[0][0].n_tok, r[0][1].n_tok, r[0][2].n_tok);
+    T_ASSERTF(used[0] >= (uint64_t)gen && used[1] == 0, "top-k rows: %llu on, %llu off",
+              (unsigned long long)used[0], (unsigned long long)used[1]);
+    for (int i = 0; i < N; i++) {
+        T_ASSERT(r[0][i].last_kind == SCHED_EV_DONE && r[0][i].n_tok >= 1);
+        same(&r[0][i], &r[1][i], "top-k candidates vs whole rows");
+    }
+    model_free(m);
+}
+
 /* The same seeded request cut into smaller prefill chunks, and under KV exhaustion where the
  * youngest sequences are preempted and recomputed, still gives the same tokens. */
 static void test_seeded_chunking_and_preemption(void) {
@@ -971,7 +1017,7 @@ static void test_spec_under_preemption(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
-        T_CASE(test_seeded_chunking_and_preemption),
+        T_CASE(test_seeded_chunking_and_preemption), T_CASE(test_topk_rows_on_off),
         T_CASE(test_prefix_hit_long_prompt),
         T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_prefill_stall_cuts_chunks),
         T_CASE(test_session_turns),
