@@ -44,19 +44,66 @@ __global__ void __launch_bounds__(256)
 
 /* ---- weight blocks as int8 ----------------------------------------------------------------- */
 
+/* The integer and rounding intrinsics, with host versions so that the per-row code below can
+ * be checked on a machine without a GPU (cf_mmvq_row_host). */
+CF_HD unsigned cf_vsub4(unsigned a, unsigned b) { /* per-byte a - b, wrapping */
+#ifdef __CUDA_ARCH__
+    return __vsub4(a, b);
+#else
+    unsigned r = 0;
+    for (int k = 0; k < 32; k += 8)
+        r |= ((((a >> k) & 0xFFu) - ((b >> k) & 0xFFu)) & 0xFFu) << k;
+    return r;
+#endif
+}
+
+CF_HD unsigned cf_byte_perm(unsigned x, unsigned y, unsigned s) { /* selectors 0..7 only */
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const unsigned long long xy = (unsigned long long)x | ((unsigned long long)y << 32);
+    unsigned r = 0;
+    for (int k = 0; k < 4; k++)
+        r |= (unsigned)((xy >> (8 * ((s >> (4 * k)) & 7u))) & 0xFFu) << (8 * k);
+    return r;
+#endif
+}
+
+CF_HD int cf_dp4a(int a, int b, int c) { /* c + the dot of the signed bytes of a and b */
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 32; k += 8)
+        c += (int)(int8_t)(a >> k) * (int)(int8_t)(b >> k);
+    return c;
+#endif
+}
+
+CF_HD float cf_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+CF_HD float cf_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
 /* Four bytes at a 2-byte aligned address (every block field sits at an even offset). */
-__device__ __forceinline__ int cf_ld4(const uint8_t *p) {
+CF_HD int cf_ld4(const uint8_t *p) {
     const unsigned short *h = reinterpret_cast<const unsigned short *>(p);
     return (int)((unsigned)h[0] | ((unsigned)h[1] << 16));
 }
 
-__device__ __forceinline__ float cf_ldh(const uint8_t *p) {
-    return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
-}
-
 /* Bits 0..3 of hb to bit 4 of bytes 0..3 (the 5th bit of four Q5 elements). */
-__device__ __forceinline__ int cf_spread4(unsigned hb) {
-    return (int)(((hb & 1u) << 4) | ((hb & 2u) << 11) | ((hb & 4u) << 18) | ((hb & 8u) << 25));
+CF_HD unsigned cf_spread4(unsigned hb) {
+    return ((hb & 1u) << 4) | ((hb & 2u) << 11) | ((hb & 4u) << 18) | ((hb & 8u) << 25);
 }
 
 /* Word j of the IQ4_NL table: values 4j .. 4j + 3 as int8 bytes. */
@@ -66,13 +113,13 @@ __host__ __device__ constexpr unsigned cf_iq4nl_word(int j) {
            ((unsigned)(uint8_t)v[4 * j + 2] << 16) | ((unsigned)(uint8_t)v[4 * j + 3] << 24);
 }
 
-/* Four IQ4_NL values for the four indices (0..15) in the bytes of n: __byte_perm picks from
+/* Four IQ4_NL values for the four indices (0..15) in the bytes of n: byte_perm picks from
  * values 0-7 and from 8-15 by the low three bits, bit 3 chooses between the two. */
-__device__ __forceinline__ int cf_iq4nl4(unsigned n) {
+CF_HD int cf_iq4nl4(unsigned n) {
     constexpr unsigned t0 = cf_iq4nl_word(0), t1 = cf_iq4nl_word(1);
     constexpr unsigned t2 = cf_iq4nl_word(2), t3 = cf_iq4nl_word(3);
     const unsigned sel = (n & 7u) | ((n >> 4) & 0x70u) | ((n >> 8) & 0x700u) | ((n >> 12) & 0x7000u);
-    const unsigned lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const unsigned lo = cf_byte_perm(t0, t1, sel), hi = cf_byte_perm(t2, t3, sel);
     const unsigned mask = ((n >> 3) & 0x01010101u) * 0xFFu;
     return (int)((hi & mask) | (lo & ~mask));
 }
@@ -80,13 +127,12 @@ __device__ __forceinline__ int cf_iq4nl4(unsigned n) {
 /* Block b of row `row` as 8 words of int8 (word k = elements 4k .. 4k + 3), its scale d and
  * (Q4_1, Q5_1) its min m, with the values quant.c's unpack_* gives. */
 template <int T>
-__device__ __forceinline__ void cf_mmvq_wblock(const uint8_t *__restrict__ row, int b, int w[8],
-                                               float *d, float *m) {
+CF_HD void cf_mmvq_wblock(const uint8_t *__restrict__ row, int b, int w[8], float *d, float *m) {
     if constexpr (T == QT_Q8_0) {
         const uint8_t *p = row + (size_t)b * 34;
-        *d = cf_ldh(p);
+        *d = cf_ld_f16(p);
         *m = 0.0f;
-#pragma unroll
+        CF_UNROLL
         for (int k = 0; k < 8; k++)
             w[k] = cf_ld4(p + 2 + 4 * k);
     } else {
@@ -97,27 +143,27 @@ __device__ __forceinline__ void cf_mmvq_wblock(const uint8_t *__restrict__ row, 
         constexpr bool five = T == QT_Q5_0 || T == QT_Q5_1;
         constexpr int qs_off = (has_min ? 4 : 2) + (five ? 4 : 0);
         const uint8_t *p = row + (size_t)b * bs;
-        *d = cf_ldh(p);
-        *m = has_min ? cf_ldh(p + 2) : 0.0f;
+        *d = cf_ld_f16(p);
+        *m = has_min ? cf_ld_f16(p + 2) : 0.0f;
         unsigned qh = 0;
         if (five) qh = (unsigned)cf_ld4(p + (has_min ? 4 : 2));
-#pragma unroll
+        CF_UNROLL
         for (int k = 0; k < 4; k++) {
             const unsigned q = (unsigned)cf_ld4(p + qs_off + 4 * k);
             unsigned lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
             if (five) {
-                lo |= (unsigned)cf_spread4((qh >> (4 * k)) & 0xFu);
-                hi |= (unsigned)cf_spread4((qh >> (16 + 4 * k)) & 0xFu);
+                lo |= cf_spread4((qh >> (4 * k)) & 0xFu);
+                hi |= cf_spread4((qh >> (16 + 4 * k)) & 0xFu);
             }
             if constexpr (T == QT_IQ4_NL) {
                 w[k] = cf_iq4nl4(lo);
                 w[k + 4] = cf_iq4nl4(hi);
             } else if constexpr (T == QT_Q4_0) {
-                w[k] = (int)__vsub4(lo, 0x08080808u);
-                w[k + 4] = (int)__vsub4(hi, 0x08080808u);
+                w[k] = (int)cf_vsub4(lo, 0x08080808u);
+                w[k + 4] = (int)cf_vsub4(hi, 0x08080808u);
             } else if constexpr (T == QT_Q5_0) {
-                w[k] = (int)__vsub4(lo, 0x10101010u);
-                w[k + 4] = (int)__vsub4(hi, 0x10101010u);
+                w[k] = (int)cf_vsub4(lo, 0x10101010u);
+                w[k + 4] = (int)cf_vsub4(hi, 0x10101010u);
             } else { /* Q4_1, Q5_1: unsigned values */
                 w[k] = (int)lo;
                 w[k + 4] = (int)hi;
@@ -126,12 +172,24 @@ __device__ __forceinline__ void cf_mmvq_wblock(const uint8_t *__restrict__ row, 
     }
 }
 
+/* One block's term: the exact integer sum of the weight words w and the activation words x,
+ * then (d_w · d_x) · isum (+ m_w · s_x), each operation rounded on its own. */
+template <int T>
+CF_HD float cf_mmvq_term(const int w[8], float dw, float mw, const int x[8], float dx, float sx) {
+    int s = 0;
+    CF_UNROLL
+    for (int k = 0; k < 8; k++)
+        s = cf_dp4a(w[k], x[k], s);
+    float t = cf_mul(cf_mul(dw, dx), (float)s);
+    if (T == QT_Q4_1 || T == QT_Q5_1) t = cf_add(t, cf_mul(mw, sx));
+    return t;
+}
+
 /* One warp's sums for weight row `row` (n_in elements) and activation rows 0 .. M - 1
  * (TM >= M); afterwards every lane holds them. See the header for the order. */
 template <int T, int TM>
 __device__ __forceinline__ void cf_mmvq_warp(const uint8_t *__restrict__ row, int n_in,
                                              const struct cf_mmvq_act &A, int M, float acc[TM]) {
-    constexpr bool has_min = T == QT_Q4_1 || T == QT_Q5_1;
     const int lane = threadIdx.x & 31;
     const int nb = n_in >> 5;
 #pragma unroll
@@ -146,19 +204,9 @@ __device__ __forceinline__ void cf_mmvq_warp(const uint8_t *__restrict__ row, in
             if (m < M) {
                 const int4 *xp = reinterpret_cast<const int4 *>(A.qs + (size_t)m * n_in + 32 * b);
                 const int4 x0 = xp[0], x1 = xp[1];
-                int s = 0;
-                s = __dp4a(w[0], x0.x, s);
-                s = __dp4a(w[1], x0.y, s);
-                s = __dp4a(w[2], x0.z, s);
-                s = __dp4a(w[3], x0.w, s);
-                s = __dp4a(w[4], x1.x, s);
-                s = __dp4a(w[5], x1.y, s);
-                s = __dp4a(w[6], x1.z, s);
-                s = __dp4a(w[7], x1.w, s);
+                const int x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 const size_t ib = (size_t)m * nb + b;
-                float t = __fmul_rn(__fmul_rn(dw, A.d[ib]), (float)s);
-                if (has_min) t = __fadd_rn(t, __fmul_rn(mw, A.s[ib]));
-                acc[m] = __fadd_rn(acc[m], t);
+                acc[m] = cf_add(acc[m], cf_mmvq_term<T>(w, dw, mw, x, A.d[ib], A.s[ib]));
             }
         }
     }
@@ -166,8 +214,35 @@ __device__ __forceinline__ void cf_mmvq_warp(const uint8_t *__restrict__ row, in
     for (int m = 0; m < TM; m++) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1)
-            acc[m] = __fadd_rn(acc[m], __shfl_xor_sync(0xffffffffu, acc[m], off));
+            acc[m] = cf_add(acc[m], __shfl_xor_sync(0xffffffffu, acc[m], off));
     }
+}
+
+/* cf_mmvq_warp's arithmetic for one activation row, on the host: lane by lane, then the
+ * butterfly (lane l + lane l ^ off, as the shuffles add). */
+template <int T>
+static float cf_mmvq_row_host_t(const uint8_t *row, int n_in, const int8_t *qs, const float *d,
+                                const float *s) {
+    const int nb = n_in >> 5;
+    float lane[32];
+    for (int l = 0; l < 32; l++) {
+        float acc = 0.0f;
+        for (int b = l; b < nb; b += 32) {
+            int w[8], x[8];
+            float dw, mw;
+            cf_mmvq_wblock<T>(row, b, w, &dw, &mw);
+            memcpy(x, qs + 32 * b, sizeof x);
+            acc = cf_add(acc, cf_mmvq_term<T>(w, dw, mw, x, d[b], s[b]));
+        }
+        lane[l] = acc;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float t[32];
+        for (int l = 0; l < 32; l++)
+            t[l] = cf_add(lane[l], lane[l ^ off]);
+        memcpy(lane, t, sizeof t);
+    }
+    return lane[0];
 }
 
 /* A set of weights over the same activations (struct cf_mm_set, cuda_mm.cuh; a single matmul
@@ -245,6 +320,21 @@ extern "C" int cf_mmvq_supported(uint32_t type) {
 #undef CF_CASE
     default:
         return 0;
+    }
+}
+
+extern "C" int cf_mmvq_row_host(uint32_t type, const void *row, int n_in, const int8_t *qs,
+                                const float *d, const float *s, float *y) {
+    const uint8_t *r = static_cast<const uint8_t *>(row);
+    switch (type) {
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        *y = cf_mmvq_row_host_t<TT>(r, n_in, qs, d, s);                                            \
+        return 0;
+        CF_MMVQ_FOR_EACH_TYPE(CF_CASE)
+#undef CF_CASE
+    default:
+        return -1;
     }
 }
 

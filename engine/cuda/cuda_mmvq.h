@@ -81,6 +81,13 @@ int cf_mmvq_matmul(cudaStream_t stream, const struct cf_weight *w, const void *b
 int cf_mmvq_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n,
                        const void *buf, int M, float *const *Y, const int *ldy, int geglu);
 
+/* The kernel's arithmetic for one output row on the host (the same code compiled for the
+ * host): *y = row · the activation row (qs [n_in], d and s [n_in / 32], as in the layout).
+ * Lets the tests check the bit layouts and the order on machines without a GPU. 0, or -1 for
+ * a type cf_mmvq_supported refuses. */
+int cf_mmvq_row_host(uint32_t type, const void *row, int n_in, const int8_t *qs, const float *d,
+                     const float *s, float *y);
+
 #ifdef __cplusplus
 }
 #endif
