@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "engine/cuda/cuda_gelu.cuh"
-#include "engine/cuda/cuda_mm.cuh"
+#include "engine/cuda/cuda_mmset.cuh"
 
 /* The blocks of weight i follow those of weight i - 1 (struct cf_mm_set, cuda_mm.cuh), each
  * block within one weight, so every row is computed exactly as cf_mm_kernel computes it.

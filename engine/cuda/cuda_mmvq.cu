@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "engine/cuda/cuda_gelu.cuh"
-#include "engine/cuda/cuda_mm.cuh"
+#include "engine/cuda/cuda_mmset.cuh"
 #include "engine/kernels/quant.h"
 
 
