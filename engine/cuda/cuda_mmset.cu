@@ -76,7 +76,7 @@ extern "C" int cf_matmul_set(cudaStream_t stream, const struct cf_weight *const 
                              const float *X, int M, float *const *Y, const int *ldy, int geglu) {
     if (M <= 0) return 0;
     struct cf_mm_set S;
-    if (cf_mm_set_make("cf_matmul_set", w, n, Y, ldy, geglu, &S)) return -1;
+    if (cf_mm_set_make("cf_matmul_set", w, n, Y, ldy, geglu, 0, &S)) return -1;
     switch (w[0]->type) {
 #define CF_CASE(TT)                                                                                \
     case TT:                                                                                       \

@@ -248,7 +248,33 @@ static float cf_mmvq_row_host_t(const uint8_t *row, int n_in, const int8_t *qs, 
 /* A set of weights over the same activations (struct cf_mm_set, cuda_mm.cuh; a single matmul
  * is a set of one). GEGLU: two weights (gate, up) of one n_out; the warp of row o writes
  * gelu(gate) * up into Y[0]. */
-template <int T, int TM, bool GEGLU>
+#define CF_MMVQ_FOR_EACH_TYPE(X)                                                                   \
+    X(QT_Q4_0)                                                                                     \
+    X(QT_Q4_1)                                                                                     \
+    X(QT_Q5_0)                                                                                     \
+    X(QT_Q5_1)                                                                                     \
+    X(QT_Q8_0)                                                                                     \
+    X(QT_IQ4_NL)
+
+/* cf_mmvq_warp for a weight type known at run time (uniform over the block). */
+template <int TM>
+__device__ __forceinline__ void cf_mmvq_warp_any(uint32_t type, const uint8_t *__restrict__ row,
+                                                 int n_in, const struct cf_mmvq_act &A, int M,
+                                                 float acc[TM]) {
+    switch (type) {
+#define CF_CASE(TT)                                                                                \
+    case TT:                                                                                       \
+        cf_mmvq_warp<TT, TM>(row, n_in, A, M, acc);                                                \
+        break;
+        CF_MMVQ_FOR_EACH_TYPE(CF_CASE)
+#undef CF_CASE
+    default:
+        break; /* refused by the launcher */
+    }
+}
+
+/* One kernel for every supported type: a set may mix types (Q and K in Q5_0, V in Q8_0). */
+template <int TM, bool GEGLU>
 __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     cf_mmvq_kernel(struct cf_mm_set S, int n_in, struct cf_mmvq_act A, int M) {
     const int lane = threadIdx.x & 31;
@@ -260,10 +286,10 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     const int o = g * CF_MM_WARPS + (threadIdx.x >> 5);
     if (o >= S.n_out[i]) return; /* warp-uniform; no block-wide synchronisation below */
     float acc[TM];
-    cf_mmvq_warp<T, TM>(S.W[i] + (size_t)o * S.row_bytes[i], n_in, A, M, acc);
+    cf_mmvq_warp_any<TM>(S.type[i], S.W[i] + (size_t)o * S.row_bytes[i], n_in, A, M, acc);
     if (GEGLU) {
         float up[TM];
-        cf_mmvq_warp<T, TM>(S.W[1] + (size_t)o * S.row_bytes[1], n_in, A, M, up);
+        cf_mmvq_warp_any<TM>(S.type[1], S.W[1] + (size_t)o * S.row_bytes[1], n_in, A, M, up);
 #pragma unroll
         for (int m = 0; m < TM; m++)
             acc[m] = cf_gelu(acc[m]) * up[m];
@@ -275,18 +301,8 @@ __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     }
 }
 
-template <int T, int TM>
-static void cf_mmvq_go(cudaStream_t s, unsigned blocks, const struct cf_mm_set &S, int n_in,
-                       const struct cf_mmvq_act &A, int M, int geglu) {
-    if (geglu)
-        cf_mmvq_kernel<T, TM, true><<<blocks, CF_MM_WARPS * 32, 0, s>>>(S, n_in, A, M);
-    else
-        cf_mmvq_kernel<T, TM, false><<<blocks, CF_MM_WARPS * 32, 0, s>>>(S, n_in, A, M);
-}
-
 /* Row tiles of 1 or 8 only: a row's arithmetic does not depend on TM (the guard m < M), so
- * two instantiations per type keep the compile time down. */
-template <int T>
+ * two instantiations keep the compile time down. */
 static int cf_mmvq_launch(cudaStream_t s, const struct cf_mm_set &S, int n_in, const void *buf,
                           int M, int geglu) {
     long long blocks = 0;
@@ -294,20 +310,18 @@ static int cf_mmvq_launch(cudaStream_t s, const struct cf_mm_set &S, int n_in, c
         blocks += S.groups[i];
     if (blocks > 0x7fffffffLL) return cf_fail("cf_mmvq: %lld blocks", blocks);
     const struct cf_mmvq_act A = cf_mmvq_layout(const_cast<void *>(buf), M, n_in);
-    if (M == 1)
-        cf_mmvq_go<T, 1>(s, (unsigned)blocks, S, n_in, A, M, geglu);
+    const unsigned g = (unsigned)blocks, t = CF_MM_WARPS * 32;
+    if (M == 1 && geglu)
+        cf_mmvq_kernel<1, true><<<g, t, 0, s>>>(S, n_in, A, M);
+    else if (M == 1)
+        cf_mmvq_kernel<1, false><<<g, t, 0, s>>>(S, n_in, A, M);
+    else if (geglu)
+        cf_mmvq_kernel<8, true><<<g, t, 0, s>>>(S, n_in, A, M);
     else
-        cf_mmvq_go<T, 8>(s, (unsigned)blocks, S, n_in, A, M, geglu);
+        cf_mmvq_kernel<8, false><<<g, t, 0, s>>>(S, n_in, A, M);
     return 0;
 }
 
-#define CF_MMVQ_FOR_EACH_TYPE(X)                                                                   \
-    X(QT_Q4_0)                                                                                     \
-    X(QT_Q4_1)                                                                                     \
-    X(QT_Q5_0)                                                                                     \
-    X(QT_Q5_1)                                                                                     \
-    X(QT_Q8_0)                                                                                     \
-    X(QT_IQ4_NL)
 
 /* ---- C API ------------------------------------------------------------------------------- */
 
@@ -356,17 +370,11 @@ extern "C" int cf_mmvq_matmul_set(cudaStream_t stream, const struct cf_weight *c
     if (M < 1 || M > CF_MMVQ_MAX_ROWS || ((uintptr_t)buf & 15))
         return cf_fail("cf_mmvq_matmul_set: M=%d, buffer at %p", M, buf);
     struct cf_mm_set S;
-    if (cf_mm_set_make("cf_mmvq_matmul_set", w, n, Y, ldy, geglu, &S)) return -1;
-    switch (w[0]->type) {
-#define CF_CASE(TT)                                                                                \
-    case TT:                                                                                       \
-        if (cf_mmvq_launch<TT>(stream, S, w[0]->n_in, buf, M, geglu)) return -1;                  \
-        break;
-        CF_MMVQ_FOR_EACH_TYPE(CF_CASE)
-#undef CF_CASE
-    default:
-        return cf_fail("cf_mmvq: unsupported weight type %u", (unsigned)w[0]->type);
-    }
+    if (cf_mm_set_make("cf_mmvq_matmul_set", w, n, Y, ldy, geglu, 1, &S)) return -1;
+    for (int i = 0; i < n; i++)
+        if (!cf_mmvq_supported(w[i]->type))
+            return cf_fail("cf_mmvq: unsupported weight type %u", (unsigned)w[i]->type);
+    if (cf_mmvq_launch(stream, S, w[0]->n_in, buf, M, geglu)) return -1;
     return CUDA_CHECK_LAUNCH();
 }
 

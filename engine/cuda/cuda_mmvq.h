@@ -20,7 +20,8 @@
  *     sum; then the lanes' sums by the xor butterfly (16, 8, 4, 2, 1). Nothing in a row's
  *     arithmetic depends on M or on the other rows: a row's result is bit-identical alone or
  *     among 8 (batch invariance). cf_mmvq_matmul_set is cf_matmul_set's contract (QKV; gate
- *     and up with the GeGLU) with this arithmetic: row for row the bits of cf_mmvq_matmul.
+ *     and up with the GeGLU), weights of different types allowed, with this arithmetic: row
+ *     for row the bits of cf_mmvq_matmul.
  *
  * Used by the CUDA forward pass (cuda_step.c) for steps of at most CF_MMVQ_MAX_ROWS rows when
  * GEMMAD_CUDA_MMVQ=1 was set at context creation (off by default).
@@ -76,8 +77,9 @@ int cf_mmvq_matmul(cudaStream_t stream, const struct cf_weight *w, const void *b
                    float *Y, int ldy);
 
 /* cf_matmul_set (cuda_matmul.h) over quantized activations: n (<= CF_MM_SET_MAX) weights of
- * one supported type and n_in in one launch; geglu (n == 2): Y[0] = gelu(X·W[0]ᵀ) · (X·W[1]ᵀ)
- * as cf_geglu computes it from the two products. */
+ * one n_in in one launch, each of a supported type (unlike cf_matmul_set, the types may
+ * differ: the bundled model's Q and K are Q5_0, its V Q8_0); geglu (n == 2):
+ * Y[0] = gelu(X·W[0]ᵀ) · (X·W[1]ᵀ) as cf_geglu computes it from the two products. */
 int cf_mmvq_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n,
                        const void *buf, int M, float *const *Y, const int *ldy, int geglu);
 

@@ -161,10 +161,18 @@ static int cf_mm(struct cf_fwd *c, const struct cf_weight *w, const float *X, in
     return cf_mm_q(c, w, X, M, Y, ldy, NULL);
 }
 
-/* cf_matmul_set, on the MMVQ path when the weights' type takes it (X quantized once). */
+/* 1 when the n weights (one n_in) can go in one MMVQ set launch (their types may differ). */
+static int cf_use_mmvq_set(const struct cf_fwd *c, const struct cf_weight *const *w, int n,
+                           int M) {
+    for (int i = 0; i < n; i++)
+        if (!cf_use_mmvq(c, w[i], M) || w[i]->n_in != w[0]->n_in) return 0;
+    return 1;
+}
+
+/* cf_matmul_set, on the MMVQ path when the weights' types take it (X quantized once). */
 static int cf_mm_set(struct cf_fwd *c, const struct cf_weight *const *w, int n, const float *X,
                      int M, float *const *Y, const int *ldy, int geglu) {
-    if (cf_use_mmvq(c, w[0], M)) {
+    if (cf_use_mmvq_set(c, w, n, M)) {
         if (cf_mmvq_quantize(c->stream, X, M, w[0]->n_in, c->q8x, c->q8x_bytes) ||
             cf_mmvq_matmul_set(c->stream, w, n, c->q8x, M, Y, ldy, geglu))
             return -1;
@@ -261,9 +269,11 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     /* The kernel path for sure (deterministic, or too few rows for cuBLAS): projections that
      * share their input and weight type go in one launch (cf_matmul_set, the same bits). */
     const int fuse = !c->blas || T < CF_MM_CUBLAS_MIN_ROWS;
-    const int qkv = fuse && lc->has_kv && !lc->k_eq_v && L->wk.type == L->wq.type &&
-                    L->wv.type == L->wq.type && L->wk.n_in == L->wq.n_in &&
-                    L->wv.n_in == L->wq.n_in;
+    const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+    const int qkv = fuse && lc->has_kv && !lc->k_eq_v &&
+                    ((L->wk.type == L->wq.type && L->wv.type == L->wq.type &&
+                      L->wk.n_in == L->wq.n_in && L->wv.n_in == L->wq.n_in) ||
+                     cf_use_mmvq_set(c, w3, 3, T)); /* MMVQ sets may mix types */
 
     /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
      * rounding q to fp16 */
@@ -272,7 +282,6 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     /* 1 once c->q8x holds h quantized for the q/k/v projections (fq: for gate/up) */
     int hq = 0, fq = 0;
     if (qkv) {
-        const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
         float *y3[3] = {c->q, c->k, c->v};
         const int ld3[3] = {nq, nk, nv};
         if (cf_mm_set(c, w3, 3, c->h, T, y3, ld3, 0)) return -1;
@@ -308,9 +317,10 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
 
     /* feed-forward */
     const int nff = lc->n_ff;
-    if (fuse && L->gate.type == L->up.type && L->gate.n_in == L->up.n_in &&
-        L->gate.n_out == L->up.n_out) { /* gate, up and GeGLU in one launch */
-        const struct cf_weight *w2[2] = {&L->gate, &L->up};
+    const struct cf_weight *w2[2] = {&L->gate, &L->up};
+    if (fuse && L->gate.n_out == L->up.n_out &&
+        ((L->gate.type == L->up.type && L->gate.n_in == L->up.n_in) ||
+         cf_use_mmvq_set(c, w2, 2, T))) { /* gate, up and GeGLU in one launch */
         float *y2[2] = {c->g, c->u};
         const int ld2[2] = {nff, nff};
         if (cf_mm_set(c, w2, 2, c->h, T, y2, ld2, 1)) return -1;

@@ -12,7 +12,8 @@
 
 #include "engine/cuda/cuda_mmvq.h"
 
-static int mmvq_seen; /* matmuls (a set counts once per weight) on the MMVQ path */
+static int mmvq_seen;       /* matmuls (a set counts once per weight) on the MMVQ path */
+static int mmvq_mixed_seen; /* MMVQ set launches whose weights are not all of one type */
 
 int cf_mmvq_supported(uint32_t type) {
     return type == QT_Q4_0 || type == QT_Q4_1 || type == QT_Q5_0 || type == QT_Q5_1 ||
@@ -66,8 +67,10 @@ static int h_mmvq_matmul(const struct cf_weight *w, const void *buf, int M, floa
 static int h_mmvq_set(const struct cf_weight *w, int n, const void *buf, int M, float *const *Y,
                       const int *ldy, int geglu) {
     T_ASSERT(n >= 1 && n <= CF_MM_SET_MAX && (!geglu || n == 2));
-    for (int i = 1; i < n; i++)
-        T_ASSERT(w[i].type == w[0].type && w[i].n_in == w[0].n_in);
+    for (int i = 1; i < n; i++) {
+        T_ASSERT(w[i].n_in == w[0].n_in); /* types may differ */
+        if (w[i].type != w[0].type) mmvq_mixed_seen++;
+    }
     if (!geglu) {
         for (int i = 0; i < n; i++)
             if (h_mmvq_matmul(&w[i], buf, M, Y[i], ldy[i])) return -1;

@@ -283,7 +283,13 @@ static void mmvq_synthetic(struct model *m) {
 
 static void test_host_mmvq_vs_cpu(void) {
     struct model *m = cu_load_model(t_model_path());
+    mmvq_seen = mmvq_mixed_seen = 0;
     mmvq_one(m, 1, cu_parity_bound(m, 1));
+    const struct model_layer_w *w0 = &m->layer[0];
+    if (w0->wq.type != w0->wv.type && cf_mmvq_supported(w0->wq.type) &&
+        cf_mmvq_supported(w0->wk.type) && cf_mmvq_supported(w0->wv.type))
+        T_ASSERTF(mmvq_mixed_seen > 0, "%s: Q, K, V (types %u, %u, %u) not in one MMVQ set",
+                  m->name, w0->wq.type, w0->wk.type, w0->wv.type);
     model_free(m);
     cu_each_synthetic(mmvq_synthetic);
     unsetenv("GEMMAD_CUDA_MMVQ");

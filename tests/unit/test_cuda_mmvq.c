@@ -6,8 +6,8 @@
  * (quant_q8_1_row_ref, whose qs and d are quant_q8_0_row_ref's), ties included; the products
  * against cu_mmvq_row_ref (the CPU's reference dot of each block in the kernel's lane order;
  * normalised error <= 1e-5, the integer parts are exact); each row bit-identical alone and
- * among 8; cf_mmvq_matmul_set (QKV; gate/up + GeGLU) bit-identical to separate
- * cf_mmvq_matmul calls (and cf_geglu).
+ * among 8; cf_mmvq_matmul_set (QKV; gate/up + GeGLU; one type or mixed) bit-identical to
+ * separate cf_mmvq_matmul calls (and cf_geglu).
  *
  * test_mmvq_row_host runs anywhere in a CUDA build: the kernel's per-row code compiled for the
  * host against the same reference. Without a CUDA build every case says SKIP; without a usable
@@ -238,7 +238,7 @@ static void test_mmvq_batch_invariant(void) {
 }
 
 /* cf_mmvq_matmul_set: QKV (three weights) and gate/up + GeGLU give the bits of separate
- * cf_mmvq_matmul calls (and cf_geglu), 1 to 8 rows. */
+ * cf_mmvq_matmul calls (and cf_geglu), 1 to 8 rows, each type and a set of mixed types. */
 static void test_mmvq_set_same_bits(void) {
     cu_need_device();
     const int n_in = 640, n_out[3] = {96, 40, 40}, M = CF_MMVQ_MAX_ROWS;
@@ -248,13 +248,16 @@ static void test_mmvq_set_same_bits(void) {
     float *ys = cu_xmalloc(sizeof(float) * (size_t)M * 96), *yf = cu_xmalloc(sizeof(float) * M * 96);
     for (int i = 0; i < 3; i++)
         d_Y[i] = dev_alloc(sizeof(float) * (size_t)M * n_out[i]);
-    for (int t = 0; t < N_MMVQ_TYPES; t++) {
+    /* each type alone, then a set of three types (as the bundled model's Q5_0/Q5_0/Q8_0) */
+    static const uint32_t mixed[3] = {QT_Q5_0, QT_Q4_1, QT_Q8_0};
+    for (int t = 0; t <= N_MMVQ_TYPES; t++) {
         void *host[3];
         struct cf_weight w[3];
         for (int i = 0; i < 3; i++)
-            w[i] = dev_weight(kMmvqTypes[t], n_in, n_out[i], &host[i]);
+            w[i] = dev_weight(t < N_MMVQ_TYPES ? kMmvqTypes[t] : mixed[i], n_in, n_out[i],
+                              &host[i]);
         const struct cf_weight *wp[3] = {&w[0], &w[1], &w[2]};
-        const char *tn = quant_info(kMmvqTypes[t])->name;
+        const char *tn = t < N_MMVQ_TYPES ? quant_info(kMmvqTypes[t])->name : "mixed";
         for (int m = 1; m <= M; m++) {
             size_t bytes = 0;
             void *buf = dev_quant(d_X, m, n_in, &bytes);
