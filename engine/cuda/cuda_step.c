@@ -267,7 +267,9 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
 
     /* The kernel path for sure (deterministic, or too few rows for cuBLAS): projections that
-     * share their input and weight type go in one launch (cf_matmul_set, the same bits). */
+     * share their input and weight type go in one launch (cf_matmul_set, the same bits); on
+     * the MMVQ path (steps of <= 8 rows, GEMMAD_CUDA_MMVQ=1) also projections of different
+     * types (cf_mmvq_matmul_set). */
     const int fuse = !c->blas || T < CF_MM_CUBLAS_MIN_ROWS;
     const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
     const int qkv = fuse && lc->has_kv && !lc->k_eq_v &&
