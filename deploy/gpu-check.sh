@@ -197,7 +197,7 @@ else
 fi
 
 # ---- host emulation of the CUDA backend (runs anywhere; last: lowest value here) -----------
-GEMMAD_TEST_QUICK=1 T_TIMEOUT=90 run 180 "$OUT/tests.txt" "$E/tests/test_cuda_host"
+GEMMAD_TEST_QUICK=1 T_TIMEOUT=90 run 240 "$OUT/tests.txt" "$E/tests/test_cuda_host"
 say "test_cuda_host: exit $? — $(tally "$OUT/tests.txt")"
 # ---- per-kernel times from Nsight Systems, when it is installed and time is left ----------
 NSYS=$(command -v nsys || ls "$CUDA_HOME"/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)

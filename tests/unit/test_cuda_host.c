@@ -38,6 +38,9 @@ static void test_host_graph_decode(void) {
 static void test_host_mmvq_vs_cpu(void) {
     T_SKIP("built without CUDA (make CUDA=1)");
 }
+static void test_host_mmvq_graph_decode(void) {
+    T_SKIP("built without CUDA (make CUDA=1)");
+}
 
 #else
 
@@ -295,6 +298,19 @@ static void test_host_mmvq_vs_cpu(void) {
     unsetenv("GEMMAD_CUDA_MMVQ");
 }
 
+/* The graph test above with GEMMAD_CUDA_MMVQ=1: the captured quantize and MMVQ launches
+ * (scratch pointer, rows) hold for every later step, padded or not. */
+static void test_host_mmvq_graph_decode(void) {
+    struct model *m = cu_load_model(t_model_path());
+    T_ASSERT(setenv("GEMMAD_CUDA_MMVQ", "1", 1) == 0);
+    mmvq_seen = 0;
+    emu_replays = 0;
+    cu_graph_decode_check(m);
+    unsetenv("GEMMAD_CUDA_MMVQ");
+    T_ASSERT(emu_replays > 0 && mmvq_seen > 0);
+    model_free(m);
+}
+
 /* The matmul path the step asks for: deterministic -> always the batch-invariant kernel;
  * otherwise AUTO with cuBLAS scratch sized for max_tokens rows (the LM head stays on the
  * kernel). */
@@ -447,6 +463,7 @@ int main(int argc, char **argv) {
                                           T_CASE(test_host_synthetic_vs_cpu),
                                           T_CASE(test_host_graph_decode),
                                           T_CASE(test_host_mmvq_vs_cpu),
+                                          T_CASE(test_host_mmvq_graph_decode),
                                           {0}};
     return t_main(argc, argv, cases);
 }
