@@ -98,7 +98,8 @@ CUDA_BENCH_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/cuda-bench/*.
 GEN_GGUF_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/gen-gguf/*.c))
 
 # deploy/gpu-check.sh's programs, under $(BUILD)/engine-only/, linked with the engine only.
-GPU_CHECK_TESTS := test_cuda test_cuda_head test_cuda_topk test_cuda_qkv test_cuda_fwd test_cuda_host
+GPU_CHECK_TESTS := test_cuda test_cuda_head test_cuda_topk test_cuda_qkv test_cuda_mmvq test_cuda_fwd \
+                   test_cuda_host
 GPU_CHECK_BINS := $(GPU_CHECK_TESTS:%=$(BUILD)/engine-only/tests/%) $(BUILD)/gen-gguf
 ifeq ($(CUDA),1)
 GPU_CHECK_BINS += $(BUILD)/engine-only/cuda-bench

@@ -12,9 +12,11 @@
 #   summary.txt      one line per step (read this first)
 #   env.txt          nvidia-smi, nvcc, gcc
 #   build.txt        the build log
-#   tests.txt        test_cuda and test_cuda_fwd (per-test timeout), then test_cuda_host
+#   tests.txt        test_cuda, test_cuda_head, test_cuda_mmvq and test_cuda_fwd (per-test
+#                    timeout), then test_cuda_host
 #   memcheck.txt     compute-sanitizer --tool memcheck on a short subset of them
-#   bench.jsonl      cuda-bench results, one JSON object per line
+#   bench.jsonl      cuda-bench results, one JSON object per line ("tag": "mmvq" on the run
+#                    with GEMMAD_CUDA_MMVQ=1)
 #   kernels_*.csv    per-kernel GPU time of a short benchmark under nsys (when installed)
 #
 #   bash deploy/gpu-check.sh              the check (exits 3 at once, with the reason, when
@@ -130,7 +132,7 @@ tally() { tail -1 "$1" 2>/dev/null; }
 # ---- CUDA unit tests ------------------------------------------------------------------------
 : >"$OUT/tests.txt"
 if [ "$DRY" = 0 ]; then
-    for t in test_cuda test_cuda_head test_cuda_topk test_cuda_qkv test_cuda_fwd; do
+    for t in test_cuda test_cuda_head test_cuda_topk test_cuda_qkv test_cuda_mmvq test_cuda_fwd; do
         T_TIMEOUT=45 run 150 "$OUT/tests.txt" "$E/tests/$t"
         rc=$?
         say "$t: exit $rc — $(tally "$OUT/tests.txt")"
@@ -147,7 +149,8 @@ if [ "$DRY" = 0 ]; then
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for bt in test_cuda:test_dequant_vs_ref test_cuda:test_norm_rope_act \
                   test_cuda:test_attention_vs_ref test_cuda_head:test_head_batch_invariant \
-                  test_cuda_head:test_argmax_rows test_cuda_topk:test_topk_narrow_row test_cuda_qkv:test_qkv_same_bits \
+                  test_cuda_head:test_argmax_rows test_cuda_topk:test_topk_narrow_row \
+                  test_cuda_qkv:test_qkv_same_bits test_cuda_mmvq:test_mmvq_set_same_bits \
                   test_cuda_fwd:test_e2e_step_validation \
                   test_cuda_fwd:test_e2e_graph_decode; do
             # 30 s each at most: the benchmark after it is worth more than a slow memcheck
@@ -164,19 +167,30 @@ fi
 
 # ---- benchmark ------------------------------------------------------------------------------
 : >"$OUT/bench.jsonl"
+# bench WANT_S ARGS...: one cuda-bench run. With BENCH_TAG set (e.g. BENCH_TAG=mmvq
+# GEMMAD_CUDA_MMVQ=1 bench …) its JSON line starts with "tag" and its summary line names it.
 bench() {
-    local log=$OUT/bench.err
+    local log=$OUT/bench.err tag=${BENCH_TAG:+[$BENCH_TAG] }
     if run "$1" "$log" "$E/cuda-bench" -m "$G/bench.gguf" "${@:2}"; then
         # cuda-bench's JSON line went to the log with the command line; move it over
-        grep '^{' "$log" | tail -1 >>"$OUT/bench.jsonl"
-        say "bench ${*:2}: $(tail -1 "$OUT/bench.jsonl")"
+        if [ -n "${BENCH_TAG:-}" ]; then
+            grep '^{' "$log" | tail -1 | sed "s/^{/{\"tag\": \"$BENCH_TAG\", /" >>"$OUT/bench.jsonl"
+        else
+            grep '^{' "$log" | tail -1 >>"$OUT/bench.jsonl"
+        fi
+        say "bench $tag${*:2}: $(tail -1 "$OUT/bench.jsonl")"
     else
-        say "bench ${*:2}: FAILED or timed out (bench.err: $(tail -1 "$log"))"
+        say "bench $tag${*:2}: FAILED or timed out (bench.err: $(tail -1 "$log"))"
     fi
 }
 if [ "$DRY" = 0 ]; then
     # single stream and 64 streams, batch-invariant kernels, then cuBLAS for prefill
     bench 120 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 5
+    # the same decode (1 and 64 sequences) with the int8 MMVQ matmuls for steps of <= 8 rows
+    # (GEMMAD_CUDA_MMVQ=1: decode of 1 sequence; 64 rows keep the f32 kernel), for the
+    # comparison; a short prefill only
+    BENCH_TAG=mmvq GEMMAD_CUDA_MMVQ=1 \
+        bench 90 --device cuda --prompt 64 --gen 64 --seqs 64 --seq-prompt 128 --repeat 3
     bench 90 --device cuda --prompt 512 --gen 64 --seqs 64 --seq-prompt 128 --repeat 3 \
         --nondeterministic
     # decode copying every logit row back (as before greedy ids), for the comparison
@@ -189,7 +203,7 @@ else
 fi
 
 # ---- host emulation of the CUDA backend (runs anywhere; last: lowest value here) -----------
-GEMMAD_TEST_QUICK=1 T_TIMEOUT=90 run 180 "$OUT/tests.txt" "$E/tests/test_cuda_host"
+GEMMAD_TEST_QUICK=1 T_TIMEOUT=90 run 240 "$OUT/tests.txt" "$E/tests/test_cuda_host"
 say "test_cuda_host: exit $? — $(tally "$OUT/tests.txt")"
 # ---- per-kernel times from Nsight Systems, when it is installed and time is left ----------
 NSYS=$(command -v nsys || ls "$CUDA_HOME"/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)

@@ -317,6 +317,20 @@ static size_t cf_act_layout(struct cf_fwd *c) {
     size_t parts = 0;
     int acc_ld = 0;
     cf_att_dims(c, &parts, &acc_ld);
+    /* MMVQ: the quantized form of CF_MMVQ_MAX_ROWS rows of the widest matmul input */
+    size_t q8x = 0;
+    if (c->mmvq) {
+        int n_in = c->pl_proj.n_in;
+        for (int l = 0; l < cfg->n_layer; l++) {
+            const struct cf_layer *L = &c->L[l];
+            const struct cf_weight *ws[] = {&L->wq, &L->wk,   &L->wv,       &L->wo,  &L->gate,
+                                            &L->up, &L->down, &L->inp_gate, &L->proj};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                if (ws[i]->n_out && ws[i]->n_in > n_in) n_in = ws[i]->n_in;
+        }
+        c->q8x_bytes = cf_mmvq_bytes(CF_MMVQ_MAX_ROWS, n_in);
+        q8x = (c->q8x_bytes + sizeof(float) - 1) / sizeof(float);
+    }
     const size_t sizes[] = {T * E,
                             T * E,
                             T * E,
@@ -331,15 +345,19 @@ static size_t cf_act_layout(struct cf_fwd *c) {
                             Lx * E,
                             Lx * (size_t)cfg->n_vocab,
                             parts * 2,
-                            parts * (size_t)acc_ld};
+                            parts * (size_t)acc_ld,
+                            q8x};
+    float *q8x_f = NULL;
     float **ptrs[] = {&c->x,       &c->h,    &c->t,      &c->q,         &c->k,
                       &c->v,       &c->att,  &c->g,      &c->u,         &c->ple,
-                      &c->ple_tmp, &c->xsel, &c->logits, &c->att_sc.ml, &c->att_sc.acc};
+                      &c->ple_tmp, &c->xsel, &c->logits, &c->att_sc.ml, &c->att_sc.acc,
+                      &q8x_f};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (c->amem) *ptrs[i] = sizes[i] ? (float *)(c->amem + off) : NULL;
         off += cf_al(sizes[i] * sizeof(float));
     }
+    c->q8x = q8x_f;
     c->att_sc.n_parts = parts;
     c->att_sc.acc_ld = acc_ld;
     return off;
@@ -421,6 +439,8 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     c->graphs_off = ge && !strcmp(ge, "0");
     const char *fk = getenv("GEMMAD_CUDA_FUSE_KV");
     c->fuse_kv = fk && !strcmp(fk, "1");
+    const char *mq = getenv("GEMMAD_CUDA_MMVQ"); /* opt-in: never run on a GPU yet */
+    c->mmvq = mq && !strcmp(mq, "1");
     for (; c->n_ev < 4; c->n_ev++)
         if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
 
@@ -475,11 +495,12 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     if (CUDA_CHECK(cudaDeviceSynchronize())) goto fail_cuda;
     LOG_I("cuda", 0,
           "CUDA backend ready: weights %zu MiB, KV %zu MiB, activations %zu MiB (attention "
-          "splits up to %d), cuBLAS scratch %zu MiB, %s matmuls, decode graphs %s",
+          "splits up to %d), cuBLAS scratch %zu MiB, %s matmuls, decode graphs %s%s",
           c->wmem_bytes >> 20, c->kv_bytes >> 20, act_bytes >> 20, c->split_cap,
           c->mm_scratch_bytes >> 20,
           c->blas ? "shape-dependent (cuBLAS for >= 64 rows)" : "batch-invariant",
-          c->graphs_off ? "off (GEMMAD_CUDA_GRAPHS=0)" : "on");
+          c->graphs_off ? "off (GEMMAD_CUDA_GRAPHS=0)" : "on",
+          c->mmvq ? ", int8 MMVQ for steps of <= 8 rows on (GEMMAD_CUDA_MMVQ=1)" : "");
     *out = c;
     return BE_OK;
 

@@ -16,6 +16,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_matmul.h"
 #include "engine/cuda/cuda_topk.h"
+#include "engine/cuda/cuda_mmvq.h"
 
 #define CF_ALIGN 256
 #define CF_MAX_GRAPHS 64 /* captured decode steps kept (padded rows x split bucket) */
@@ -75,6 +76,9 @@ struct cf_fwd {
     float *ple, *ple_tmp;   /* [T][n_layer*n_pl] Gemma 4 per-layer inputs */
     float *xsel;            /* [max_logit_rows][n_embd] */
     float *logits;          /* [max_logit_rows][n_vocab] */
+    void *q8x;              /* [CF_MMVQ_MAX_ROWS] rows of the widest matmul input, quantized
+                               (cf_mmvq_layout); NULL unless mmvq */
+    size_t q8x_bytes;
     void *mm_scratch;       /* cuBLAS path scratch (NULL when deterministic) */
     size_t mm_scratch_bytes;
     struct cf_att_scratch att_sc; /* split-key attention partials (in amem) */
@@ -109,6 +113,10 @@ struct cf_fwd {
     /* 1 (GEMMAD_CUDA_FUSE_KV=1 at create): q/k/v norm + RoPE + KV store in one launch
      * (cuda_qkv.h; never ran on a GPU) */
     int fuse_kv;
+
+    /* 1 with GEMMAD_CUDA_MMVQ=1 at creation: steps of <= CF_MMVQ_MAX_ROWS rows run the
+     * matmuls of cf_mmvq_supported weight types on int8 activations (cuda_mmvq.h). */
+    int mmvq;
 
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;

@@ -5,20 +5,12 @@
 #include <string.h>
 
 #include "engine/cuda/cuda_gelu.cuh"
-#include "engine/cuda/cuda_mm.cuh"
+#include "engine/cuda/cuda_mmset.cuh"
 
-/* Up to CF_MM_SET_MAX weights of one type over the same X in one launch: the blocks of
- * weight i follow those of weight i - 1, each block within one weight, so every row is
- * computed exactly as cf_mm_kernel computes it. GEGLU: two weights (gate, up); the warp of
- * row o computes both and writes gelu(gate) * up, as cf_geglu would, into Y[0]. */
-struct cf_mm_set {
-    const uint8_t *W[CF_MM_SET_MAX];
-    float *Y[CF_MM_SET_MAX];
-    size_t row_bytes[CF_MM_SET_MAX];
-    int n_out[CF_MM_SET_MAX], ldy[CF_MM_SET_MAX], groups[CF_MM_SET_MAX];
-    int n;
-};
-
+/* The blocks of weight i follow those of weight i - 1 (struct cf_mm_set, cuda_mm.cuh), each
+ * block within one weight, so every row is computed exactly as cf_mm_kernel computes it.
+ * GEGLU: two weights (gate, up); the warp of row o computes both and writes gelu(gate) * up,
+ * as cf_geglu would, into Y[0]. */
 template <int T, int TM, bool GEGLU>
 __global__ void __launch_bounds__(CF_MM_WARPS * 32)
     cf_mm_set_kernel(struct cf_mm_set S, int n_in, const float *__restrict__ X, int M) {
@@ -83,24 +75,8 @@ static int cf_mm_set_launch(cudaStream_t s, const struct cf_mm_set &S, int n_in,
 extern "C" int cf_matmul_set(cudaStream_t stream, const struct cf_weight *const *w, int n,
                              const float *X, int M, float *const *Y, const int *ldy, int geglu) {
     if (M <= 0) return 0;
-    if (n < 1 || n > CF_MM_SET_MAX || (geglu && n != 2))
-        return cf_fail("cf_matmul_set: %d weights (geglu %d)", n, geglu);
     struct cf_mm_set S;
-    memset(&S, 0, sizeof S);
-    S.n = n;
-    for (int i = 0; i < n; i++) {
-        if (w[i]->type != w[0]->type || w[i]->n_in != w[0]->n_in || w[i]->n_in <= 0 ||
-            w[i]->n_in % 32 || w[i]->n_out <= 0 || (geglu && w[i]->n_out != w[0]->n_out) ||
-            (!(geglu && i == 1) && ldy[i] < w[i]->n_out))
-            return cf_fail("cf_matmul_set: weight %d does not match (type %u/%u, n_in %d/%d)", i,
-                           (unsigned)w[i]->type, (unsigned)w[0]->type, w[i]->n_in, w[0]->n_in);
-        S.W[i] = static_cast<const uint8_t *>(w[i]->data);
-        S.Y[i] = Y[i];
-        S.row_bytes[i] = w[i]->row_bytes;
-        S.n_out[i] = w[i]->n_out;
-        S.ldy[i] = ldy[i];
-        S.groups[i] = (w[i]->n_out + CF_MM_WARPS - 1) / CF_MM_WARPS;
-    }
+    if (cf_mm_set_make("cf_matmul_set", w, n, Y, ldy, geglu, 0, &S)) return -1;
     switch (w[0]->type) {
 #define CF_CASE(TT)                                                                                \
     case TT:                                                                                       \

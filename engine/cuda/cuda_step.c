@@ -134,11 +134,52 @@ static int cf_mark(struct cf_fwd *c, enum be_prof k) {
     return CUDA_CHECK(cudaEventRecord(c->pev[c->n_pev++], c->stream));
 }
 
-static int cf_mm(struct cf_fwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
-                 int ldy) {
+/* 1 when the step's matmuls of weight w take the MMVQ path (cuda_mmvq.h). */
+static int cf_use_mmvq(const struct cf_fwd *c, const struct cf_weight *w, int M) {
+    return c->mmvq && M <= CF_MMVQ_MAX_ROWS && cf_mmvq_supported(w->type);
+}
+
+/* Y = X · Wᵀ. On the MMVQ path X is quantized into c->q8x first, unless *q_ready says that
+ * this very X already is (then it is left alone); q_ready NULL: always quantize. */
+static int cf_mm_q(struct cf_fwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
+                   int ldy, int *q_ready) {
+    if (cf_use_mmvq(c, w, M)) {
+        if ((!q_ready || !*q_ready) &&
+            cf_mmvq_quantize(c->stream, X, M, w->n_in, c->q8x, c->q8x_bytes))
+            return -1;
+        if (q_ready) *q_ready = 1;
+        if (cf_mmvq_matmul(c->stream, w, c->q8x, M, Y, ldy)) return -1;
+        return cf_mark(c, BE_PROF_MATMUL);
+    }
     if (cf_matmul(c->stream, c->blas, w, X, M, Y, ldy, c->mm_mode, c->mm_scratch,
                   c->mm_scratch_bytes))
         return -1;
+    return cf_mark(c, BE_PROF_MATMUL);
+}
+
+static int cf_mm(struct cf_fwd *c, const struct cf_weight *w, const float *X, int M, float *Y,
+                 int ldy) {
+    return cf_mm_q(c, w, X, M, Y, ldy, NULL);
+}
+
+/* 1 when the n weights (one n_in) can go in one MMVQ set launch (their types may differ). */
+static int cf_use_mmvq_set(const struct cf_fwd *c, const struct cf_weight *const *w, int n,
+                           int M) {
+    for (int i = 0; i < n; i++)
+        if (!cf_use_mmvq(c, w[i], M) || w[i]->n_in != w[0]->n_in) return 0;
+    return 1;
+}
+
+/* cf_matmul_set, on the MMVQ path when the weights' types take it (X quantized once). */
+static int cf_mm_set(struct cf_fwd *c, const struct cf_weight *const *w, int n, const float *X,
+                     int M, float *const *Y, const int *ldy, int geglu) {
+    if (cf_use_mmvq_set(c, w, n, M)) {
+        if (cf_mmvq_quantize(c->stream, X, M, w[0]->n_in, c->q8x, c->q8x_bytes) ||
+            cf_mmvq_matmul_set(c->stream, w, n, c->q8x, M, Y, ldy, geglu))
+            return -1;
+    } else if (cf_matmul_set(c->stream, w, n, X, M, Y, ldy, geglu)) {
+        return -1;
+    }
     return cf_mark(c, BE_PROF_MATMUL);
 }
 
@@ -227,35 +268,40 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
     const int nq = nh * hd, nk = nkv * hd, nv = nkv * hdv;
 
     /* The kernel path for sure (deterministic, or too few rows for cuBLAS): projections that
-     * share their input and weight type go in one launch (cf_matmul_set, the same bits). */
+     * share their input and weight type go in one launch (cf_matmul_set, the same bits); on
+     * the MMVQ path (steps of <= 8 rows, GEMMAD_CUDA_MMVQ=1) also projections of different
+     * types (cf_mmvq_matmul_set). */
     const int fuse = !c->blas || T < CF_MM_CUBLAS_MIN_ROWS;
-    const int qkv = fuse && lc->has_kv && !lc->k_eq_v && L->wk.type == L->wq.type &&
-                    L->wv.type == L->wq.type && L->wk.n_in == L->wq.n_in &&
-                    L->wv.n_in == L->wq.n_in;
+    const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
+    const int qkv = fuse && lc->has_kv && !lc->k_eq_v &&
+                    ((L->wk.type == L->wq.type && L->wv.type == L->wq.type &&
+                      L->wk.n_in == L->wq.n_in && L->wv.n_in == L->wq.n_in) ||
+                     cf_use_mmvq_set(c, w3, 3, T)); /* MMVQ sets may mix types */
 
     /* attention: the scale is applied to q inside cf_attention, as cpu_fwd.c does before
      * rounding q to fp16 */
     if (!*h_ready && cf_norm(c, c->x, E, L->attn_norm, NULL, 0, c->h, E, E, T)) return -1;
     *h_ready = 0;
+    /* 1 once c->q8x holds h quantized for the q/k/v projections (fq: for gate/up) */
+    int hq = 0, fq = 0;
     if (qkv) {
-        const struct cf_weight *w3[3] = {&L->wq, &L->wk, &L->wv};
         float *y3[3] = {c->q, c->k, c->v};
         const int ld3[3] = {nq, nk, nv};
-        if (cf_matmul_set(s, w3, 3, c->h, T, y3, ld3, 0) || cf_mark(c, BE_PROF_MATMUL)) return -1;
-    } else if (cf_mm(c, &L->wq, c->h, T, c->q, nq)) {
+        if (cf_mm_set(c, w3, 3, c->h, T, y3, ld3, 0)) return -1;
+    } else if (cf_mm_q(c, &L->wq, c->h, T, c->q, nq, &hq)) {
         return -1;
     }
     const int fuse_kv = c->fuse_kv && lc->has_kv; /* q's rotation waits for k and v */
     if (!fuse_kv && cf_heads_rope(c, l, c->q, nh, L->q_norm, K)) return -1;
     if (lc->has_kv) {
-        if (!qkv && cf_mm(c, &L->wk, c->h, T, c->k, nk)) return -1;
+        if (!qkv && cf_mm_q(c, &L->wk, c->h, T, c->k, nk, &hq)) return -1;
         if (qkv) {
             /* V came with Q and K */
         } else if (lc->k_eq_v) { /* V is the raw K projection, before k_norm and RoPE */
             if (CUDA_CHECK(cudaMemcpyAsync(c->v, c->k, (size_t)T * nv * sizeof(float),
                                            cudaMemcpyDeviceToDevice, s)))
                 return -1;
-        } else if (cf_mm(c, &L->wv, c->h, T, c->v, nv)) {
+        } else if (cf_mm_q(c, &L->wv, c->h, T, c->v, nv, &hq)) {
             return -1;
         }
         if (fuse_kv) {
@@ -283,13 +329,15 @@ static int cf_layer(struct cf_fwd *c, int l, const struct cf_stepk *K, int *h_re
 
     /* feed-forward */
     const int nff = lc->n_ff;
-    if (fuse && L->gate.type == L->up.type && L->gate.n_in == L->up.n_in &&
-        L->gate.n_out == L->up.n_out) { /* gate, up and GeGLU in one launch */
-        const struct cf_weight *w2[2] = {&L->gate, &L->up};
+    const struct cf_weight *w2[2] = {&L->gate, &L->up};
+    if (fuse && L->gate.n_out == L->up.n_out &&
+        ((L->gate.type == L->up.type && L->gate.n_in == L->up.n_in) ||
+         cf_use_mmvq_set(c, w2, 2, T))) { /* gate, up and GeGLU in one launch */
         float *y2[2] = {c->g, c->u};
         const int ld2[2] = {nff, nff};
-        if (cf_matmul_set(s, w2, 2, c->h, T, y2, ld2, 1) || cf_mark(c, BE_PROF_MATMUL)) return -1;
-    } else if (cf_mm(c, &L->gate, c->h, T, c->g, nff) || cf_mm(c, &L->up, c->h, T, c->u, nff) ||
+        if (cf_mm_set(c, w2, 2, c->h, T, y2, ld2, 1)) return -1;
+    } else if (cf_mm_q(c, &L->gate, c->h, T, c->g, nff, &fq) ||
+               cf_mm_q(c, &L->up, c->h, T, c->u, nff, &fq) ||
                cf_geglu(s, c->g, nff, c->u, nff, nff, T) || cf_mark(c, BE_PROF_OTHER)) {
         return -1;
     }

@@ -79,6 +79,31 @@ static inline double cu_parity_bound(const struct model *m, int real_model) {
     return real_model ? 0.15 : 0.6;
 }
 
+/* cuda_mmvq.h's contract for one weight row (type w_type, n_in elements) and one activation
+ * row quantized by quant_q8_1_row_ref (whose qs and d are quant_q8_0_row_ref's): each block's
+ * term by the CPU's reference dot of that block, lane l summing blocks l, l + 32, … in order,
+ * then the xor butterfly over the 32 lanes. */
+static inline float cu_mmvq_row_ref(uint32_t w_type, const uint8_t *row, int n_in,
+                                    const struct block_q8_1 *act) {
+    const quant_vec_dot_fn dot = quant_vec_dot_ref(w_type);
+    const int q81 = quant_info(w_type)->vec_dot_type == QT_Q8_1;
+    const size_t bsize = (size_t)quant_info(w_type)->size;
+    float lane[32] = {0};
+    for (int b = 0; b < n_in / 32; b++) {
+        struct block_q8_0 a0;
+        a0.d = act[b].d;
+        memcpy(a0.qs, act[b].qs, 32);
+        lane[b % 32] += dot(32, row + (size_t)b * bsize, q81 ? (const void *)&act[b] : &a0);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float t[32];
+        for (int l = 0; l < 32; l++)
+            t[l] = lane[l] + lane[l ^ off];
+        memcpy(lane, t, sizeof t);
+    }
+    return lane[0];
+}
+
 /* GELU-tanh as the CPU forward (ggml's fp16 table) and the CUDA kernel compute it. */
 static inline float cu_ref_gelu(float x) {
     if (x <= -10.0f) return 0.0f;
