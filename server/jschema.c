@@ -35,7 +35,13 @@ struct jsc {
     size_t errlen;
     int failed;
     int depth;
+    char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
 };
+
+/* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
+ * the schema's type): an optional property or an anyOf branch of it is left out; anywhere
+ * else gen turns it into an error. */
+#define JSC_EMPTY (-5)
 
 static int jfail(struct jsc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int jfail(struct jsc *c, const char *fmt, ...) {
@@ -96,6 +102,7 @@ int jschema_keyword_kind(const char *k) {
 }
 
 static int gen(struct jsc *c, json_t *s, const char *ptr);
+static int gen_any(struct jsc *c, json_t *s, const char *ptr);
 
 static int new_id(struct jsc *c) { return c->next_id++; }
 
@@ -220,9 +227,16 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         ptr_join(p2, sizeof p2, ptr, "properties");
         char p3[512];
         ptr_join(p3, sizeof p3, p2, pr[i].key);
-        pr[i].rule = pr[i].schema ? gen(c, pr[i].schema, p3) : -2;
+        pr[i].rule = !pr[i].schema ? -2 : pr[i].required ? gen(c, pr[i].schema, p3)
+                                                         : gen_any(c, pr[i].schema, p3);
         if (pr[i].rule == -1) goto done;
     }
+    /* an optional property no value satisfies is left out (the object then never has it);
+     * whether extra keys are written still depends on the declared ones */
+    int n_decl = n, kept = 0;
+    for (int i = 0; i < n; i++)
+        if (pr[i].rule != JSC_EMPTY) pr[kept++] = pr[i];
+    n = kept;
     /* extra keys: only for objects without declared properties */
     int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
     int key_rule = -1; /* the rule of an extra key's text; -1: any string */
@@ -233,7 +247,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         const char *pat;
         json_t *pv = NULL;
         if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, pat, pv) break;
-        if (!pv || n > 0) {
+        if (!pv || n_decl > 0) {
             jfail(c, "unsupported keyword 'patternProperties' (one pattern, on an object without "
                   "properties or required keys) at %s/patternProperties", ptr);
             goto done;
@@ -255,9 +269,9 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         ptr_join(p3, sizeof p3, p2, pat);
         extra = gen(c, pv, p3);
         if (extra < 0) goto done;
-    } else if (n == 0 && (!addl || json_is_true(addl))) {
+    } else if (n_decl == 0 && (!addl || json_is_true(addl))) {
         extra = -2;
-    } else if (n == 0 && json_is_object(addl)) {
+    } else if (n_decl == 0 && json_is_object(addl)) {
         ptr_join(p2, sizeof p2, ptr, "additionalProperties");
         extra = gen(c, addl, p2);
         if (extra < 0) goto done;
@@ -441,6 +455,14 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (mx >= 0 && mn > mx) return jfail(c, "minLength > maxLength at %s", ptr);
     int known_fmt = fmt && json_is_string(fmt) && jschema_format(json_string_value(fmt)) != NULL;
     int n_kw = (pat != NULL) + known_fmt + (mn > 0 || mx >= 0);
+    long fmn, fmx;
+    if (n_kw == 2 && known_fmt && !pat && !jschema_format_len(json_string_value(fmt), &fmn, &fmx)) {
+        /* a format of bounded length: the bounds hold for all of it, or for none */
+        if (fmn >= mn && (mx < 0 || fmx <= mx)) n_kw = 1, mn = 0, mx = -1;
+        else if ((mx >= 0 && fmn > mx) || fmx < mn)
+            return jfail(c, "no '%.40s' string has a length within minLength/maxLength at %s",
+                         json_string_value(fmt), ptr);
+    }
     if (n_kw > 1 && !(pat && !known_fmt))
         return jfail(c, "unsupported keyword combination (pattern, format, minLength/maxLength) at %s", ptr);
     if (pat) {
@@ -605,14 +627,16 @@ static int gen_alts(struct jsc *c, json_t *arr, const char *kw, const char *ptr,
     if (!json_is_array(arr) || json_array_size(arr) == 0)
         return jfail(c, "'%s' must be a non-empty array at %s/%s", kw, ptr, kw);
     char p2[512];
+    int written = 0;
     for (size_t i = 0; i < json_array_size(arr); i++) {
         ptr_idx(p2, sizeof p2, ptr, kw, i);
-        int r = gen(c, json_array_get(arr, i), p2);
+        int r = gen_any(c, json_array_get(arr, i), p2);
+        if (r == JSC_EMPTY) continue; /* a branch no value satisfies */
         if (r < 0) return -1;
-        if (i) jsc_buf_add(b, " |", sizeof(" |") - 1);
+        if (written++) jsc_buf_add(b, " |", sizeof(" |") - 1);
         ref_name(c, b, r);
     }
-    return 0;
+    return written ? 0 : JSC_EMPTY;
 }
 
 /* s (a $ref, anyOf, oneOf or allOf with other keywords, or an allOf of several parts) as
@@ -676,8 +700,8 @@ static int in_enum(json_t *en, json_t *v) {
     return 0;
 }
 
-/* One rule for schema s; returns its id or -1. */
-static int gen(struct jsc *c, json_t *s, const char *ptr) {
+/* One rule for schema s; returns its id, -1, or JSC_EMPTY. */
+static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
     if (c->failed) return -1;
     if (c->out->oom) return jfail(c, "schema too large (grammar over %zu bytes)", c->out->limit);
     if (json_is_true(s)) {
@@ -754,8 +778,14 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
                 rc = lit_json(c, &b, ev, ptr);
             }
             json_decref(vals);
-            if (!rc && n_ok == 0)
-                rc = jfail(c, "no value of '%s' has the schema's type at %s", cst ? "const" : "enum", ptr);
+            if (!rc && n_ok == 0 && add_null) { /* only null is left (nullable) */
+                jsc_buf_add(&b, "\"null\"", sizeof("\"null\"") - 1);
+                add_null = 0;
+            } else if (!rc && n_ok == 0) {
+                snprintf(c->empty, sizeof c->empty, "no value of '%s' has the schema's type at %s",
+                         cst ? "const" : "enum", ptr);
+                rc = JSC_EMPTY;
+            }
         }
     } else if (json_is_string(type)) {
         rc = gen_typed(c, s, json_string_value(type), ptr, &b);
@@ -779,11 +809,24 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
         if (t) rc = gen_typed(c, s, t, ptr, &b);
         else jsc_buf_add(&b, "value", sizeof("value") - 1);
     }
+    if (rc == JSC_EMPTY && add_null) { /* anyOf with no branch left, but nullable */
+        jsc_buf_add(&b, "\"null\"", sizeof("\"null\"") - 1);
+        rc = 0;
+        add_null = 0;
+    }
     if (!rc && add_null) jsc_buf_add(&b, " | \"null\"", sizeof(" | \"null\"") - 1);
     c->depth--;
     if (!rc && !c->failed) emit_rule(c, id, &b);
     jsc_buf_free(&b);
+    if (rc == JSC_EMPTY && !c->failed) return JSC_EMPTY;
     return rc || c->failed ? -1 : id;
+}
+
+/* gen_any, with a subschema that accepts no value an error. */
+static int gen(struct jsc *c, json_t *s, const char *ptr) {
+    int r = gen_any(c, s, ptr);
+    if (r == JSC_EMPTY) return jfail(c, "%s", c->empty);
+    return r;
 }
 
 /* ---- entry points ------------------------------------------------------------------- */

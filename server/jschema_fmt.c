@@ -746,3 +746,20 @@ const char *jschema_format(const char *fmt) {
     if (strcmp(fmt, "duration") == 0) return "(" DURATION ")";
     return NULL;
 }
+
+int jschema_format_len(const char *fmt, long *mn, long *mx) {
+    static const struct {
+        const char *name;
+        long mn, mx;
+    } t[] = {
+        {"date", 10, 10}, {"time", 9, 21}, {"date-time", 20, 32}, {"uuid", 36, 36},
+        {"email", 5, 115}, {"hostname", 1, 114}, {"ipv4", 7, 15},
+    };
+    for (size_t i = 0; fmt && i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(fmt, t[i].name) == 0) {
+            *mn = t[i].mn;
+            *mx = t[i].mx;
+            return 0;
+        }
+    return -1;
+}

@@ -32,5 +32,8 @@ int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, c
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
 /* The GBNF expression of a string format's content, or NULL for an unknown format. */
 const char *jschema_format(const char *fmt);
+/* The fewest and most code points of jschema_format(fmt)'s strings; -1 when unbounded or
+ * not a format. */
+int jschema_format_len(const char *fmt, long *mn, long *mx);
 
 #endif
