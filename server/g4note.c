@@ -61,6 +61,13 @@ static int cmp_key(const void *x, const void *y) {
     return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
+int g4note_bare_key(const char *key) {
+    if (!key[0]) return 0;
+    for (const char *k = key; *k; k++)
+        if (strchr(":,{}[]", *k) || (unsigned char)*k <= 0x20) return 0;
+    return 1;
+}
+
 static int write_value(struct g4note_buf *b, const json_t *v, int upper_types, int upper_this,
                        int depth) {
     if (depth > G4NOTE_MAX_DEPTH) return -1;
@@ -81,7 +88,8 @@ static int write_value(struct g4note_buf *b, const json_t *v, int upper_types, i
         int rc = 0;
         for (size_t i = 0; i < n && !rc; i++) {
             if (i) adds(b, ",");
-            add_text(b, keys[i], strlen(keys[i]));
+            if (g4note_bare_key(keys[i])) add_text(b, keys[i], strlen(keys[i]));
+            else add_string(b, keys[i], strlen(keys[i]), 0);
             adds(b, ":");
             rc = write_value(b, json_object_get(v, keys[i]), upper_types,
                              upper_types && strcmp(keys[i], "type") == 0, depth + 1);

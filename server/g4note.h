@@ -46,6 +46,9 @@ struct g4note_buf {
 };
 void g4note_buf_free(struct g4note_buf *b);
 
+/* 1 when key can be written bare: not empty, none of : , { } [ ], space or a control
+ * character (else it is written between delimiters, which g4note_parse reads too). */
+int g4note_bare_key(const char *key);
 /* A JSON value in notation (objects' keys sorted). upper_types: the value of every "type"
  * key (a string, or strings in an array) upper-cased, as declarations write schemas. */
 int g4note_write(struct g4note_buf *b, const json_t *v, int upper_types);

@@ -1,10 +1,13 @@
 /* Unit tests of server/g4note.c: Gemma 4's object notation written from JSON (calls,
  * results, declarations, text-only spans) and read back (round trips, delimiters given as
- * text or as the grammar engine's control-token bytes, malformed input). */
+ * text or as the grammar engine's control-token bytes, malformed input); and of the
+ * notation dialect of server/jschema.c (jschema_rules_g4): instances in notation accepted
+ * exactly when they are valid. */
 #include <jansson.h>
 
 #include "scheduler/grammar.h"
 #include "server/g4note.h"
+#include "server/jschema.h"
 #include "tests/unit/harness.h"
 
 static json_t *js(const char *text) {
@@ -121,10 +124,110 @@ static void test_parse(void) {
     T_ASSERT(strstr(err, "deep"));
 }
 
+#define QID 52 /* the delimiter token's id in these tests */
+
+/* v in notation with the delimiter as the grammar engine's bytes of token QID. */
+static size_t note_bytes(const json_t *v, char *out, size_t cap) {
+    struct g4note_buf b = {0};
+    T_ASSERT(g4note_write(&b, v, 0) == 0);
+    uint8_t enc[GRAM_TOK_BYTES];
+    gram_token_bytes(QID, enc);
+    size_t k = 0, i = 0;
+    int sp = 0;
+    while (i < b.t.n) {
+        const int in_span = sp < b.n_spans && i >= b.spans[sp].off;
+        if (!in_span && b.t.n - i >= 5 && memcmp(b.t.p + i, G4NOTE_QUOTE, 5) == 0) {
+            T_ASSERT(k + GRAM_TOK_BYTES < cap);
+            memcpy(out + k, enc, GRAM_TOK_BYTES);
+            k += GRAM_TOK_BYTES;
+            i += 5;
+            continue;
+        }
+        T_ASSERT(k + 1 < cap);
+        out[k++] = b.t.p[i++];
+        if (in_span && i == b.spans[sp].off + b.spans[sp].len) sp++;
+    }
+    g4note_buf_free(&b);
+    return k;
+}
+
+/* 0 accepted, 1 rejected: the instance (JSON text) in notation against the schema's
+ * notation grammar; an accepted one also reads back equal. */
+static int check_g4(const char *schema, const char *inst) {
+    json_t *s = js(schema), *v = js(inst);
+    struct jsc_buf b = {0};
+    char err[256];
+    T_ASSERTF(jschema_rules_g4(s, "args", &b, 1, QID, err, sizeof err) == 0, "%s: %s", schema, err);
+    jsc_buf_add(&b, "root ::= args\n", 14);
+    struct gram *g = NULL;
+    T_ASSERTF(gram_compile_gbnf(b.p, b.n, NULL, &g, err, sizeof err) == 0, "%s\n%s", err, b.p);
+    char text[1024];
+    const size_t n = note_bytes(v, text, sizeof text);
+    struct gram_scratch *x = NULL;
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_scratch_create(NULL, 8, &x) == 0);
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    int ok = gram_match_accept(m, x, (const uint8_t *)text, n) == 0 && gram_match_can_end(m);
+    if (ok) {
+        uint8_t enc[GRAM_TOK_BYTES];
+        gram_token_bytes(QID, enc);
+        size_t used = 0;
+        json_t *back = g4note_parse(text, n, (const char *)enc, GRAM_TOK_BYTES, &used, err, sizeof err);
+        T_ASSERTF(back && used == n && json_equal(back, v), "%s does not read back: %s", inst, err);
+        json_decref(back);
+    }
+    gram_match_destroy(m);
+    gram_scratch_destroy(x);
+    gram_unref(g);
+    jsc_buf_free(&b);
+    json_decref(s);
+    json_decref(v);
+    return ok ? 0 : 1;
+}
+
+static void test_schema_dialect(void) {
+    static const char *W =
+        "{\"type\":\"object\",\"properties\":{\"unit\":{\"enum\":[\"c\",\"f\"]},"
+        "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+        "\"maximum\":7},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},"
+        "\"maxItems\":2},\"opt\":{\"type\":[\"boolean\",\"null\"]},\"a:b\":{\"type\":\"number\"}},"
+        "\"required\":[\"city\",\"days\"],\"additionalProperties\":false}";
+    static const struct {
+        const char *schema, *inst;
+        int want;
+    } cases[] = {
+        {NULL, "{\"city\":\"Paris, \\\"FR\\\" {x}:[y]\\n\\\\\",\"days\":3}", 0},
+        {NULL, "{\"city\":\"\",\"days\":7,\"unit\":\"f\",\"tags\":[],\"opt\":null}", 0},
+        {NULL, "{\"city\":\"x\",\"days\":1,\"tags\":[\"a\",\"b\"],\"opt\":true,\"a:b\":-2.5}", 0},
+        {NULL, "{\"city\":\"x\",\"days\":8}", 1},
+        {NULL, "{\"city\":\"x\",\"days\":2,\"unit\":\"k\"}", 1},
+        {NULL, "{\"city\":\"x\",\"days\":2,\"tags\":[\"a\",\"b\",\"c\"]}", 1},
+        {NULL, "{\"days\":2}", 1},
+        {NULL, "{\"city\":\"x\",\"days\":2,\"zz\":1}", 1},
+        {NULL, "{\"city\":1,\"days\":2}", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z\\\"]+\\\\d$\"}", "\"ab\\\"c1\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z\\\"]+\\\\d$\"}", "\"ab\"", 1},
+        {"{\"const\":{\"a b\":[1,\"x\"],\"c\":\"\"}}", "{\"a b\":[1,\"x\"],\"c\":\"\"}", 0},
+        {"{\"const\":{\"a b\":[1,\"x\"],\"c\":\"\"}}", "{\"a b\":[1,\"y\"],\"c\":\"\"}", 1},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\\u00e9\\n\"", 0},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\"", 1},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-03\"", 0},
+        {"{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"", 1},
+        {"{\"type\":\"object\"}", "{\"k\":{\"n\":[null,true,{}]},\"m\":\"v\"}", 0},
+        {"{\"type\":\"object\"}", "[]", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *sch = cases[i].schema ? cases[i].schema : W;
+        int got = check_g4(sch, cases[i].inst);
+        T_ASSERTF(got == cases[i].want, "case %zu (%s): got %d want %d", i, cases[i].inst, got,
+                  cases[i].want);
+    }
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_write_call), T_CASE(test_response_declaration), T_CASE(test_round_trip),
-        T_CASE(test_parse), {0},
+        T_CASE(test_parse), T_CASE(test_schema_dialect), {0},
     };
     return t_main(argc, argv, cases);
 }
