@@ -23,6 +23,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "server/g4note.h"
+#include "server/jschema_fmt.h"
 #include "server/openai.h"
 
 struct gram;
@@ -33,6 +35,8 @@ struct tools_limits {
     size_t max_schema_bytes;
     int max_stacks, max_elems;   /* grammar budgets */
     struct gram_lru *cache;      /* compiled grammars shared by requests, or NULL */
+    const struct g4note_ids *g4; /* Gemma 4's tool tokens: its native format (docs/TOOLS.md);
+                                  * NULL: the text format of Gemma 3 */
 };
 
 enum tools_mode { TOOLS_OFF = 0, TOOLS_AUTO = 1, TOOLS_REQUIRED = 2 };
@@ -42,6 +46,10 @@ struct tools_req {
     char *trigger;               /* lazy grammar trigger (tool_choice auto) or NULL */
     enum tools_mode mode;        /* TOOLS_OFF: the output is plain text */
     int parallel;                /* parallel_tool_calls */
+    int native;                  /* Gemma 4's native format: calls in its notation, its tool
+                                  * tokens in the output as their grammar.h bytes
+                                  * (sched_req.control_bytes) */
+    struct g4note_ids g4;        /* with native */
 };
 
 /* Returns 0 with *out (NULL when the request uses none of these fields) and *root_out (a
@@ -60,6 +68,10 @@ int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
 struct tools_out;
 /* id_prefix: unique per request (call ids are id_prefix + "_" + index). */
 struct tools_out *tools_out_new(const char *id_prefix);
+/* Read Gemma 4's native calls (tools_req.native) instead: <|tool_call>call:NAME{...}
+ * <tool_call|> with the tool tokens as their grammar.h bytes; a call's arguments are
+ * converted to JSON when the call ends and sent in one delta. Call before the first feed. */
+void tools_out_set_g4(struct tools_out *o, const struct g4note_ids *ids);
 void tools_out_free(struct tools_out *o);
 /* Feed output text. Returns a JSON array of deltas made ready by it (new reference; may be
  * empty): {"content": "..."} text, or {"tool_calls": [{index, id?, type?, function}]}.
@@ -70,6 +82,31 @@ json_t *tools_out_feed(struct tools_out *o, const char *text, size_t len, int fi
 json_t *tools_out_content(struct tools_out *o);
 json_t *tools_out_calls(struct tools_out *o);
 int tools_out_n_calls(const struct tools_out *o);
+/* A message's text content (a new string; null or absent: ""), or NULL with e filled;
+ * tools_add_text appends it to b. */
+json_t *tools_text_of(json_t *c, const char *param, struct oai_error *e);
+int tools_add_text(json_t *c, const char *param, struct jsc_buf *b, struct oai_error *e);
+/* A tool message (messages[i]): its content text (a new string) and *name, the function
+ * of the call its tool_call_id names in names (id -> name); NULL with e filled. */
+json_t *tools_result_of(json_t *m, size_t i, json_t *names, json_t **name, struct oai_error *e);
+/* One entry of an assistant message's tool_calls: id, function.name (borrowed) and the
+ * arguments parsed (a new object); 0, or -1 with e filled (400 naming param). */
+int tools_read_call(json_t *c, const char *param, json_t **id, json_t **name, json_t **args,
+                    struct oai_error *e);
+
+/* ---- Gemma 4's native format (tool_g4.c) ---- */
+
+/* The conversation with the tools rendered in Gemma 4's format: declarations at the end of
+ * the system turn, assistant calls and tool results in the model turn, the tool tokens as
+ * their grammar.h bytes (oai_messages turns them into tokens). A new array or NULL. */
+json_t *tools_g4_rewrite(json_t *msgs, json_t *tools, enum tools_mode mode,
+                         const struct g4note_ids *ids, struct oai_error *e);
+/* The call rules after the tools' argument rules: alts is `"NAME" rule | ...`. */
+int tools_g4_grammar(const struct g4note_ids *ids, const char *alts, int parallel,
+                     int max_parallel, struct jsc_buf *gb);
+/* The lazy grammar's trigger: the bytes of <|tool_call> (malloc'd string). */
+char *tools_g4_trigger(const struct g4note_ids *ids);
+
 /* A stream chunk of choice `index` whose delta is `delta` (taken over). */
 json_t *tools_chunk(const struct oai_resp *r, int index, json_t *delta);
 /* The finished choice of a non-stream reply: message {role, content, tool_calls?},

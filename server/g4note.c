@@ -3,6 +3,8 @@
  */
 #include "server/g4note.h"
 
+#include "scheduler/grammar.h"
+
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -320,4 +322,52 @@ json_t *g4note_parse(const char *s, size_t n, const char *q, size_t qlen, size_t
     json_t *v = read_value(&r, 0);
     if (used) *used = r.i;
     return v;
+}
+
+/* ---- token ids ---------------------------------------------------------------------- */
+
+static const char *const tok_text[7] = {G4NOTE_CALL_OPEN, G4NOTE_CALL_CLOSE, G4NOTE_QUOTE,
+                                        G4NOTE_DECL_OPEN, G4NOTE_DECL_CLOSE, G4NOTE_RESP_OPEN,
+                                        G4NOTE_RESP_CLOSE};
+
+static int32_t *id_slot(struct g4note_ids *ids, int k) {
+    int32_t *slots[7] = {&ids->call, &ids->call_end, &ids->quote, &ids->decl,
+                         &ids->decl_end, &ids->resp, &ids->resp_end};
+    return slots[k];
+}
+
+int g4note_ids_find(const struct tok_vocab *v, struct g4note_ids *ids) {
+    for (int k = 0; k < 7; k++) {
+        const int32_t id = tok_lookup(v, tok_text[k], strlen(tok_text[k]));
+        if (id < 0 || id > GRAM_TOK_MAX_ID || tok_type(v, id) != TOK_TYPE_CONTROL) return 0;
+        *id_slot(ids, k) = id;
+    }
+    return 1;
+}
+
+void g4note_encode(const struct g4note_buf *b, const struct g4note_ids *ids, struct jsc_buf *out) {
+    struct g4note_ids cp = *ids;
+    size_t i = 0;
+    int sp = 0;
+    while (i < b->t.n) {
+        if (sp < b->n_spans && i == b->spans[sp].off) {
+            jsc_buf_add(out, b->t.p + i, b->spans[sp].len);
+            i += b->spans[sp++].len;
+            continue;
+        }
+        int hit = -1;
+        for (int k = 0; k < 7 && hit < 0; k++) {
+            const size_t tl = strlen(tok_text[k]);
+            if (b->t.n - i >= tl && memcmp(b->t.p + i, tok_text[k], tl) == 0) hit = k;
+        }
+        if (hit < 0) {
+            jsc_buf_add(out, b->t.p + i, 1);
+            i++;
+            continue;
+        }
+        uint8_t enc[GRAM_TOK_BYTES];
+        gram_token_bytes(*id_slot(&cp, hit), enc);
+        jsc_buf_add(out, (const char *)enc, GRAM_TOK_BYTES);
+        i += strlen(tok_text[hit]);
+    }
 }

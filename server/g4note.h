@@ -61,6 +61,17 @@ int g4note_response(struct g4note_buf *b, const char *name, const char *content,
 int g4note_declaration(struct g4note_buf *b, const char *name, const char *description,
                        const json_t *parameters);
 
+/* The ids of Gemma 4's tool tokens in a vocabulary. */
+struct g4note_ids {
+    int32_t call, call_end, quote, decl, decl_end, resp, resp_end;
+};
+/* 1 when the vocabulary has every tool token as a CONTROL token (ids filled), else 0. */
+int g4note_ids_find(const struct tok_vocab *v, struct g4note_ids *ids);
+/* b's text with every tool token outside its spans written as the grammar engine's bytes of
+ * its id (scheduler/grammar.h, gram_token_bytes) appended to out: text no client can send
+ * (it is not UTF-8), which the prompt's tokenization turns back into those tokens. */
+void g4note_encode(const struct g4note_buf *b, const struct g4note_ids *ids, struct jsc_buf *out);
+
 /* Parses one value of notation at s[0..n), strings delimited by q[0..qlen). Keys may be
  * bare (any bytes but : , { } [ ] and the delimiter) or delimited. Returns a new JSON value
  * with *used the bytes read, or NULL with err set. */

@@ -7,6 +7,9 @@
 
 #include "server/g4note.h"
 
+/* char1: one code point, as exact UTF-8 (classes of one encoded length each, so the
+ * grammar engine does not take its looser form, which lets overlong and surrogate bytes
+ * through: decoded as U+FFFD they would lengthen a string past its maxLength). */
 void jschema_g4_base(const char *q, struct jsc_buf *out) {
     jsc_buf_printf(out,
                    "ws ::= \"\"\n"
@@ -15,8 +18,9 @@ void jschema_g4_base(const char *q, struct jsc_buf *out) {
                    "okey ::= [^:,{}\\[\\]\\x00-\\x20]+\n"
                    "array ::= \"[\" ( value (\",\" value)* )? \"]\"\n"
                    "string ::= %s char* %s\n"
-                   "char ::= [^\\x00]\n"
-                   "char1 ::= [^\\x00]\n"
+                   "char ::= char1\n"
+                   "char1 ::= [\\x01-\\x7F] | [\\u0080-\\u07FF] | [\\u0800-\\uD7FF] | "
+                   "[\\uE000-\\uFFFF] | [\\U00010000-\\U0010FFFF]\n"
                    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
                    "number ::= integer (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n",
                    q, q);
