@@ -1,7 +1,7 @@
 /*
  * api_tools — request side of structured output and function calling. See api_tools.h.
  */
-#include "server/api_tools.h"
+#include "server/api_tools_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,9 +5,13 @@
  * exactly when they are valid. */
 #include <jansson.h>
 
+#include "engine/model.h"
+
 #include "scheduler/grammar.h"
+#include "server/api_tools.h"
 #include "server/g4note.h"
 #include "server/jschema.h"
+#include "server/openai_int.h"
 #include "tests/unit/harness.h"
 
 static json_t *js(const char *text) {
@@ -224,10 +228,159 @@ static void test_schema_dialect(void) {
     }
 }
 
+/* Gemma 4's output (tool tokens as their grammar bytes) split into text and calls at every
+ * chunking: other control tokens never reach the text, each call's first delta carries its
+ * name, its arguments arrive as JSON in one fragment. */
+static void test_output_g4(void) {
+    const struct g4note_ids ids = {.call = 12, .call_end = 13, .quote = 16, .decl = 10,
+                                   .decl_end = 11, .resp = 14, .resp_end = 15};
+    uint8_t c[GRAM_TOK_BYTES], ce[GRAM_TOK_BYTES], q[GRAM_TOK_BYTES], other[GRAM_TOK_BYTES];
+    gram_token_bytes(ids.call, c);
+    gram_token_bytes(ids.call_end, ce);
+    gram_token_bytes(ids.quote, q);
+    gram_token_bytes(8, other);
+    char out[512];
+    size_t n = 0;
+#define PUT(s, k) (memcpy(out + n, (s), (k)), n += (k))
+#define PUTS(s) PUT(s, strlen(s))
+    PUTS("Hi ");
+    PUT(other, GRAM_TOK_BYTES);
+    PUTS("there");
+    PUT(c, GRAM_TOK_BYTES);
+    PUTS("call:get_weather{city:");
+    PUT(q, GRAM_TOK_BYTES);
+    PUTS("P{a}\"r,is]");
+    PUT(q, GRAM_TOK_BYTES);
+    PUTS(",n:[1,{x:2}]}");
+    PUT(ce, GRAM_TOK_BYTES);
+    PUT(c, GRAM_TOK_BYTES);
+    PUTS("call:t2{}");
+    PUT(ce, GRAM_TOK_BYTES);
+#undef PUT
+#undef PUTS
+    json_t *want0 = js("{\"city\": \"P{a}\\\"r,is]\", \"n\": [1, {\"x\": 2}]}");
+    for (size_t step = 1; step <= n; step++) {
+        struct tools_out *o = tools_out_new("x");
+        tools_out_set_g4(o, &ids);
+        char text[64] = "", args[2][256] = {"", ""}, names[2][32] = {"", ""};
+        for (size_t at = 0; at < n || at == 0; at += step) {
+            const size_t k = at + step > n ? n - at : step;
+            json_t *d = tools_out_feed(o, out + at, k, at + step >= n);
+            size_t i;
+            json_t *x;
+            json_array_foreach(d, i, x) {
+                json_t *ct = json_object_get(x, "content");
+                if (ct) strncat(text, json_string_value(ct), sizeof text - strlen(text) - 1);
+                json_t *tc = json_array_get(json_object_get(x, "tool_calls"), 0);
+                if (!tc) continue;
+                const int idx = (int)json_integer_value(json_object_get(tc, "index"));
+                T_ASSERT(idx == 0 || idx == 1);
+                json_t *fn = json_object_get(tc, "function");
+                json_t *nm = json_object_get(fn, "name");
+                if (nm) {
+                    T_ASSERT(!names[idx][0] && json_object_get(tc, "id"));
+                    snprintf(names[idx], sizeof names[idx], "%s", json_string_value(nm));
+                }
+                json_t *a = json_object_get(fn, "arguments");
+                if (a) strncat(args[idx], json_string_value(a), sizeof args[idx] - strlen(args[idx]) - 1);
+            }
+            json_decref(d);
+            if (at + step >= n) break;
+        }
+        T_ASSERTF(strcmp(text, "Hi there") == 0, "step %zu: text '%s'", step, text);
+        T_ASSERT(strcmp(names[0], "get_weather") == 0 && strcmp(names[1], "t2") == 0);
+        json_t *a0 = js(args[0]), *a1 = js(args[1]);
+        T_ASSERTF(json_equal(a0, want0), "step %zu: %s", step, args[0]);
+        T_ASSERT(json_is_object(a1) && json_object_size(a1) == 0);
+        json_decref(a0);
+        json_decref(a1);
+        T_ASSERT(tools_out_n_calls(o) == 2);
+        json_t *calls = tools_out_calls(o);
+        json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+        T_ASSERT(strcmp(json_string_value(json_object_get(f0, "arguments")), args[0]) == 0);
+        json_decref(calls);
+        json_t *content = tools_out_content(o);
+        T_ASSERT(json_is_string(content) && strcmp(json_string_value(content), "Hi there") == 0);
+        json_decref(content);
+        tools_out_free(o);
+    }
+    json_decref(want0);
+}
+
+/* The notation's strings are exact UTF-8: an overlong or surrogate byte sequence (which
+ * would decode as U+FFFD and lengthen the string) is refused even where length is bounded. */
+static void test_schema_dialect_utf8(void) {
+    static const char *S = "{\"type\":\"string\",\"maxLength\":3}";
+    json_t *s = js(S);
+    struct jsc_buf b = {0};
+    char err[256];
+    T_ASSERT(jschema_rules_g4(s, "a", &b, 1, QID, err, sizeof err) == 0);
+    jsc_buf_add(&b, "root ::= a\n", 11);
+    struct gram *g = NULL;
+    T_ASSERTF(gram_compile_gbnf(b.p, b.n, NULL, &g, err, sizeof err) == 0, "%s", err);
+    uint8_t enc[GRAM_TOK_BYTES];
+    gram_token_bytes(QID, enc);
+    static const char *bodies[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xc3\xa9", "\xf0\x9f\x98\x80"};
+    for (int i = 0; i < 5; i++) {
+        char t[32];
+        size_t n = 0;
+        memcpy(t, enc, GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+        memcpy(t + n, bodies[i], strlen(bodies[i])), n += strlen(bodies[i]);
+        memcpy(t + n, enc, GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+        struct gram_scratch *x = NULL;
+        struct gram_match *m = NULL;
+        T_ASSERT(gram_scratch_create(NULL, 8, &x) == 0 && gram_match_create(g, x, &m) == 0);
+        const int ok = gram_match_accept(m, x, (const uint8_t *)t, n) == 0 && gram_match_can_end(m);
+        T_ASSERTF(ok == (i >= 3), "body %d accepted %d", i, ok);
+        gram_match_destroy(m);
+        gram_scratch_destroy(x);
+    }
+    gram_unref(g);
+    jsc_buf_free(&b);
+    json_decref(s);
+}
+
+/* Tool tokens written as grammar bytes become the tokens in the prompt, and only those:
+ * the same token's text inside a text-only span stays text. */
+static void test_expand_tokens(void) {
+    struct model *md = t_model_or_skip();
+    const struct tok_vocab *v = md->vocab;
+    const int32_t sot = tok_lookup(v, "<start_of_turn>", 15);
+    T_ASSERT(sot >= 0);
+    char *text = malloc(64);
+    size_t n = 0;
+    text[n++] = 'a';
+    gram_token_bytes(sot, (uint8_t *)text + n);
+    n += GRAM_TOK_BYTES;
+    memcpy(text + n, "b<start_of_turn>", 16);
+    n += 16;
+    text[n] = 0;
+    struct tok_span *sp = malloc(sizeof *sp);
+    sp[0] = (struct tok_span){0, n};
+    int n_sp = 1;
+    T_ASSERT(oai_expand_tokens(v, &text, &n, &sp, &n_sp) == 0);
+    T_ASSERTF(strcmp(text, "a<start_of_turn>b<start_of_turn>") == 0, "%s", text);
+    T_ASSERT(n_sp == 2 && sp[0].off == 0 && sp[0].len == 1 && sp[1].off == 16 && sp[1].len == 16);
+    int32_t ids[64];
+    int k = tok_encode_spans(v, text, n, 0, 1, sp, n_sp, ids, 64);
+    T_ASSERT(k > 2);
+    int n_sot = 0;
+    for (int i = 0; i < k; i++) n_sot += ids[i] == sot;
+    T_ASSERTF(n_sot == 1, "%d <start_of_turn> tokens", n_sot);
+    /* no grammar bytes: unchanged */
+    char *before = text;
+    T_ASSERT(oai_expand_tokens(v, &text, &n, &sp, &n_sp) == 0 && text == before && n_sp == 2);
+    free(text);
+    free(sp);
+    model_free(md);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_write_call), T_CASE(test_response_declaration), T_CASE(test_round_trip),
-        T_CASE(test_parse), T_CASE(test_schema_dialect), {0},
+        T_CASE(test_parse), T_CASE(test_schema_dialect),
+        T_CASE(test_output_g4), T_CASE(test_schema_dialect_utf8),
+        T_CASE(test_expand_tokens), {0},
     };
     return t_main(argc, argv, cases);
 }

@@ -1,5 +1,5 @@
 /*
- * tool_g4 — the api_tools module's Gemma 4 side (see api_tools.h): a conversation with its
+ * api_tools_g4 — the api_tools module's Gemma 4 side (see api_tools.h): a conversation with its
  * tools rendered in Gemma 4's native format (server/g4note.h), its tool tokens written as
  * the bytes only this code can put into a message (oai_messages turns them into the
  * tokens), and the call grammar in Gemma 4's notation.
@@ -10,7 +10,7 @@
 
 #include "scheduler/grammar.h"
 #include "server/api_common.h"
-#include "server/api_tools.h"
+#include "server/api_tools_int.h"
 #include "server/jschema.h"
 
 /* A message whose content may hold the tool tokens' bytes (not UTF-8: unchecked). */
