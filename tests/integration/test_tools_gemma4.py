@@ -163,3 +163,15 @@ def test_auto_may_call_and_text_has_no_markup(g4):
             jsonschema.validate(a, SCHEMA if c["function"]["name"] == "get_weather"
                                 else {"type": "object"})
         assert not (m["content"] or "").count("call:get_weather{")
+
+
+def test_responses_api_forced_call(g4):
+    tools = [{"type": "function", "name": "get_weather", "parameters": SCHEMA}]
+    r = requests.post(g4.url + "/v1/responses", json={
+        "input": "Weather in Paris?", "tools": tools, "tool_choice": "required", "seed": 4,
+        "temperature": 1.0, "max_output_tokens": 300}, timeout=120)
+    assert r.status_code == 200, r.text
+    items = [o for o in r.json()["output"] if o["type"] == "function_call"]
+    assert len(items) == 1 and items[0]["name"] == "get_weather"
+    jsonschema.validate(json.loads(items[0]["arguments"]), SCHEMA)
+    assert not [o for o in r.json()["output"] if o["type"] == "message"]
