@@ -71,10 +71,22 @@ void gram_unref(struct gram *g);      /* NULL ok */
 int gram_n_elems(const struct gram *g);
 int gram_n_rules(const struct gram *g);
 
-/* The byte strings of a vocabulary, sorted (the trie). Tokens with no text (control
- * tokens) are never allowed by a mask. */
+/* Control tokens in a grammar. GBNF `<[ID]>` (llama.cpp's syntax) matches exactly token ID.
+ * The engine stays byte-level: token ID stands for GRAM_TOK_BYTES bytes, 0xFF then ID in four
+ * 6-bit groups (0x80 | bits, most significant first). 0xFF never occurs in UTF-8 text and no
+ * other grammar element produces it, so these bytes match only where the grammar names the
+ * token, and a mask allows a control token exactly where its element stands. */
+#define GRAM_TOK_BYTES 5
+#define GRAM_TOK_MAX_ID ((1 << 24) - 1)
+void gram_token_bytes(int32_t id, uint8_t out[GRAM_TOK_BYTES]);
+
+/* The byte strings of a vocabulary, sorted (the trie). A CONTROL token's string is its
+ * gram_token_bytes encoding, so a mask allows it only where a `<[ID]>` element stands; the
+ * byte-fallback token of byte 0xFF (never valid in UTF-8 text) is left out, so that byte
+ * starts nothing but a control token. Other tokens with no text are never allowed. */
 int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out);
-/* The same from explicit byte strings (tests): tok[i] has len[i] bytes. */
+/* The same from explicit byte strings (tests): tok[i] has len[i] bytes; a string starting
+ * with 0xFF is kept only when it is gram_token_bytes(i). */
 int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
                           struct gram_vocab **out);
 void gram_vocab_destroy(struct gram_vocab *gv);

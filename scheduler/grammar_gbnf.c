@@ -2,7 +2,8 @@
  * grammar_gbnf — the GBNF compiler: llama.cpp's grammar syntax (rules `name ::= ...`,
  * alternation `|`, groups, `* + ?`, `{m}` `{m,}` `{m,n}`, string literals and character
  * classes with escapes \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH, negated classes, `.` for any
- * code point, `#` comments) into the flat byte-level rule table of grammar_int.h.
+ * code point, `#` comments, `<[ID]>` for one token by id: see gram_token_bytes) into the flat
+ * byte-level rule table of grammar_int.h.
  *
  * Repetitions become helper rules (x* -> R ::= x R | empty; x{m,n} -> m copies then a chain
  * of n-m optional rules, so the size is linear in n); a class over code points becomes a
@@ -135,6 +136,32 @@ static int parse_class(struct bld *b, int rule) {
 }
 
 /* A sequence of items up to '|', ')' or the end of the rule. */
+/* `<[ID]>`: the bytes that stand for token ID (like a string literal: a repetition after it
+ * wraps them all). Token text forms such as `<think>` need the vocabulary and are refused. */
+static int parse_token(struct bld *b, int rule) {
+    const int at = gram_at_off(b);
+    b->p++; /* '<' */
+    if (b->p >= b->end || *b->p != '[')
+        return gram_bfail(b, GRAM_ESYNTAX,
+                          "only token ids '<[ID]>' are supported, not token text, at byte %d", at);
+    b->p++;
+    long id = 0;
+    int nd = 0;
+    while (b->p < b->end && *b->p >= '0' && *b->p <= '9') {
+        id = id * 10 + (*b->p++ - '0');
+        if (++nd > 9 || id > GRAM_TOK_MAX_ID)
+            return gram_bfail(b, GRAM_ESYNTAX, "token id too large at byte %d", at);
+    }
+    if (nd == 0 || b->end - b->p < 2 || b->p[0] != ']' || b->p[1] != '>')
+        return gram_bfail(b, GRAM_ESYNTAX, "expected '<[ID]>' at byte %d", at);
+    b->p += 2;
+    uint8_t u[GRAM_TOK_BYTES];
+    gram_token_bytes((int32_t)id, u);
+    for (int i = 0; i < GRAM_TOK_BYTES; i++)
+        if (gram_push_byte(b, rule, u[i])) return -1;
+    return 0;
+}
+
 static int parse_sequence(struct bld *b, int rule, int nested) {
     int last = -1; /* start of the last item */
     for (;;) {
@@ -158,6 +185,9 @@ static int parse_sequence(struct bld *b, int rule, int nested) {
         } else if (c == '[') {
             last = b->rules[rule].n;
             if (parse_class(b, rule)) return -1;
+        } else if (c == '<') {
+            last = b->rules[rule].n;
+            if (parse_token(b, rule)) return -1;
         } else if (c == '.') {
             last = b->rules[rule].n;
             b->p++;

@@ -47,6 +47,11 @@ int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
     int n = 0;
     for (int i = 0; i < n_vocab; i++) {
         if (len[i] <= 0) continue;
+        if ((uint8_t)tok[i][0] == 0xff) { /* reserved: only token i's own control encoding */
+            uint8_t enc[GRAM_TOK_BYTES];
+            gram_token_bytes(i, enc);
+            if (len[i] != GRAM_TOK_BYTES || memcmp(tok[i], enc, GRAM_TOK_BYTES)) continue;
+        }
         vs[n++] = (struct vsort){(const uint8_t *)tok[i], len[i] > 255 ? 255 : len[i], i};
         total += (size_t)vs[n - 1].len;
     }
@@ -93,7 +98,13 @@ int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out) {
     if (!tok || !len) goto done;
     for (int i = 0; i < nv; i++) {
         char buf[512];
-        int k = tok_token_to_bytes(v, i, 0, buf, (int)sizeof buf);
+        int k;
+        if (tok_type(v, i) == TOK_TYPE_CONTROL && i <= GRAM_TOK_MAX_ID) {
+            gram_token_bytes(i, (uint8_t *)buf);
+            k = GRAM_TOK_BYTES;
+        } else {
+            k = tok_token_to_bytes(v, i, 0, buf, (int)sizeof buf);
+        }
         if (k <= 0) continue;
         if (k > (int)sizeof buf) k = (int)sizeof buf;
         tok[i] = malloc((size_t)k);
@@ -108,6 +119,11 @@ done:
     free(tok);
     free(len);
     return rc;
+}
+
+void gram_token_bytes(int32_t id, uint8_t out[GRAM_TOK_BYTES]) {
+    out[0] = 0xff;
+    for (int i = 0; i < 4; i++) out[1 + i] = (uint8_t)(0x80 | ((id >> (6 * (3 - i))) & 0x3f));
 }
 
 void gram_vocab_destroy(struct gram_vocab *gv) {

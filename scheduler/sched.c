@@ -309,6 +309,7 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         goto fail;
     q->top_logprobs = r->top_logprobs;
     q->ignore_eos = r->ignore_eos;
+    q->control_bytes = r->control_bytes;
     q->deadline = r->deadline;
     q->group = r->group;
     if (r->grammar && !r->embed) {

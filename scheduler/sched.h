@@ -88,6 +88,10 @@ struct sched_req {
                                * the output a prefix of a sentence of it; end-of-generation
                                * only where the sentence may end; the scheduler takes its own
                                * reference */
+    int control_bytes;        /* 1: a CONTROL token that does not end generation appears in
+                               * the event text as its grammar.h bytes (gram_token_bytes: 0xFF
+                               * then its id), so a caller can read a model's native markup
+                               * (Gemma 4's tool calls); the text is then not UTF-8 only */
     const char *grammar_trigger; /* optional, with grammar: the output is free until it
                                * contains this text; from the trigger's first byte on, the
                                * grammar applies (a lazy grammar); copied */

@@ -60,6 +60,7 @@ struct seq {
     int n_embd;
     int hidden_row0;             /* per step: the chunk's first row of sched.hidden */
     int top_logprobs, ignore_eos;
+    int control_bytes;           /* sched_req.control_bytes */
     struct gram *gram;           /* the request's grammar (a reference) or NULL */
     struct gram_match *gm;       /* its matcher once active (sched_gram.c) */
     char *trig;                  /* lazy grammar: trigger text (NUL-terminated) or NULL */

@@ -29,6 +29,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "engine/tokenizer.h"
+#include "scheduler/grammar.h"
 
 /* ---- sequences ---------------------------------------------------------------------- */
 
@@ -307,7 +308,15 @@ static int handle_token(struct sched *s, struct seq *q) {
         ev.top = q->top;
         ev.n_top = q->top_logprobs;
     }
-    int k = tok_stream_push(&q->ts, s->vocab, tok, q->text, (int)sizeof(q->text));
+    int k;
+    if (q->control_bytes && tok_type(s->vocab, tok) == TOK_TYPE_CONTROL) {
+        k = tok_stream_flush(&q->ts, q->text, (int)sizeof(q->text) - GRAM_TOK_BYTES);
+        if (k < 0) k = 0;
+        gram_token_bytes(tok, (uint8_t *)q->text + k);
+        k += GRAM_TOK_BYTES;
+    } else {
+        k = tok_stream_push(&q->ts, s->vocab, tok, q->text, (int)sizeof(q->text));
+    }
     const char *out = "";
     size_t len = 0;
     int matched = k > 0 ? stop_push(&q->stop, q->text, (size_t)k, &out, &len) : 0;

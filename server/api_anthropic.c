@@ -259,6 +259,6 @@ struct api_shape *anth_shape_create(const char *model, json_t *stops) {
     api_new_id("msg_", s->id, sizeof s->id);
     s->stops = json_incref(stops);
     *sh = (struct api_shape){s,          anth_stream_start, anth_stream_delta, anth_stream_end,
-                             anth_reply, anth_error_body,   anth_destroy};
+                             anth_reply, anth_error_body,   anth_destroy, NULL};
     return sh;
 }

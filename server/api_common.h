@@ -55,6 +55,7 @@ struct api_result {
  * stream_start once before any delta, stream_delta per piece of text, stream_end once, or
  * reply once for a non-stream request, and error_body for any error reply; destroy at the
  * end. The stream functions return malloc'd SSE bytes (NULL: nothing to send). */
+struct tools_out;
 struct api_shape {
     void *st;
     char *(*stream_start)(void *st, int prompt_tokens, size_t *len);
@@ -63,6 +64,7 @@ struct api_shape {
     json_t *(*reply)(void *st, const struct api_result *r);
     json_t *(*error_body)(const struct oai_error *e);
     void (*destroy)(void *st);
+    struct tools_out *to;     /* the output's calls parser (api_tools.h), or NULL */
 };
 
 #endif

@@ -658,6 +658,6 @@ struct api_shape *resp_shape_create(struct resp_req *r, const char *model, int64
     s->echo = r->echo;
     r->history = r->echo = NULL;
     *sh = (struct api_shape){s,          resp_stream_start, resp_stream_delta, resp_stream_end,
-                             resp_reply, resp_error_body,   resp_destroy};
+                             resp_reply, resp_error_body,   resp_destroy, s->to};
     return sh;
 }

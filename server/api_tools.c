@@ -1,12 +1,13 @@
 /*
  * api_tools — request side of structured output and function calling. See api_tools.h.
  */
-#include "server/api_tools.h"
+#include "server/api_tools_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/chat.h"
 #include "engine/chat_tools.h"
 #include "scheduler/grammar.h"
 #include "server/api_common.h"
@@ -172,7 +173,8 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
         json_t *schema = pa ? json_incref(pa) : json_pack("{s:s}", "type", "object");
         char rule[32];
         snprintf(rule, sizeof rule, "tool%u", (unsigned)i);
-        int rc = jschema_rules(schema, rule, gb, base, err, sizeof err);
+        int rc = lim->g4 ? jschema_rules_g4(schema, rule, gb, base, lim->g4->quote, err, sizeof err)
+                         : jschema_rules(schema, rule, gb, base, err, sizeof err);
         json_decref(schema);
         if (rc) {
             jsc_buf_free(&alts);
@@ -181,14 +183,17 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
         base = 0;
         if (n_alts++) jsc_buf_add(&alts, " | ", sizeof(" | ") - 1);
         jsc_buf_lit(&alts, name, strlen(name));
-        jsc_buf_printf(&alts, " \"\\\", \\\"arguments\\\": \" tool%zu", i);
+        if (lim->g4) jsc_buf_printf(&alts, " tool%zu", i);
+        else jsc_buf_printf(&alts, " \"\\\", \\\"arguments\\\": \" tool%zu", i);
     }
     if (!found) {
         jsc_buf_free(&alts);
         return oai_fail(e, 400, "tool_choice", NULL, "tool_choice names '%.64s', which is not in "
                         "'tools'", named);
     }
-    if (t->mode != TOOLS_OFF) {
+    if (t->mode != TOOLS_OFF && lim->g4) {
+        tools_g4_grammar(lim->g4, alts.p, t->parallel, TOOLS_MAX_PARALLEL, gb);
+    } else if (t->mode != TOOLS_OFF) {
         jsc_buf_add(gb, "call ::= ", sizeof("call ::= ") - 1);
         jsc_buf_lit(gb, CHAT_TOOL_OPEN CHAT_TOOL_NAME_KEY, strlen(CHAT_TOOL_OPEN CHAT_TOOL_NAME_KEY));
         jsc_buf_printf(gb, " (%s) ", alts.p);
@@ -202,10 +207,32 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
 
 /* ---- messages ----------------------------------------------------------------------- */
 
-static json_t *text_of(json_t *c, const char *param, struct oai_error *e) {
+json_t *tools_text_of(json_t *c, const char *param, struct oai_error *e) {
     static const char *const types[] = {"text", NULL};
     if (!c || json_is_null(c)) return json_string("");
     return api_text_content(c, types, param, e);
+}
+
+json_t *tools_result_of(json_t *m, size_t i, json_t *names, json_t **name, struct oai_error *e) {
+    char param[96];
+    json_t *id = json_object_get(m, "tool_call_id");
+    *name = json_is_string(id) ? json_object_get(names, json_string_value(id)) : NULL;
+    snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+    if (!*name) {
+        oai_fail(e, 400, param, NULL, "'%s' must name a tool call of an earlier assistant "
+                 "message", param);
+        return NULL;
+    }
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    return tools_text_of(json_object_get(m, "content"), param, e);
+}
+
+int tools_add_text(json_t *c, const char *param, struct jsc_buf *b, struct oai_error *e) {
+    json_t *t = tools_text_of(c, param, e);
+    if (!t) return -1;
+    jsc_buf_add(b, json_string_value(t), json_string_length(t));
+    json_decref(t);
+    return 0;
 }
 
 static json_t *msg(const char *role, const char *text) {
@@ -223,6 +250,25 @@ static int has_tool_messages(json_t *msgs) {
     return 0;
 }
 
+int tools_read_call(json_t *c, const char *param, json_t **id, json_t **name, json_t **args,
+                    struct oai_error *e) {
+    *id = json_is_object(c) ? json_object_get(c, "id") : NULL;
+    json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+    *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    json_t *ar = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+    if (!json_is_string(*id) || !json_is_string(*name) || !json_is_string(ar))
+        return oai_fail(e, 400, param, NULL, "'%s' needs a string id, function.name and "
+                        "function.arguments", param);
+    json_error_t je;
+    *args = json_loadb(json_string_value(ar), json_string_length(ar), 0, &je);
+    if (!json_is_object(*args)) {
+        json_decref(*args);
+        *args = NULL;
+        return oai_fail(e, 400, param, NULL, "'%s.function.arguments' must be a JSON object", param);
+    }
+    return 0;
+}
+
 /* The rendered text of an assistant message's tool_calls (appended to buf). */
 static int render_calls(json_t *calls, size_t i, json_t *ids, struct jsc_buf *buf,
                         struct oai_error *e) {
@@ -233,19 +279,8 @@ static int render_calls(json_t *calls, size_t i, json_t *ids, struct jsc_buf *bu
     json_t *c;
     json_array_foreach(calls, k, c) {
         snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
-        json_t *id = json_is_object(c) ? json_object_get(c, "id") : NULL;
-        json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
-        json_t *nm = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-        json_t *ar = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-        if (!json_is_string(id) || !json_is_string(nm) || !json_is_string(ar))
-            return oai_fail(e, 400, param, NULL, "'%s' needs a string id, function.name and "
-                            "function.arguments", param);
-        json_error_t je;
-        json_t *args = json_loadb(json_string_value(ar), json_string_length(ar), 0, &je);
-        if (!json_is_object(args)) {
-            json_decref(args);
-            return oai_fail(e, 400, param, NULL, "'%s.function.arguments' must be a JSON object", param);
-        }
+        json_t *id, *nm, *args;
+        if (tools_read_call(c, param, &id, &nm, &args, e)) return -1;
         char *compact = json_dumps(args, JSON_COMPACT);
         json_decref(args);
         if (!compact) return oai_fail(e, 500, NULL, NULL, "out of memory");
@@ -305,7 +340,7 @@ static json_t *rewrite(json_t *msgs, json_t *tools, enum tools_mode mode, struct
         const char *r = json_is_string(role) ? json_string_value(role) : "";
         snprintf(param, sizeof param, "messages[%zu].content", i);
         if (i == 0 && pre.n && (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0)) {
-            json_t *t = text_of(json_object_get(m, "content"), param, e);
+            json_t *t = tools_text_of(json_object_get(m, "content"), param, e);
             if (!t) goto fail;
             jsc_buf_printf(&pre, "\n\n%s", json_string_value(t));
             json_decref(t);
@@ -319,12 +354,9 @@ static json_t *rewrite(json_t *msgs, json_t *tools, enum tools_mode mode, struct
         }
         json_t *calls = json_is_object(m) ? api_field(m, "tool_calls") : NULL;
         if (strcmp(r, "assistant") == 0 && calls) {
-            json_t *t = text_of(json_object_get(m, "content"), param, e);
-            if (!t) goto fail;
             struct jsc_buf b = {0};
-            jsc_buf_add(&b, json_string_value(t), json_string_length(t));
-            json_decref(t);
-            if (render_calls(calls, i, ids, &b, e)) {
+            if (tools_add_text(json_object_get(m, "content"), param, &b, e) ||
+                render_calls(calls, i, ids, &b, e)) {
                 jsc_buf_free(&b);
                 goto fail;
             }
@@ -332,15 +364,8 @@ static json_t *rewrite(json_t *msgs, json_t *tools, enum tools_mode mode, struct
             jsc_buf_free(&b);
             prev_tool = 0;
         } else if (strcmp(r, "tool") == 0) {
-            json_t *id = json_object_get(m, "tool_call_id");
-            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
-            if (!json_is_string(id) || !json_object_get(ids, json_string_value(id))) {
-                oai_fail(e, 400, param, NULL, "'%s' must name a tool call of an earlier "
-                         "assistant message", param);
-                goto fail;
-            }
-            snprintf(param, sizeof param, "messages[%zu].content", i);
-            json_t *t = text_of(json_object_get(m, "content"), param, e);
+            json_t *nm;
+            json_t *t = tools_result_of(m, i, ids, &nm, e);
             if (!t) goto fail;
             size_t need = chat_tools_result(json_string_value(t), json_string_length(t), NULL, 0);
             char *x = malloc(need + 1);
@@ -363,7 +388,7 @@ static json_t *rewrite(json_t *msgs, json_t *tools, enum tools_mode mode, struct
             free(x);
             prev_tool = 1;
         } else if (strcmp(r, "user") == 0 && prev_tool) {
-            json_t *t = text_of(json_object_get(m, "content"), param, e);
+            json_t *t = tools_text_of(json_object_get(m, "content"), param, e);
             if (!t) goto fail;
             json_t *pm = json_array_get(out, json_array_size(out) - 1);
             struct jsc_buf b = {0};
@@ -457,7 +482,8 @@ int tools_prepare(json_t *root, int is_chat, const struct tools_limits *lim,
         gl.max_stacks = lim->max_stacks;
         gl.max_elems = lim->max_elems;
         if (compile_cached(gb.p, gb.n, &gl, lim->cache, gparam, &t->grammar, e)) goto fail;
-        if (t->mode == TOOLS_AUTO && !(t->trigger = strdup(CHAT_TOOL_OPEN))) {
+        if (t->mode == TOOLS_AUTO &&
+            !(t->trigger = lim->g4 ? tools_g4_trigger(lim->g4) : strdup(CHAT_TOOL_OPEN))) {
             oai_fail(e, 500, NULL, NULL, "out of memory");
             goto fail;
         }
@@ -469,11 +495,16 @@ int tools_prepare(json_t *root, int is_chat, const struct tools_limits *lim,
     }
     for (int i = 0; handled[i]; i++) json_object_del(copy, handled[i]);
     if (is_chat && json_is_array(msgs)) {
-        json_t *nm = rewrite(msgs, tools, t->mode, e);
+        json_t *nm = lim->g4 ? tools_g4_rewrite(msgs, tools, t->mode, lim->g4, e)
+                             : rewrite(msgs, tools, t->mode, e);
         if (!nm) goto fail;
         json_object_set_new(copy, "messages", nm);
     }
     jsc_buf_free(&gb);
+    if (lim->g4 && t->mode != TOOLS_OFF) {
+        t->native = 1;
+        t->g4 = *lim->g4;
+    }
     if (!t->grammar && t->mode == TOOLS_OFF) {
         tools_req_free(t);
         t = NULL;
@@ -493,11 +524,15 @@ static void tools_free_v(void *t) { tools_req_free(t); }
 int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
                         struct oai_params **out, struct oai_error *e) {
     *out = NULL;
+    struct g4note_ids g4;
+    const int native = lim->chat_style == CHAT_STYLE_GEMMA4 && lim->vocab &&
+                       g4note_ids_find(lim->vocab, &g4);
     const struct tools_limits tl = {.max_tools = lim->max_tools,
                                     .max_schema_bytes = (size_t)lim->max_schema_bytes,
                                     .max_stacks = lim->grammar_max_stacks,
                                     .max_elems = lim->grammar_max_elems,
-                                    .cache = lim->gram_cache};
+                                    .cache = lim->gram_cache,
+                                    .g4 = native ? &g4 : NULL};
     struct tools_req *t = NULL;
     json_t *req = NULL;
     if (tools_prepare(root, is_chat, &tl, &t, &req, e)) return -1;

@@ -23,6 +23,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "server/g4note.h"
+#include "server/jschema_fmt.h"
 #include "server/openai.h"
 
 struct gram;
@@ -33,6 +35,8 @@ struct tools_limits {
     size_t max_schema_bytes;
     int max_stacks, max_elems;   /* grammar budgets */
     struct gram_lru *cache;      /* compiled grammars shared by requests, or NULL */
+    const struct g4note_ids *g4; /* Gemma 4's tool tokens: its native format (docs/TOOLS.md);
+                                  * NULL: the text format of Gemma 3 */
 };
 
 enum tools_mode { TOOLS_OFF = 0, TOOLS_AUTO = 1, TOOLS_REQUIRED = 2 };
@@ -42,6 +46,10 @@ struct tools_req {
     char *trigger;               /* lazy grammar trigger (tool_choice auto) or NULL */
     enum tools_mode mode;        /* TOOLS_OFF: the output is plain text */
     int parallel;                /* parallel_tool_calls */
+    int native;                  /* Gemma 4's native format: calls in its notation, its tool
+                                  * tokens in the output as their grammar.h bytes
+                                  * (sched_req.control_bytes) */
+    struct g4note_ids g4;        /* with native */
 };
 
 /* Returns 0 with *out (NULL when the request uses none of these fields) and *root_out (a
@@ -60,6 +68,10 @@ int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
 struct tools_out;
 /* id_prefix: unique per request (call ids are id_prefix + "_" + index). */
 struct tools_out *tools_out_new(const char *id_prefix);
+/* Read Gemma 4's native calls (tools_req.native) instead: <|tool_call>call:NAME{...}
+ * <tool_call|> with the tool tokens as their grammar.h bytes; a call's arguments are
+ * converted to JSON when the call ends and sent in one delta. Call before the first feed. */
+void tools_out_set_g4(struct tools_out *o, const struct g4note_ids *ids);
 void tools_out_free(struct tools_out *o);
 /* Feed output text. Returns a JSON array of deltas made ready by it (new reference; may be
  * empty): {"content": "..."} text, or {"tool_calls": [{index, id?, type?, function}]}.

@@ -594,6 +594,9 @@ enum MHD_Result cmpl_submit(struct hreq *hr) {
             if (tr->mode != TOOLS_OFF && p->is_chat && !g->shape &&
                 !(c->to = tools_out_new(g->id)))
                 return conn_reply_error(hr, 500, NULL, NULL, NULL, "out of memory");
+            r.control_bytes = tr->native; /* Gemma 4's calls are read from its tool tokens */
+            if (tr->native && c->to) tools_out_set_g4(c->to, &tr->g4);
+            if (tr->native && g->shape && g->shape->to) tools_out_set_g4(g->shape->to, &tr->g4);
         }
         /* echo with max_tokens 0 scores the prompt; with logprobs the scores are reported */
         r.prompt_logprobs = p->prompt_logprobs || r.max_tokens == 0;

@@ -8,6 +8,7 @@
  */
 #include "server/jschema.h"
 #include "server/jschema_int.h"
+#include "server/jschema_g4.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -36,6 +37,8 @@ struct jsc {
     int failed;
     int depth;
     char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
+    int g4;                /* Gemma 4's object notation instead of JSON */
+    char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
 };
 
 /* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
@@ -118,8 +121,9 @@ static void ref_name(struct jsc *c, struct jsc_buf *b, int id) {
     jsc_buf_printf(b, " %s-%d ", c->name, id);
 }
 
-/* The literal JSON text of v (compact). */
+/* The literal JSON text of v (compact), or its notation. */
 static int lit_json(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr) {
+    if (c->g4) return jschema_g4_lit(v, c->q, b) ? jfail(c, "cannot encode the value at %s", ptr) : 0;
     char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!t) return jfail(c, "cannot encode the value at %s", ptr);
     jsc_buf_lit(b, t, strlen(t));
@@ -184,6 +188,9 @@ struct prop {
     int required;
     int rule;          /* the value's rule */
 };
+static int cmp_prop(const void *a, const void *b) {
+    return strcmp(((const struct prop *)a)->key, ((const struct prop *)b)->key);
+}
 
 static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
     json_t *props = json_object_get(s, "properties");
@@ -223,6 +230,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             pr[n++] = (struct prop){json_string_value(r), json_is_object(addl) ? addl : NULL, 1, -1};
         }
     }
+    if (c->g4) qsort(pr, (size_t)n, sizeof(*pr), cmp_prop); /* the template sorts keys */
     for (int i = 0; i < n; i++) {
         ptr_join(p2, sizeof p2, ptr, "properties");
         char p3[512];
@@ -247,15 +255,16 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         const char *pat;
         json_t *pv = NULL;
         if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, pat, pv) break;
-        if (!pv || n_decl > 0) {
+        if (!pv || n_decl > 0 || c->g4) {
             jfail(c, "unsupported keyword 'patternProperties' (one pattern, on an object without "
-                  "properties or required keys) at %s/patternProperties", ptr);
+                  "properties or required keys; not in Gemma 4's notation) at %s/patternProperties",
+                  ptr);
             goto done;
         }
         char e2[200];
         struct jsc_buf kb = {0};
         jsc_buf_add(&kb, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
-        if (jschema_pattern(pat, &kb, e2, sizeof e2)) {
+        if (jschema_pattern(pat, 0, &kb, e2, sizeof e2)) {
             jsc_buf_free(&kb);
             jfail(c, "unsupported keyword 'patternProperties' at %s/patternProperties: %s", ptr, e2);
             goto done;
@@ -294,7 +303,8 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         emit_rule(c, T[n], &t);
         emit_rule(c, F[n], &t);
     } else {
-        char kv[160], kname[64] = "string";
+        char kv[160], kname[64];
+        snprintf(kname, sizeof kname, "%s", c->g4 ? "okey" : "string"); /* notation: bare keys */
         if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
         if (extra == -2) snprintf(kv, sizeof kv, "%s ws \":\" ws value ws", kname);
         else snprintf(kv, sizeof kv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
@@ -307,9 +317,10 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     for (int i = n - 1; i >= 0; i--) {
         struct jsc_buf kv = {0};
         json_t *ks = json_string(pr[i].key);
-        char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        char *kd = ks && !c->g4 ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
         json_decref(ks);
-        if (!kd) {
+        if (c->g4) jschema_g4_key(pr[i].key, c->q, &kv);
+        else if (!kd) {
             jsc_buf_free(&kv);
             jsc_buf_free(&t);
             free(F);
@@ -317,7 +328,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             jfail(c, "bad property name at %s", ptr);
             goto done;
         }
-        jsc_buf_lit(&kv, kd, strlen(kd));
+        if (kd) jsc_buf_lit(&kv, kd, strlen(kd));
         free(kd);
         if (pr[i].rule >= 0) jsc_buf_printf(&kv, " ws \":\" ws %s-%d ws", c->name, pr[i].rule);
         else jsc_buf_add(&kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
@@ -468,16 +479,17 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (pat) {
         if (!json_is_string(pat)) return jfail(c, "'pattern' must be a string at %s/pattern", ptr);
         char e2[200];
-        jsc_buf_add(b, "\"\\\"\" (", sizeof("\"\\\"\" (") - 1);
+        jsc_buf_printf(b, "%s (", c->q);
         if (n_kw > 1) { /* pattern with minLength / maxLength */
-            if (jschema_pattern_len(json_string_value(pat), (long)mn, (long)mx, b, e2, sizeof e2)) {
+            if (jschema_pattern_len(json_string_value(pat), c->g4, (long)mn, (long)mx, b, e2,
+                                    sizeof e2)) {
                 if (strncmp(e2, "unsupported keyword combination", 31) == 0)
                     return jfail(c, "%s at %s", e2, ptr);
                 return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
             }
-        } else if (jschema_pattern(json_string_value(pat), b, e2, sizeof e2))
+        } else if (jschema_pattern(json_string_value(pat), c->g4, b, e2, sizeof e2))
             return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
-        jsc_buf_add(b, ") \"\\\"\"", sizeof(") \"\\\"\"") - 1);
+        jsc_buf_printf(b, ") %s", c->q);
         return 0;
     }
     if (fmt) {
@@ -490,16 +502,16 @@ static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             return jfail(c, "unsupported keyword 'format' ('%.40s') at %s/format",
                          json_string_value(fmt), ptr);
         if (g) {
-            jsc_buf_printf(b, "\"\\\"\" %s \"\\\"\"", g);
+            jsc_buf_printf(b, "%s %s %s", c->q, g, c->q);
             return 0;
         }
     }
     if (mn == 0 && mx < 0) {
         jsc_buf_add(b, "string", sizeof("string") - 1);
     } else if (mx < 0) {
-        jsc_buf_printf(b, "\"\\\"\" char1{%lld,} \"\\\"\"", mn);
+        jsc_buf_printf(b, "%s char1{%lld,} %s", c->q, mn, c->q);
     } else {
-        jsc_buf_printf(b, "\"\\\"\" char1{%lld,%lld} \"\\\"\"", mn, mx);
+        jsc_buf_printf(b, "%s char1{%lld,%lld} %s", c->q, mn, mx, c->q);
     }
     return 0;
 }
@@ -831,19 +843,8 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
 
 /* ---- entry points ------------------------------------------------------------------- */
 
-static const char base_rules[] =
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
-    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
-    "object ::= \"{\" ws ( string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)* )? \"}\"\n"
-    "array ::= \"[\" ws ( value ws (\",\" ws value ws)* )? \"]\"\n"
-    "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
-    "char1 ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"
-    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
-    "number ::= integer (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n";
-
-int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
-                  size_t errlen) {
+static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                 int32_t g4_quote, char *err, size_t errlen) {
     struct jsc *c = calloc(1, sizeof(*c));
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -854,8 +855,12 @@ int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int bas
     c->out = out;
     c->err = err;
     c->errlen = errlen;
+    c->g4 = g4_quote >= 0;
+    if (c->g4) snprintf(c->q, sizeof c->q, "<[%d]>", (int)g4_quote);
+    else snprintf(c->q, sizeof c->q, "\"\\\"\"");
     if (!out->limit) out->limit = JSC_MAX_BYTES;
-    if (base) jsc_buf_add(out, base_rules, sizeof base_rules - 1);
+    if (base && c->g4) jschema_g4_base(c->q, out);
+    else if (base) jschema_json_base(out);
     int r = gen(c, schema, "#");
     if (r >= 0) jsc_buf_printf(out, "%s ::= %s-%d\n", name, name, r);
     if (out->oom && !c->failed) jfail(c, "schema too large (grammar over %zu bytes)", out->limit);
@@ -865,6 +870,16 @@ int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int bas
     return failed ? -1 : 0;
 }
 
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
+                  size_t errlen) {
+    return rules(schema, name, out, base, -1, err, errlen);
+}
+
+int jschema_rules_g4(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                     int32_t quote_id, char *err, size_t errlen) {
+    return rules(schema, name, out, base, quote_id < 0 ? 0 : quote_id, err, errlen);
+}
+
 int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen) {
     if (jschema_rules(schema, "schema", out, 1, err, errlen)) return -1;
     jsc_buf_add(out, "root ::= schema\n", sizeof("root ::= schema\n") - 1);
@@ -872,7 +887,7 @@ int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errle
 }
 
 int jschema_any_object(struct jsc_buf *out) {
-    jsc_buf_add(out, base_rules, sizeof base_rules - 1);
+    jschema_json_base(out);
     jsc_buf_add(out, "root ::= object\n", sizeof("root ::= object\n") - 1);
     return out->oom ? -1 : 0;
 }

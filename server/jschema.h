@@ -31,6 +31,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "server/jschema_fmt.h"
 
@@ -40,6 +41,12 @@
  * schemas into the same text (tool arguments). Returns 0, or -1 with err set. */
 int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
                   size_t errlen);
+/* The same in Gemma 4's object notation (server/g4note.h), strings delimited by token
+ * quote_id: keys bare (delimited when a name holds one of : , { } [ ] or is empty), string
+ * contents unescaped (patterns match them as they are), no whitespace, enum and const values
+ * in notation. The base rules are the notation's. */
+int jschema_rules_g4(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                     int32_t quote_id, char *err, size_t errlen);
 /* A whole grammar: root ::= the schema's value. */
 int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen);
 /* The grammar of any JSON object (response_format json_object). */

@@ -79,6 +79,19 @@ void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len) {
     jsc_buf_add(b, "\"", sizeof("\"") - 1);
 }
 
+static const char base_rules[] =
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)* )? \"}\"\n"
+    "array ::= \"[\" ws ( value ws (\",\" ws value ws)* )? \"]\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "char1 ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt]\n"
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+    "number ::= integer (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n";
+
+void jschema_json_base(struct jsc_buf *out) { jsc_buf_add(out, base_rules, sizeof base_rules - 1); }
+
 void jsc_buf_free(struct jsc_buf *b) {
     free(b->p);
     memset(b, 0, sizeof(*b));
@@ -108,6 +121,7 @@ struct rx {
     int top_alt; /* the top level has alternatives */
     int n_items;
     struct rx_item items[RX_MAX_ITEMS];
+    int raw;           /* content written as is (Gemma 4's notation), not JSON-escaped */
 };
 
 static long len_add(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a + b; }
@@ -135,10 +149,14 @@ static unsigned rx_cp(struct rx *r) {
     return c;
 }
 
-/* The JSON encoding of code point c as a GBNF literal. */
-static void emit_cp(struct jsc_buf *o, unsigned c) {
+/* The JSON encoding of code point c as a GBNF literal (raw: c itself). */
+static void emit_cp(struct jsc_buf *o, unsigned c, int raw) {
     char u[8];
     size_t n;
+    if (raw && (c == '"' || c == '\\' || c < 0x20)) {
+        jsc_buf_printf(o, "[\\x%02X]", c);
+        return;
+    }
     if (c == '"') {
         jsc_buf_add(o, "\"\\\\\\\"\"", sizeof("\"\\\\\\\"\"") - 1);
         return;
@@ -237,7 +255,7 @@ static int emit_class(struct rx *r, struct cpr *cr, int n, int neg) {
     for (int k = 0; k < 4; k++) {
         if (!has[k]) continue;
         if (alts++) jsc_buf_add(r->o, " | ", sizeof(" | ") - 1);
-        emit_cp(r->o, extra[k]);
+        emit_cp(r->o, extra[k], r->raw);
     }
     if (!alts) return rfail(r, "empty character class");
     jsc_buf_add(r->o, ")", sizeof(")") - 1);
@@ -377,12 +395,12 @@ static int rx_atom(struct rx *r) {
         int k = escape(r, &cp, sh, &nsh, &neg);
         if (k < 0) return -1;
         if (k == 1) return emit_class(r, sh, nsh, neg);
-        emit_cp(r->o, cp);
+        emit_cp(r->o, cp, r->raw);
         return 0;
     }
     if (c == '^' || c == '$') return rfail(r, "unsupported anchor inside the pattern");
     if (c == '*' || c == '+' || c == '?' || c == '{') return rfail(r, "quantifier without an item");
-    emit_cp(r->o, rx_cp(r));
+    emit_cp(r->o, rx_cp(r), r->raw);
     return 0;
 }
 
@@ -452,8 +470,8 @@ static int rx_alt(struct rx *r) {
     return 0;
 }
 
-int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen) {
-    struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen};
+int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, size_t errlen) {
+    struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen, .raw = raw};
     int start = r.p < r.end && *r.p == '^';
     if (start) r.p++;
     size_t n = strlen(re);
@@ -474,12 +492,13 @@ int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errle
  * is one sequence in which a single item's repeat count is free and each repeat is a fixed
  * number of code points (then the count is bounded instead). An unanchored end is such an
  * item (any character, repeated). Other combinations are refused. */
-int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, char *err,
-                        size_t errlen) {
+int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_buf *out,
+                        char *err, size_t errlen) {
     struct jsc_buf tmp = {0};
     struct rx *r = calloc(1, sizeof(*r));
     if (!r) return snprintf(err, errlen, "out of memory"), -1;
-    *r = (struct rx){.end = re + strlen(re), .o = &tmp, .err = err, .errlen = errlen, .record = 1};
+    *r = (struct rx){.end = re + strlen(re), .o = &tmp, .err = err, .errlen = errlen, .record = 1,
+                     .raw = raw};
     r->p = re;
     int start = r->p < r->end && *r->p == '^', rc = -1;
     if (start) r->p++;
@@ -497,7 +516,7 @@ int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, c
         goto done;
     }
     if (mn >= lo && (hi < 0 || (mx != RX_INF && mx <= hi))) { /* the bounds change nothing */
-        rc = jschema_pattern(re, out, err, errlen);
+        rc = jschema_pattern(re, raw, out, err, errlen);
         goto done;
     }
     /* items in order, with the unanchored ends as "any character, repeated" */

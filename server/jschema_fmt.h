@@ -20,14 +20,18 @@ void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) __attribute__((form
 /* A GBNF string literal of bytes s[0..len). */
 void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len);
 void jsc_buf_free(struct jsc_buf *b);
+/* The base rules of JSON grammars (ws, value, object, array, string, char, char1, integer,
+ * number), which every schema's rules refer to. */
+void jschema_json_base(struct jsc_buf *out);
 
 /* The pattern subset as a GBNF expression over JSON string content (the
- * characters between the quotes); -1 with err naming the unsupported construct. */
-int jschema_pattern(const char *re, struct jsc_buf *out, char *err, size_t errlen);
+ * characters between the quotes; raw: the content unescaped, as Gemma 4's notation writes
+ * strings); -1 with err naming the unsupported construct. */
+int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, size_t errlen);
 /* The same with a length range in code points (hi < 0: none) where it can be written;
  * -1 with the reason otherwise. */
-int jschema_pattern_len(const char *re, long lo, long hi, struct jsc_buf *out, char *err,
-                        size_t errlen);
+int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_buf *out,
+                        char *err, size_t errlen);
 /* Integers in [lo, hi] (has_lo/has_hi 0: unbounded) as a GBNF expression. */
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
 /* The GBNF expression of a string format's content, or NULL for an unknown format. */

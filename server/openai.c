@@ -349,6 +349,10 @@ static int oai_messages(json_t *root, const struct oai_limits *lim, struct oai_p
         goto fail_msgs;
     }
     if (n_spans > (int)n + 1) n_spans = (int)n + 1; /* cannot happen: chat.h's bound */
+    if (oai_expand_tokens(lim->vocab, &rendered, &out_len, &spans, &n_spans)) {
+        oai_fail(e, 500, NULL, NULL, "out of memory");
+        goto fail_msgs;
+    }
     if (oai_alloc_prompts(p, 1, e)) goto fail_msgs;
     if (oai_encode(lim, rendered, out_len, 0, spans, n_spans, &p->prompt[0], &p->prompt_len[0],
                    "messages", e))

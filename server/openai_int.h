@@ -25,4 +25,11 @@ int oai_encode(const struct oai_limits *lim, const char *text, size_t len, int a
 int oai_merge_turns(struct chat_msg *cm, char **texts, size_t *n, int chat_style,
                     struct oai_error *e);
 
+/* The rendered prompt with each tool token that the server wrote into a message as its
+ * grammar.h bytes (gram_token_bytes; client text cannot hold them: JSON strings are UTF-8)
+ * turned into its token's text outside the text-only spans, so tokenization makes it that
+ * token. *text / *spans are replaced (realloc'd) when there is any; 0 or -1 (memory). */
+int oai_expand_tokens(const struct tok_vocab *v, char **text, size_t *len,
+                      struct tok_span **spans, int *n_spans);
+
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/grammar.h"
 #include "server/openai_int.h"
 
 /* OpenAI accepts what the Gemma format cannot write, so messages are first brought into it:
@@ -83,3 +84,59 @@ int oai_encode(const struct oai_limits *lim, const char *text, size_t len, int a
     return oai_fail(e, 500, NULL, NULL, "tokenizer size mismatch");
 }
 
+
+/* The id of the token whose bytes start at s (n bytes left), or -1. */
+static int32_t token_at(const unsigned char *s, size_t n) {
+    if (n < GRAM_TOK_BYTES || s[0] != 0xff) return -1;
+    int32_t id = 0;
+    for (int i = 1; i < GRAM_TOK_BYTES; i++) {
+        if ((s[i] & 0xc0) != 0x80) return -1;
+        id = (id << 6) | (s[i] & 0x3f);
+    }
+    return id;
+}
+
+int oai_expand_tokens(const struct tok_vocab *v, char **text, size_t *len,
+                      struct tok_span **spans, int *n_spans) {
+    const unsigned char *t = (const unsigned char *)*text;
+    const size_t n = *len;
+    size_t n_tok = 0;
+    for (size_t i = 0; i < n; i++) n_tok += t[i] == 0xff;
+    if (!n_tok) return 0;
+    char *o = malloc(n + n_tok * 64 + 1);
+    struct tok_span *sp = malloc(((size_t)*n_spans + n_tok + 1) * sizeof *sp);
+    if (!o || !sp) {
+        free(o);
+        free(sp);
+        return -1;
+    }
+    size_t k = 0;
+    int ns = 0, si = 0;
+    for (size_t i = 0; i < n;) {
+        while (si < *n_spans && (*spans)[si].off + (*spans)[si].len <= i) si++;
+        const int in_span = si < *n_spans && (*spans)[si].off <= i;
+        const int32_t id = token_at(t + i, n - i);
+        if (id >= 0 && id < tok_n_vocab(v)) {
+            char piece[64];
+            int pl = tok_token_to_bytes(v, id, 1, piece, (int)sizeof piece);
+            if (pl < 0 || pl > (int)sizeof piece) pl = 0;
+            memcpy(o + k, piece, (size_t)pl);
+            k += (size_t)pl;
+            i += GRAM_TOK_BYTES;
+            continue;
+        }
+        if (in_span) { /* text-only: extend the last span or open one */
+            if (ns && sp[ns - 1].off + sp[ns - 1].len == k) sp[ns - 1].len++;
+            else sp[ns++] = (struct tok_span){k, 1};
+        }
+        o[k++] = (char)t[i++];
+    }
+    o[k] = 0;
+    free(*text);
+    free(*spans);
+    *text = o;
+    *len = k;
+    *spans = sp;
+    *n_spans = ns;
+    return 0;
+}

@@ -9,6 +9,11 @@
  * and its arguments as they arrive (the bytes of the arguments object only, tracked with a
  * small JSON scanner: depth, strings, escapes). Something that starts like a marker but does
  * not continue like a call is given back as text.
+ *
+ * Gemma 4's native calls (tools_out_set_g4) are <|tool_call>call:NAME{...}<tool_call|>, the
+ * tool tokens arriving as their grammar.h bytes; other control tokens never reach the text.
+ * The notation is converted to JSON when a call's closing brace arrives, and the arguments
+ * go out in one delta.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdio.h>
@@ -16,6 +21,7 @@
 #include <string.h>
 
 #include "engine/chat_tools.h"
+#include "scheduler/grammar.h"
 #include "server/api_tools.h"
 #include "server/jschema.h"
 
@@ -29,6 +35,8 @@ struct tools_out {
     json_t *calls;           /* [{id, type, function: {name, arguments}}] */
     int mode;
     int depth, in_str, esc;  /* JSON scanner over the arguments */
+    int g4;                  /* Gemma 4's native calls */
+    char enc_call[GRAM_TOK_BYTES + 1], enc_end[GRAM_TOK_BYTES + 1], enc_q[GRAM_TOK_BYTES + 1];
 };
 
 struct tools_out *tools_out_new(const char *id_prefix) {
@@ -37,6 +45,13 @@ struct tools_out *tools_out_new(const char *id_prefix) {
     snprintf(o->prefix, sizeof o->prefix, "%s", id_prefix);
     o->calls = json_array();
     return o;
+}
+
+void tools_out_set_g4(struct tools_out *o, const struct g4note_ids *ids) {
+    o->g4 = 1;
+    gram_token_bytes(ids->call, (uint8_t *)o->enc_call);
+    gram_token_bytes(ids->call_end, (uint8_t *)o->enc_end);
+    gram_token_bytes(ids->quote, (uint8_t *)o->enc_q);
 }
 
 void tools_out_free(struct tools_out *o) {
@@ -78,8 +93,129 @@ static size_t partial(const char *s, size_t n, const char *m) {
     return 0;
 }
 
+/* Text of a Gemma 4 output: control tokens (0xFF and their id bytes) left out. */
+static void text_out_g4(struct tools_out *o, json_t *deltas, const char *s, size_t n) {
+    size_t a = 0, i = 0;
+    while (i < n) {
+        if ((uint8_t)s[i] != 0xff) {
+            i++;
+            continue;
+        }
+        text_out(o, deltas, s + a, i - a);
+        i = i + GRAM_TOK_BYTES < n ? i + GRAM_TOK_BYTES : n;
+        a = i;
+    }
+    text_out(o, deltas, s + a, n - a);
+}
+
+static int valid_name_g4(const char *p, size_t n) {
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", p[i]) || !p[i])
+            return 0;
+    return 1;
+}
+
+static void start_call(struct tools_out *o, json_t *deltas, const char *name) {
+    char id[96];
+    const int idx = (int)json_array_size(o->calls);
+    snprintf(id, sizeof id, "call_%s_%d", o->prefix, idx);
+    json_array_append_new(o->calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type",
+                                              "function", "function", "name", name,
+                                              "arguments", ""));
+    json_array_append_new(deltas, call_delta(idx, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id,
+                                                            "type", "function", "function",
+                                                            "name", name, "arguments", "")));
+    o->mode = M_ARGS;
+    o->args.n = 0;
+    o->depth = o->in_str = o->esc = 0;
+}
+
+/* The arguments in notation (o->args) as JSON, set on the call and sent as one delta. */
+static void end_args_g4(struct tools_out *o, json_t *deltas) {
+    const int idx = (int)json_array_size(o->calls) - 1;
+    char err[128];
+    size_t used = 0;
+    json_t *v = g4note_parse(o->args.p, o->args.n, o->enc_q, GRAM_TOK_BYTES, &used, err, sizeof err);
+    char *js = v && used == o->args.n ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    json_t *fn = json_object_get(json_array_get(o->calls, (size_t)idx), "function");
+    json_object_set_new(fn, "arguments", json_string(js ? js : ""));
+    if (js) json_array_append_new(deltas, call_delta(idx, json_pack("{s:{s:s}}", "function", "arguments", js)));
+    free(js);
+}
+
+static int step_g4(struct tools_out *o, json_t *deltas, int final) {
+    char *p = o->pend.p;
+    size_t n = o->pend.n;
+    switch (o->mode) {
+    case M_TEXT: {
+        char *hit = memmem(p, n, o->enc_call, GRAM_TOK_BYTES);
+        size_t upto = hit ? (size_t)(hit - p) : n - (final ? 0 : partial(p, n, o->enc_call));
+        text_out_g4(o, deltas, p, upto);
+        drop(&o->pend, upto + (hit ? GRAM_TOK_BYTES : 0));
+        if (hit) o->mode = M_HEAD;
+        return hit || upto > 0;
+    }
+    case M_HEAD: {
+        const size_t cl = strlen("call:");
+        char *br = n > cl ? memchr(p + cl, '{', n - cl) : NULL;
+        int bad = memcmp(p, "call:", n < cl ? n : cl) != 0;
+        if (!bad && br) {
+            const size_t nl = (size_t)(br - (p + cl));
+            if (valid_name_g4(p + cl, nl)) {
+                char name[72];
+                memcpy(name, p + cl, nl);
+                name[nl] = 0;
+                drop(&o->pend, cl + nl);
+                start_call(o, deltas, name);
+                return 1;
+            }
+            bad = 1;
+        }
+        if (bad || n > cl + 65) { /* not a call: the rest is text (the marker was a token) */
+            o->mode = M_TEXT;
+            return 1;
+        }
+        if (final) drop(&o->pend, n); /* cut short (max_tokens) before the name ended */
+        return 0;
+    }
+    case M_ARGS: {
+        size_t i = 0;
+        int done = 0;
+        while (i < n && !done) {
+            if ((uint8_t)p[i] == 0xff) {
+                if (n - i < GRAM_TOK_BYTES) break;
+                if (memcmp(p + i, o->enc_q, GRAM_TOK_BYTES) == 0) o->in_str = !o->in_str;
+                i += GRAM_TOK_BYTES;
+                continue;
+            }
+            if (!o->in_str && (p[i] == '{' || p[i] == '[')) o->depth++;
+            else if (!o->in_str && (p[i] == '}' || p[i] == ']') && --o->depth == 0) done = 1;
+            i++;
+        }
+        jsc_buf_add(&o->args, p, i);
+        drop(&o->pend, final && !done ? n : i);
+        if (done) {
+            end_args_g4(o, deltas);
+            o->mode = M_TAIL;
+        }
+        return i > 0 && !final ? 1 : done;
+    }
+    case M_TAIL: {
+        if (n < GRAM_TOK_BYTES && !final && memcmp(p, o->enc_end, n) == 0) return 0;
+        const int m = n >= GRAM_TOK_BYTES && memcmp(p, o->enc_end, GRAM_TOK_BYTES) == 0;
+        drop(&o->pend, m ? GRAM_TOK_BYTES : 0);
+        o->mode = M_GAP;
+        return 1;
+    }
+    }
+    return 0;
+}
+
 /* One step; returns 1 when it made progress. */
 static int step(struct tools_out *o, json_t *deltas, int final) {
+    if (o->g4 && o->mode != M_GAP && o->pend.n) return step_g4(o, deltas, final);
     const char *open = CHAT_TOOL_OPEN, *nk = CHAT_TOOL_NAME_KEY, *ak = CHAT_TOOL_ARGS_KEY;
     const size_t ol = strlen(open), nkl = strlen(nk), akl = strlen(ak);
     char *p = o->pend.p;

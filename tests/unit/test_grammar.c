@@ -219,6 +219,93 @@ static void test_mask_small_vocab(void) {
     gram_vocab_destroy(gv);
 }
 
+/* `<[ID]>` elements: parse, match by the token's bytes only, masks that allow exactly that
+ * control token (brute force over a vocabulary holding control tokens and a 0xFF byte). */
+static void test_control_tokens(void) {
+    char err[256];
+    T_ASSERT(compile_err("root ::= <think>\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(strstr(err, "token ids"));
+    T_ASSERT(compile_err("root ::= <[12\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= <[]>\n", err, sizeof err) == GRAM_ESYNTAX);
+    T_ASSERT(compile_err("root ::= <[16777216]>\n", err, sizeof err) == GRAM_ESYNTAX);
+    uint8_t enc[GRAM_TOK_BYTES];
+    gram_token_bytes(0x123456, enc);
+    T_ASSERT(enc[0] == 0xff && enc[1] == (0x80 | 0x04) && enc[2] == (0x80 | 0x23) &&
+             enc[3] == (0x80 | 0x11) && enc[4] == (0x80 | 0x16));
+    /* ids 3, 4, 5 are control tokens; id 6 is the byte-fallback token of 0xFF */
+    char ctl[3][GRAM_TOK_BYTES];
+    for (int i = 0; i < 3; i++) gram_token_bytes(3 + i, (uint8_t *)ctl[i]);
+    const char *toks[] = {"a", "b", "call:", ctl[0], ctl[1], ctl[2], "\xff", "x", "<|", "ab"};
+    int len[10];
+    for (int i = 0; i < 10; i++) len[i] = i >= 3 && i <= 5 ? GRAM_TOK_BYTES : (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(10, toks, len, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    struct gram *g = compile("root ::= <[3]> \"call:\" [ab]+ (<[4]> [ax]* <[4]>)? <[5]>\n");
+    /* the grammar's own bytes */
+    char s1[64];
+    int n = 0;
+    memcpy(s1 + n, ctl[0], GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+    memcpy(s1 + n, "call:ab", 7), n += 7;
+    memcpy(s1 + n, ctl[1], GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+    memcpy(s1 + n, "xa", 2), n += 2;
+    memcpy(s1 + n, ctl[1], GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+    memcpy(s1 + n, ctl[2], GRAM_TOK_BYTES), n += GRAM_TOK_BYTES;
+    s1[n] = 0;
+    T_ASSERT(accepts(g, x, s1));
+    T_ASSERT(!accepts(g, x, "call:ab"));
+    /* the first mask is exactly token 3 (not the 0xFF byte token, not the other controls) */
+    uint64_t mask[1] = {0};
+    int n_allowed = 0;
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    T_ASSERT(gram_match_mask(m, x, gv, mask, &n_allowed, 0) == 0);
+    T_ASSERTF(n_allowed == 1 && mask[0] == (1ull << 3), "allowed %d mask %llx", n_allowed,
+              (unsigned long long)mask[0]);
+    const uint8_t *b;
+    T_ASSERT(gram_vocab_token(gv, 6, &b) == 0); /* the 0xFF byte token is left out */
+    gram_match_destroy(m);
+    for (uint64_t seed = 1; seed <= 8; seed++) check_masks(g, gv, x, 16, seed * 104729, 0);
+    gram_unref(g);
+    g = compile("root ::= (\"a\" | <[4]>){2,3} \"b\"\n");
+    for (uint64_t seed = 1; seed <= 8; seed++) check_masks(g, gv, x, 8, seed * 7, 0);
+    gram_unref(g);
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+}
+
+/* On a real vocabulary a control token gets its encoded bytes: `<[ID]>` allows it alone. */
+static void test_control_tokens_real_vocab(void) {
+    struct model *md = t_model_or_skip();
+    const int32_t sot = tok_lookup(md->vocab, "<start_of_turn>", 15);
+    T_ASSERT(sot >= 0 && tok_type(md->vocab, sot) == TOK_TYPE_CONTROL);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create(md->vocab, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    char text[64];
+    snprintf(text, sizeof text, "root ::= <[%d]> \"model\"\n", (int)sot);
+    struct gram *g = compile(text);
+    const int nv = gram_vocab_n(gv);
+    uint64_t *mask = calloc(((size_t)nv + 63) / 64, 8);
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    int n_allowed = 0;
+    T_ASSERT(gram_match_mask(m, x, gv, mask, &n_allowed, 0) == 0);
+    T_ASSERT(n_allowed == 1 && ((mask[sot >> 6] >> (sot & 63)) & 1));
+    const uint8_t *b;
+    int len = gram_vocab_token(gv, sot, &b);
+    T_ASSERT(len == GRAM_TOK_BYTES && gram_match_accept(m, x, b, (size_t)len) == 0);
+    T_ASSERT(gram_match_mask(m, x, gv, mask, &n_allowed, 0) == 0);
+    T_ASSERT(n_allowed > 0 && !((mask[sot >> 6] >> (sot & 63)) & 1));
+    gram_match_destroy(m);
+    check_masks(g, gv, x, 3, 5, 4096);
+    free(mask);
+    gram_unref(g);
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+    model_free(md);
+}
+
 static void test_mask_real_vocab(void) {
     struct model *md = t_model_or_skip();
     struct gram_vocab *gv = NULL;
@@ -302,6 +389,7 @@ int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
         T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
+        T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
         T_CASE(test_budget), T_CASE(test_lru), {0},
     };
     return t_main(argc, argv, cases);
