@@ -27,7 +27,7 @@
 #include <stddef.h>
 
 #include "engine/tokenizer.h"
-#include "server/jschema_fmt.h"
+#include "server/jsc_buf.h"
 
 #define G4NOTE_QUOTE "<|\"|>"
 #define G4NOTE_CALL_OPEN "<|tool_call>"

@@ -18,36 +18,10 @@
 
 #define JSC_MAX_BYTES (4u << 20) /* grammar text per schema */
 #define JSC_MAX_DEPTH 128        /* nested subschemas, $ref targets included */
-#define JSC_MAX_REFS 512
 
 /* ---- context ------------------------------------------------------------------------ */
 
-struct jsc {
-    json_t *root;
-    const char *name;
-    struct jsc_buf *out;
-    int next_id;
-    struct {
-        char *ref;
-        int id;
-    } refs[JSC_MAX_REFS];
-    int n_refs;
-    char *err;
-    size_t errlen;
-    int failed;
-    int depth;
-    char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
-    int g4;                /* Gemma 4's object notation instead of JSON */
-    char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
-};
-
-/* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
- * the schema's type): an optional property or an anyOf branch of it is left out; anywhere
- * else gen turns it into an error. */
-#define JSC_EMPTY (-5)
-
-static int jfail(struct jsc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int jfail(struct jsc *c, const char *fmt, ...) {
+int jschema_fail(struct jsc *c, const char *fmt, ...) {
     if (c->failed) return -1;
     c->failed = 1;
     if (c->err && c->errlen) {
@@ -354,20 +328,10 @@ done:
 
 /* ---- arrays ------------------------------------------------------------------------- */
 
-static int get_count(struct jsc *c, json_t *s, const char *k, long long *out, const char *ptr) {
-    json_t *v = json_object_get(s, k);
-    if (!v) return 0;
-    if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1e6 ||
-        json_number_value(v) != floor(json_number_value(v)))
-        return jfail(c, "'%s' must be a non-negative integer at %s/%s", k, ptr, k);
-    *out = (long long)json_number_value(v);
-    return 0;
-}
-
 static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
     json_t *pre = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
     long long mn = 0, mx = -1;
-    if (get_count(c, s, "minItems", &mn, ptr) || get_count(c, s, "maxItems", &mx, ptr)) return -1;
+    if (jschema_count(c, s, "minItems", &mn, ptr) || jschema_count(c, s, "maxItems", &mx, ptr)) return -1;
     if (pre && !json_is_array(pre)) return jfail(c, "'prefixItems' must be an array at %s", ptr);
     const char *pre_kw = "prefixItems";
     if (json_is_array(items)) {
@@ -446,179 +410,11 @@ static int gen_array(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *
     return 0;
 }
 
-/* ---- strings and numbers ------------------------------------------------------------ */
-
-/* 1 when a JSON Schema draft (3 to 2020-12) defines this format name. */
-static int spec_format(const char *f) {
-    static const char *const names[] = {
-        "date-time", "date", "time", "duration", "email", "idn-email", "hostname",
-        "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
-        "uri-template", "json-pointer", "relative-json-pointer", "regex", "host-name",
-        "ip-address", "color", "style", "phone", "utc-millisec", NULL,
-    };
-    return in_list(names, f);
-}
-
-static int gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
-    long long mn = 0, mx = -1;
-    if (get_count(c, s, "minLength", &mn, ptr) || get_count(c, s, "maxLength", &mx, ptr)) return -1;
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    if (mx >= 0 && mn > mx) return jfail(c, "minLength > maxLength at %s", ptr);
-    int known_fmt = fmt && json_is_string(fmt) && jschema_format(json_string_value(fmt)) != NULL;
-    int n_kw = (pat != NULL) + known_fmt + (mn > 0 || mx >= 0);
-    long fmn, fmx;
-    if (n_kw == 2 && known_fmt && !pat && !jschema_format_len(json_string_value(fmt), &fmn, &fmx)) {
-        /* a format of bounded length: the bounds hold for all of it, or for none */
-        if (fmn >= mn && (mx < 0 || fmx <= mx)) n_kw = 1, mn = 0, mx = -1;
-        else if ((mx >= 0 && fmn > mx) || fmx < mn)
-            return jfail(c, "no '%.40s' string has a length within minLength/maxLength at %s",
-                         json_string_value(fmt), ptr);
-    }
-    if (n_kw > 1 && !(pat && !known_fmt))
-        return jfail(c, "unsupported keyword combination (pattern, format, minLength/maxLength) at %s", ptr);
-    if (pat) {
-        if (!json_is_string(pat)) return jfail(c, "'pattern' must be a string at %s/pattern", ptr);
-        char e2[200];
-        jsc_buf_printf(b, "%s (", c->q);
-        if (n_kw > 1) { /* pattern with minLength / maxLength */
-            if (jschema_pattern_len(json_string_value(pat), c->g4, (long)mn, (long)mx, b, e2,
-                                    sizeof e2)) {
-                if (strncmp(e2, "unsupported keyword combination", 31) == 0)
-                    return jfail(c, "%s at %s", e2, ptr);
-                return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
-            }
-        } else if (jschema_pattern(json_string_value(pat), c->g4, b, e2, sizeof e2))
-            return jfail(c, "unsupported keyword 'pattern' at %s/pattern: %s", ptr, e2);
-        jsc_buf_printf(b, ") %s", c->q);
-        return 0;
-    }
-    if (fmt) {
-        if (!json_is_string(fmt)) return jfail(c, "'format' must be a string at %s/format", ptr);
-        const char *g = jschema_format(json_string_value(fmt));
-        /* A format the JSON Schema drafts define is asserted by validators that know it:
-         * never let one through unchecked. Other names are annotations (no validator can
-         * check them): the string is any string. */
-        if (!g && spec_format(json_string_value(fmt)))
-            return jfail(c, "unsupported keyword 'format' ('%.40s') at %s/format",
-                         json_string_value(fmt), ptr);
-        if (g) {
-            jsc_buf_printf(b, "%s %s %s", c->q, g, c->q);
-            return 0;
-        }
-    }
-    if (mn == 0 && mx < 0) {
-        jsc_buf_add(b, "string", sizeof("string") - 1);
-    } else if (mx < 0) {
-        jsc_buf_printf(b, "%s char1{%lld,} %s", c->q, mn, c->q);
-    } else {
-        jsc_buf_printf(b, "%s char1{%lld,%lld} %s", c->q, mn, mx, c->q);
-    }
-    return 0;
-}
-
-static int gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
-    long long lo = 0, hi = 0;
-    int has_lo = 0, has_hi = 0;
-    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    for (int i = 0; i < 4; i++) {
-        json_t *v = json_object_get(s, kw[i]);
-        if (!v) continue;
-        if (json_is_boolean(v))
-            return jfail(c, "unsupported keyword '%s' (draft-4 boolean form) at %s/%s", kw[i], ptr, kw[i]);
-        if (!json_is_number(v)) return jfail(c, "'%s' must be a number at %s/%s", kw[i], ptr, kw[i]);
-        double d = json_number_value(v);
-        if (fabs(d) > 1e15) return jfail(c, "unsupported keyword '%s' (magnitude above 1e15) at %s/%s", kw[i], ptr, kw[i]);
-        long long x;
-        if (i < 2) {
-            x = (long long)ceil(d);
-            if (i == 1 && (double)x == d) x++;
-            if (!has_lo || x > lo) lo = x;
-            has_lo = 1;
-        } else {
-            x = (long long)floor(d);
-            if (i == 3 && (double)x == d) x--;
-            if (!has_hi || x < hi) hi = x;
-            has_hi = 1;
-        }
-    }
-    if (has_lo && has_hi && lo > hi) return jfail(c, "no integer satisfies the bounds at %s", ptr);
-    if (!has_lo && !has_hi) {
-        jsc_buf_add(b, "integer", sizeof("integer") - 1);
-        return 0;
-    }
-    jsc_buf_add(b, "(", sizeof("(") - 1);
-    jschema_int_range(lo, has_lo, hi, has_hi, b);
-    jsc_buf_add(b, ")", sizeof(")") - 1);
-    return 0;
-}
-
-/* A number within integer-valued bounds: an integer in range, or i.f (f ending in a non-zero
- * digit, so strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly
- * between -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. Other bounds are
- * refused. */
-static int gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
-    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    long long lo = 0, hi = 0, ilo = 0, ihi = 0;
-    int has_lo = 0, has_hi = 0;
-    for (int i = 0; i < 4; i++) {
-        json_t *v = json_object_get(s, kw[i]);
-        if (!v) continue;
-        double d = json_is_number(v) ? json_number_value(v) : 0.5;
-        if (!json_is_number(v) || d != floor(d) || fabs(d) > 1e15)
-            return jfail(c, "unsupported keyword '%s' (on a number, only integer bounds) at %s/%s",
-                         kw[i], ptr, kw[i]);
-        long long x = (long long)d;
-        if (i < 2) {
-            if (!has_lo || x >= lo) {
-                lo = x;
-                ilo = i == 1 ? x + 1 : x;
-            }
-            has_lo = 1;
-        } else {
-            if (!has_hi || x <= hi) {
-                hi = x;
-                ihi = i == 3 ? x - 1 : x;
-            }
-            has_hi = 1;
-        }
-    }
-    if (!has_lo && !has_hi) {
-        jsc_buf_add(b, "number", sizeof("number") - 1);
-        return 0;
-    }
-    const char *frac = " \".\" [0-9]{0,14} [1-9]";
-    int alts = 0;
-    jsc_buf_add(b, "(", 1);
-    if (!(has_lo && has_hi && ilo > ihi)) { /* integers */
-        jsc_buf_add(b, "(", 1);
-        jschema_int_range(ilo, has_lo, ihi, has_hi, b);
-        jsc_buf_add(b, ")", 1);
-        alts++;
-    }
-    long long plo = has_lo && lo > 0 ? lo : 0, phi = hi - 1;
-    if (!has_hi || phi >= plo) { /* i.f, i >= 0 */
-        if (alts++) jsc_buf_add(b, " | ", 3);
-        jsc_buf_add(b, "(", 1);
-        jschema_int_range(plo, 1, phi, has_hi, b);
-        jsc_buf_printf(b, ")%s", frac);
-    }
-    long long klo = has_hi && -hi > 0 ? -hi : 0, khi = -lo - 1;
-    if (!has_lo || khi >= klo) { /* -k.f, k >= 0 */
-        if (alts++) jsc_buf_add(b, " | ", 3);
-        jsc_buf_add(b, "\"-\" (", 5);
-        jschema_int_range(klo, 1, khi, has_lo, b);
-        jsc_buf_printf(b, ")%s", frac);
-    }
-    jsc_buf_add(b, ")", 1);
-    if (!alts) return jfail(c, "no number satisfies the bounds at %s", ptr);
-    return 0;
-}
-
 static int gen_typed(struct jsc *c, json_t *s, const char *type, const char *ptr,
                      struct jsc_buf *b) {
-    if (strcmp(type, "string") == 0) return gen_string(c, s, ptr, b);
-    if (strcmp(type, "integer") == 0) return gen_integer(c, s, ptr, b);
-    if (strcmp(type, "number") == 0) return gen_number(c, s, ptr, b);
+    if (strcmp(type, "string") == 0) return jschema_gen_string(c, s, ptr, b);
+    if (strcmp(type, "integer") == 0) return jschema_gen_integer(c, s, ptr, b);
+    if (strcmp(type, "number") == 0) return jschema_gen_number(c, s, ptr, b);
     if (strcmp(type, "boolean") == 0) {
         jsc_buf_add(b, "(\"true\" | \"false\")", sizeof("(\"true\" | \"false\")") - 1);
         return 0;

@@ -1,25 +1,15 @@
 /*
  * jschema_fmt — the pieces of JSON Schema → GBNF (server/jschema.h) that are languages of
- * their own: the regex subset of "pattern", integer ranges and string formats; and the
- * growing text buffer the grammar is written into. Pure functions: any thread.
+ * their own: the regex subset of "pattern", integer ranges and string formats (written
+ * into a jsc_buf, server/jsc_buf.h). Pure functions: any thread.
  */
 #ifndef GEMMAD_JSCHEMA_FMT_H
 #define GEMMAD_JSCHEMA_FMT_H
 
 #include <stddef.h>
 
-/* Appendable grammar text (heap, grows; NUL-terminated). */
-struct jsc_buf {
-    char *p;
-    size_t n, cap;
-    size_t limit;       /* bytes; past it jsc_buf_ok fails */
-    int oom;
-};
-void jsc_buf_add(struct jsc_buf *b, const char *s, size_t len);
-void jsc_buf_printf(struct jsc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A GBNF string literal of bytes s[0..len). */
-void jsc_buf_lit(struct jsc_buf *b, const char *s, size_t len);
-void jsc_buf_free(struct jsc_buf *b);
+#include "server/jsc_buf.h"
+
 /* The base rules of JSON grammars (ws, value, object, array, string, char, char1, integer,
  * number), which every schema's rules refer to. */
 void jschema_json_base(struct jsc_buf *out);

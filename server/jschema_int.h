@@ -19,4 +19,44 @@ int jschema_keyword_kind(const char *k);
 json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, const char *ptr, char *err,
                       size_t errlen);
 
+/* ---- the compiler's state, shared by jschema.c and jschema_scalar.c ---- */
+
+#include "server/jschema_fmt.h"
+
+#define JSC_MAX_REFS 512
+
+struct jsc {
+    json_t *root;
+    const char *name;
+    struct jsc_buf *out;
+    int next_id;
+    struct {
+        char *ref;
+        int id;
+    } refs[JSC_MAX_REFS];
+    int n_refs;
+    char *err;
+    size_t errlen;
+    int failed;
+    int depth;
+    char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
+    int g4;                /* Gemma 4's object notation instead of JSON */
+    char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
+};
+
+/* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
+ * the schema's type): an optional property or an anyOf branch of it is left out; anywhere
+ * else gen turns it into an error. */
+#define JSC_EMPTY (-5)
+
+/* Records the first error (printf-style) and returns -1. */
+int jschema_fail(struct jsc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define jfail(...) jschema_fail(__VA_ARGS__)
+/* *out = s[k] when present: a non-negative integer (else an error naming k). 0 or -1. */
+int jschema_count(struct jsc *c, json_t *s, const char *k, long long *out, const char *ptr);
+/* The body of a string / integer / number schema, appended to b. 0 or -1. */
+int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+
 #endif
