@@ -91,6 +91,12 @@ static void emit_rule(struct jsc *c, int id, const struct jsc_buf *body) {
     jsc_buf_add(c->out, "\n", sizeof("\n") - 1);
 }
 
+int jschema_add_rule(struct jsc *c, const struct jsc_buf *body) {
+    int id = new_id(c);
+    emit_rule(c, id, body);
+    return id;
+}
+
 static void ref_name(struct jsc *c, struct jsc_buf *b, int id) {
     jsc_buf_printf(b, " %s-%d ", c->name, id);
 }
@@ -177,6 +183,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         return jfail(c, "'additionalProperties' must be a schema at %s", ptr);
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
     struct prop *pr = calloc(np + nr + 1, sizeof(*pr));
+    const char **names = NULL; /* the declared keys, for the keys that are none of them */
     if (!pr) return jfail(c, "out of memory");
     int n = 0, rc = -1;
     const char *key;
@@ -215,6 +222,12 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     }
     /* an optional property no value satisfies is left out (the object then never has it);
      * whether extra keys are written still depends on the declared ones */
+    names = calloc((size_t)n + 1, sizeof(*names));
+    if (!names) {
+        jfail(c, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) names[i] = pr[i].key;
     int n_decl = n, kept = 0;
     for (int i = 0; i < n; i++)
         if (pr[i].rule != JSC_EMPTY) pr[kept++] = pr[i];
@@ -258,6 +271,19 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         ptr_join(p2, sizeof p2, ptr, "additionalProperties");
         extra = gen(c, addl, p2);
         if (extra < 0) goto done;
+    } else if (n_decl > 0 && !c->g4 && (json_is_true(addl) || json_is_object(addl))) {
+        /* declared properties and explicitly allowed others: after the declared ones, keys
+         * that are none of them (an absent additionalProperties writes only the declared
+         * ones, as llama.cpp does: always valid, and no invented keys) */
+        key_rule = jschema_gen_other_key(c, names, n_decl);
+        if (key_rule < 0) goto done;
+        if (json_is_true(addl)) {
+            extra = -2;
+        } else {
+            ptr_join(p2, sizeof p2, ptr, "additionalProperties");
+            extra = gen(c, addl, p2);
+            if (extra < 0) goto done;
+        }
     }
     /* kv_i text */
     int *F = malloc((size_t)(n + 1) * sizeof(int)), *T = malloc((size_t)(n + 1) * sizeof(int));
@@ -322,6 +348,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     free(T);
     rc = 0;
 done:
+    free(names);
     free(pr);
     return rc;
 }
@@ -520,7 +547,10 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
         jsc_buf_free(&b);
         return id;
     }
-    if (json_is_false(s)) return jfail(c, "schema 'false' at %s accepts nothing", ptr);
+    if (json_is_false(s)) { /* an optional property or anyOf branch of it is left out */
+        snprintf(c->empty, sizeof c->empty, "schema 'false' at %s accepts nothing", ptr);
+        return JSC_EMPTY;
+    }
     if (!json_is_object(s)) return jfail(c, "a schema must be an object or a boolean at %s", ptr);
     if (++c->depth > JSC_MAX_DEPTH) return jfail(c, "schema nested too deeply at %s", ptr);
     const char *k;

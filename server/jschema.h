@@ -3,8 +3,8 @@
  * response_format json_schema, llama.cpp's top-level json_schema field and tool arguments.
  *
  * Supported: type (every type and unions), properties, required, additionalProperties
- * (false, true, a schema: extra keys only when the object declares no properties; with
- * declared properties only those are generated, which is always valid), patternProperties
+ * (false, true, a schema: beside declared properties, true or a schema lets other keys
+ * follow them; absent, only the declared ones are generated, which is always valid), patternProperties
  * (one pattern, no properties or required keys: only matching keys are generated), items
  * (schema or false; an array is prefixItems, with additionalItems), prefixItems, minItems,
  * maxItems, enum, const, anyOf, oneOf (branches that provably exclude each other, or

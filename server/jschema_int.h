@@ -54,6 +54,11 @@ int jschema_fail(struct jsc *c, const char *fmt, ...) __attribute__((format(prin
 #define jfail(...) jschema_fail(__VA_ARGS__)
 /* *out = s[k] when present: a non-negative integer (else an error naming k). 0 or -1. */
 int jschema_count(struct jsc *c, json_t *s, const char *k, long long *out, const char *ptr);
+/* A new rule NAME-id ::= body; returns id. */
+int jschema_add_rule(struct jsc *c, const struct jsc_buf *body);
+/* The rule of a JSON string (quotes included) that is none of keys[0..n) and has no
+ * escapes (so its text is its value); its id or -1. */
+int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n);
 /* The body of a string / integer / number schema, appended to b. 0 or -1. */
 int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);

@@ -6,7 +6,7 @@
  *  - type: the intersection (integer within number); none left is an error;
  *  - properties / additionalProperties / required: every key named by either side gets the
  *    intersection of what each side says of it (its property schema, else that side's
- *    additionalProperties); a key one side forbids (false) is dropped, and if it is required
+ *    additionalProperties); a key one side forbids becomes false (never written), and if it is required
  *    the schemas have no common object; additionalProperties is the intersection of both;
  *    required is the union;
  *  - minLength / minItems / minimum / exclusiveMinimum: the larger; the max* ones: the
@@ -192,7 +192,7 @@ static int merge_object(struct jsm *m, json_t *a, json_t *b, json_t *out) {
             if (!sb) sb = ab ? ab : json_true();
             if (json_is_false(sa) || json_is_false(sb)) {
                 dropped = 1;
-                json_object_set_new(props, k, json_false()); /* marked; removed below */
+                json_object_set_new(props, k, json_false()); /* never written */
                 continue;
             }
             json_t *r = json_is_true(sa) ? json_incref(sb) : json_is_true(sb) ? json_incref(sa) : merge2(m, sa, sb);
@@ -232,19 +232,9 @@ static int merge_object(struct jsm *m, json_t *a, json_t *b, json_t *out) {
                          : merge2(m, aa, ab);
     else if (aa || ab) addl = json_incref(aa ? aa : ab);
     if ((aa && ab) && !addl) goto fail;
-    /* A dropped key must stay impossible: the generator writes extra keys only for objects
-     * without declared properties, so that holds unless every property was dropped. */
-    if (dropped) {
-        const char *k;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(props, tmp, k, v) if (json_is_false(v)) json_object_del(props, k);
-        if (json_object_size(props) == 0 && !json_is_false(addl)) {
-            json_decref(addl);
-            jsm_fail(m, "every property forbidden by another part:", "properties");
-            goto fail;
-        }
-    }
+    /* A forbidden key stays in properties as false: the generator never writes it, and
+     * keeps it out of any other keys it writes. */
+    (void)dropped;
     if (pa || pb || json_object_size(props)) json_object_set(out, "properties", props);
     if (json_array_size(req)) json_object_set(out, "required", req);
     if (addl) json_object_set_new(out, "additionalProperties", addl);
@@ -418,15 +408,19 @@ static int excl(json_t *x, json_t *y, int depth) {
     if (disjoint) return 1;
     json_t *px = json_object_get(x, "properties"), *py = json_object_get(y, "properties");
     json_t *rx = json_object_get(x, "required"), *ry = json_object_get(y, "required");
-    int closed = (json_is_object(px) && json_object_size(px) > 0) || json_array_size(rx) > 0 ||
-                 json_is_false(json_object_get(x, "additionalProperties"));
+    /* closed: the generator writes no key beyond x's properties and required keys (it
+     * writes others only with additionalProperties true or a schema beside declared keys,
+     * or when none are declared and additionalProperties is not false) */
+    json_t *ax = json_object_get(x, "additionalProperties");
+    int declared = (json_is_object(px) && json_object_size(px) > 0) || json_array_size(rx) > 0;
+    int closed = !json_object_get(x, "patternProperties") &&
+                 (declared ? !(json_is_true(ax) || json_is_object(ax)) : json_is_false(ax));
     if (!(common & 4u)) return 0;
     /* the keys x writes: its properties and its required keys */
     for (size_t i = 0; closed && i < json_array_size(ry); i++) {
         json_t *k = json_array_get(ry, i);
-        if (json_is_string(k) && !(json_is_object(px) && json_object_get(px, json_string_value(k))) &&
-            !in_array(rx, k))
-            return 1;
+        json_t *sk = json_is_string(k) && json_is_object(px) ? json_object_get(px, json_string_value(k)) : NULL;
+        if (json_is_string(k) && (!sk || json_is_false(sk)) && !in_array(rx, k)) return 1;
     }
     if (!json_is_object(px) || !json_is_object(py)) return 0;
     const char *k;
@@ -495,8 +489,8 @@ static int required_only(json_t *br) {
 }
 
 /* oneOf of required-key sets S_1..S_n: branch i holds when S_i is present and, for every
- * other j, some key of S_j is missing. A missing key is a key taken out of the object's
- * properties (the generator writes no undeclared key), so branch i becomes one alternative
+ * other j, some key of S_j is missing. A missing key is a property set to false (the
+ * generator never writes it, nor lets it in among other keys), so branch i becomes one alternative
  * per choice of a key of S_j \ S_i for each j; none to choose from means branch i can never
  * hold alone, and it is left out. */
 static int one_of_required(struct jsm *m, json_t *alts, json_t *base_rest, json_t *other,
@@ -542,9 +536,8 @@ static int one_of_required(struct jsm *m, json_t *alts, json_t *base_rest, json_
                 if (j == i) continue;
                 json_t *k = json_array_get(choices[j], rem % cnt[j]);
                 rem /= cnt[j];
-                json_object_del(ap, json_string_value(k));
+                json_object_set_new(ap, json_string_value(k), json_false()); /* never written */
             }
-            if (!json_object_size(ap)) json_object_set_new(alt, "additionalProperties", json_false());
             json_array_append_new(list, alt);
         }
         for (size_t j = 0; j < n; j++) json_decref(choices[j]);

@@ -189,3 +189,107 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     return 0;
 }
 
+/* ---- keys that are none of a set ---------------------------------------------------- */
+
+/* UTF-8 s -> code points (at most cap); the count. */
+static int cps_of(const char *s, unsigned *out, int cap) {
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p && n < cap) {
+        unsigned c = *p++;
+        int more = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+        if (more) c &= 0x3F >> more;
+        for (; more && (*p & 0xC0) == 0x80; more--) c = (c << 6) | (*p++ & 0x3F);
+        out[n++] = c;
+    }
+    return n;
+}
+
+#define OK_MAX_CPS 256 /* longer declared keys only exclude their first OK_MAX_CPS chars' node */
+
+struct okey {
+    unsigned cp[OK_MAX_CPS];
+    int n;
+};
+
+static int cmp_okey(const void *a, const void *b) {
+    const struct okey *x = a, *y = b;
+    for (int i = 0; i < x->n && i < y->n; i++)
+        if (x->cp[i] != y->cp[i]) return x->cp[i] < y->cp[i] ? -1 : 1;
+    return x->n - y->n;
+}
+
+/* The rule of the strings that extend the prefix k[lo].cp[0..d) (shared by k[lo..hi)) and
+ * are not among k[lo..hi): a trie node. Characters are the escape-free ones. */
+static int other_node(struct jsc *c, const struct okey *k, int lo, int hi, int d) {
+    struct jsc_buf b = {0};
+    int alts = 0, excl_n = 0;
+    if (!(k[lo].n == d)) { /* the prefix itself is not a key */
+        jsc_buf_add(&b, "\"\"", 2);
+        alts++;
+    }
+    struct jsc_buf excl = {0};
+    for (int i = lo; i < hi;) {
+        if (k[i].n == d) {
+            i++;
+            continue;
+        }
+        unsigned ch = k[i].cp[d];
+        int j = i;
+        while (j < hi && k[j].n > d && k[j].cp[d] == ch) j++;
+        if (ch >= 0x20 && ch != '"' && ch != '\\' && !(ch >= 0xD800 && ch <= 0xDFFF)) {
+            int child = other_node(c, k, i, j, d + 1);
+            if (child < 0) {
+                jsc_buf_free(&b);
+                jsc_buf_free(&excl);
+                return -1;
+            }
+            char u[5] = {0};
+            int m = 0;
+            if (ch < 0x80) u[m++] = (char)ch;
+            else if (ch < 0x800) { u[m++] = (char)(0xC0 | (ch >> 6)); u[m++] = (char)(0x80 | (ch & 63)); }
+            else if (ch < 0x10000) {
+                u[m++] = (char)(0xE0 | (ch >> 12)); u[m++] = (char)(0x80 | ((ch >> 6) & 63));
+                u[m++] = (char)(0x80 | (ch & 63));
+            } else {
+                u[m++] = (char)(0xF0 | (ch >> 18)); u[m++] = (char)(0x80 | ((ch >> 12) & 63));
+                u[m++] = (char)(0x80 | ((ch >> 6) & 63)); u[m++] = (char)(0x80 | (ch & 63));
+            }
+            if (alts++) jsc_buf_add(&b, " | ", 3);
+            jsc_buf_lit(&b, u, (size_t)m);
+            jsc_buf_printf(&b, " %s-%d", c->name, child);
+            jsc_buf_printf(&excl, "\\U%08X", ch);
+            excl_n++;
+        }
+        i = j;
+    }
+    /* any other first character, then anything */
+    if (alts++) jsc_buf_add(&b, " | ", 3);
+    jsc_buf_printf(&b, "[^\"\\\\\\x00-\\x1F%s] [^\"\\\\\\x00-\\x1F]*", excl_n ? excl.p : "");
+    jsc_buf_free(&excl);
+    int id = b.oom ? jfail(c, "schema too large") : jschema_add_rule(c, &b);
+    jsc_buf_free(&b);
+    return id;
+}
+
+int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n) {
+    struct okey *k = calloc((size_t)n + 1, sizeof(*k));
+    if (!k) return jfail(c, "out of memory");
+    for (int i = 0; i < n; i++) {
+        k[i].n = cps_of(keys[i], k[i].cp, OK_MAX_CPS);
+        if (keys[i][0] && k[i].n == OK_MAX_CPS) { /* too long to exclude exactly: refused */
+            free(k);
+            return jfail(c, "unsupported keyword 'additionalProperties' beside a property name "
+                         "over %d characters", OK_MAX_CPS - 1);
+        }
+    }
+    qsort(k, (size_t)n, sizeof(*k), cmp_okey);
+    int body = other_node(c, k, 0, n, 0);
+    free(k);
+    if (body < 0) return -1;
+    struct jsc_buf b = {0};
+    jsc_buf_printf(&b, "\"\\\"\" %s-%d \"\\\"\"", c->name, body);
+    int id = jschema_add_rule(c, &b);
+    jsc_buf_free(&b);
+    return id;
+}

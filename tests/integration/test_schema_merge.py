@@ -105,6 +105,11 @@ CASES = [
     ("pattern_whose_lengths_already_fit",
      {"type": "string", "pattern": "^[0-9]{4}$", "minLength": 4, "maxLength": 4},
      ["2024"], ["202", "20245"]),
+    ("other_keys_after_declared_ones_when_allowed",
+     {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "string"}},
+      "additionalProperties": {"type": "integer"}},
+     [{"a": 1, "ab": "x", "b": 2}, {"a": 1, "abc": 3}, {"b": 1}],
+     [{"a": 1, "ab": 3}, {"a": 1, "b": "s"}, {"ab": "x", "a": 1}]),
     ("format_of_bounded_length_within_max_length",
      {"type": "string", "format": "email", "maxLength": 255}, ["a.b@example.com"], ["ab"]),
     ("optional_property_no_value_satisfies_is_left_out",
@@ -199,7 +204,7 @@ def rand_obj(rng):
     if rng.random() < 0.5:
         s["required"] = rng.sample(KEYS, rng.randint(1, 2))
     if rng.random() < 0.3:
-        s["additionalProperties"] = rng.choice([False, rand_leaf(rng)])
+        s["additionalProperties"] = rng.choice([False, True, rand_leaf(rng)])
     return s
 
 
@@ -255,7 +260,7 @@ def rand_instance(rng, schema):
         return rng.choice(SCALARS)
     props = _props(schema)
     order = list(schema.get("properties", {})) + [k for k in props if k not in
-                                                  schema.get("properties", {})] + KEYS
+                                                  schema.get("properties", {})] + KEYS + ["d"]
     keys = []
     for k in order:
         if k not in keys and rng.random() < 0.6:
