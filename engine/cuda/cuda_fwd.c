@@ -441,6 +441,13 @@ static int cf_fwd_create(const struct be_model *m, const struct be_kv *kv, const
     c->fuse_kv = fk && !strcmp(fk, "1");
     const char *mq = getenv("GEMMAD_CUDA_MMVQ"); /* opt-in: never run on a GPU yet */
     c->mmvq = mq && !strcmp(mq, "1");
+    const char *tk = getenv("GEMMAD_CUDA_TOPK"); /* opt-in: never run on a GPU yet */
+    c->dev_topk = tk && !strcmp(tk, "1");
+    c->kind_tmp = malloc((size_t)c->o.max_logit_rows);
+    if (!c->kind_tmp) {
+        cf_err(err, errlen, "cf_fwd_create: out of memory");
+        goto fail_cuda;
+    }
     for (; c->n_ev < 4; c->n_ev++)
         if (CUDA_CHECK(cudaEventCreate(&c->ev[c->n_ev]))) goto fail_cuda;
 
@@ -520,6 +527,7 @@ fail_host:
 
 static void cf_fwd_destroy(struct cf_fwd *c) {
     if (!c) return;
+    free(c->kind_tmp);
     if (c->stream) cudaStreamSynchronize(c->stream);
     cf_step_free(c);
     if (c->blas) cublasDestroy(c->blas);
@@ -557,7 +565,25 @@ static int cf_be_run(void *b, const struct be_seq *seqs, int n_seqs, float *logi
 static int cf_be_run_rows(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
                           const uint8_t *kind, const float *scale, int32_t *ids,
                           int32_t *topk_id, float *topk_val) {
-    return cf_fwd_run(b, seqs, n_seqs, logits, kind, scale, ids, topk_id, topk_val);
+    struct cf_fwd *c = b;
+    int n_rows = 0, n_topk = 0;
+    for (int s = 0; s < n_seqs; s++)
+        n_rows += seqs[s].logits == BE_LOGITS_ALL ? seqs[s].n_tokens
+                  : seqs[s].logits == BE_LOGITS_LAST ? 1 : 0;
+    if (n_rows > c->o.max_logit_rows) return BE_EINVAL;
+    for (int r = 0; r < n_rows; r++) n_topk += kind[r] == BE_ROW_TOPK;
+    if (c->dev_topk || n_topk == 0)
+        return cf_fwd_run(c, seqs, n_seqs, logits, kind, scale, ids, topk_id, topk_val);
+    /* the device kernel is opt-in: top-k rows come back whole, candidates taken here */
+    for (int r = 0; r < n_rows; r++) c->kind_tmp[r] = kind[r] == BE_ROW_TOPK ? BE_ROW_FULL : kind[r];
+    int st = cf_fwd_run(c, seqs, n_seqs, logits, c->kind_tmp, scale, ids, NULL, NULL);
+    if (st != BE_OK) return st;
+    const int V = c->m->n_vocab;
+    for (int r = 0; r < n_rows; r++)
+        if (kind[r] == BE_ROW_TOPK)
+            be_topk_row(logits + (size_t)r * V, V, scale[r], topk_id + (size_t)r * BE_TOPK_MAX,
+                        topk_val + (size_t)r * BE_TOPK_MAX);
+    return BE_OK;
 }
 
 static int cf_be_set_tap(void *b, be_tap_fn fn, void *user) {

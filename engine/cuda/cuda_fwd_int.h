@@ -117,6 +117,11 @@ struct cf_fwd {
     /* 1 with GEMMAD_CUDA_MMVQ=1 at creation: steps of <= CF_MMVQ_MAX_ROWS rows run the
      * matmuls of cf_mmvq_supported weight types on int8 activations (cuda_mmvq.h). */
     int mmvq;
+    /* 1 with GEMMAD_CUDA_TOPK=1 at creation: top-k rows' candidates from cf_topk_rows on
+     * the device (never ran on a GPU); else the rows come back whole and the candidates are
+     * taken on the host (be_topk_row), kind_tmp holding the step's kinds with TOPK as FULL */
+    int dev_topk;
+    uint8_t *kind_tmp; /* host [max_logit_rows] */
 
     be_tap_fn tap; /* debugging hook (cf_fwd_set_tap) */
     void *tap_user;

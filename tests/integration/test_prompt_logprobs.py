@@ -135,13 +135,30 @@ def test_logprobs_bounds(server, model_id):
 # target itself is met.
 PPL_TARGET = 0.01       # issue #14's bound on |ppl_gemmad / ppl_llama.cpp - 1|
 PPL_MARGIN = 0.005      # added to llama.cpp's own ubatch-1 vs ubatch-512 spread
+# The reference was made with llama.cpp's AVX-512 kernels. On a CPU without AVX-512 gemmad
+# runs its AVX2 kernels, whose rounding differs, and so does llama.cpp's own AVX2 build:
+# measured on a 2-core AMD EPYC without AVX-512 (2026-12-05), llama.cpp's AVX2 perplexity is
+# 2.3772 (ubatch 512) / 2.3659 (ubatch 1) against the reference's 2.3421 (+1.5%), and gemmad's
+# AVX2 one 2.2824 (-2.55%; its AVX-512 one is 2.3170), with per-token mean |d| 0.167 and max
+# 2.22, inside llama.cpp's own 0.185 and 2.33. That cross-ISA move is added to the bound there.
+ISA_SPREAD = 0.015
 ROW_MEAN_FACTOR = 1.25  # per-token mean |d| may be this many times llama.cpp's own
 ROW_MAX_FACTOR = 2.0    # and the worst single token this many times llama.cpp's own worst
 
 
-def compare_with_llama_cpp(lps, pp):
+def host_has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(ln.startswith("flags") and " avx512f" in ln for ln in f)
+    except OSError:
+        return True
+
+
+def compare_with_llama_cpp(lps, pp, source=None):
     """gemmad's token_logprobs (None first) against llama.cpp's reference pp. Returns
-    (numbers, failures): failures is empty when lps is within llama.cpp's own spread."""
+    (numbers, failures): failures is empty when lps is within llama.cpp's own spread.
+    source: the reference's "source" line; when it names another instruction-set class
+    (AVX-512 or not) than this host's, ISA_SPREAD is added to the perplexity bound."""
     ref = pp["token_logprobs"]
     one = pp["ubatch1"]["token_logprobs"]
     fails = []
@@ -155,9 +172,11 @@ def compare_with_llama_cpp(lps, pp):
     d_self = [abs(x - y) for x, y in zip(one[1:], ref[1:])]
     num = {"ppl": ppl, "ratio": ratio, "spread": spread, "mean_d": sum(d_gm) / n,
            "mean_d_self": sum(d_self) / n, "max_d": max(d_gm), "max_d_self": max(d_self)}
-    if abs(ratio - 1) > spread + PPL_MARGIN:
-        fails.append("perplexity ratio %.4f outside llama.cpp's own spread %.4f + %.3f"
-                     % (ratio, spread, PPL_MARGIN))
+    isa = ISA_SPREAD if source is not None and ("AVX-512" in source) != host_has_avx512() else 0
+    if abs(ratio - 1) > spread + PPL_MARGIN + isa:
+        fails.append("perplexity ratio %.4f outside llama.cpp's own spread %.4f + %.3f%s"
+                     % (ratio, spread, PPL_MARGIN,
+                        " + %.3f (AVX2 host, AVX-512 reference)" % isa if isa else ""))
     if num["mean_d"] > ROW_MEAN_FACTOR * num["mean_d_self"]:
         fails.append("mean per-token |d| %.4f > %.2f x llama.cpp's own %.4f"
                      % (num["mean_d"], ROW_MEAN_FACTOR, num["mean_d_self"]))
@@ -206,7 +225,7 @@ def test_perplexity_matches_llama_cpp(server, model_id):
     assert "ubatch1" in pp, "reference.json predates the ubatch-1 spread; regenerate it"
     j = score(server, model_id, pp["tokens"], k=1)
     lps = j["choices"][0]["logprobs"]["token_logprobs"]
-    num, fails = compare_with_llama_cpp(lps, pp)
+    num, fails = compare_with_llama_cpp(lps, pp, ref.get("source", ""))
     if num:
         target = abs(num["ratio"] - 1) < PPL_TARGET
         print("perplexity: gemmad %.4f, llama.cpp %.4f (%s), ratio %.4f over %d tokens; "

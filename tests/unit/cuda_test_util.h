@@ -147,9 +147,11 @@ static inline void cu_each_synthetic(void (*fn)(struct model *m)) {
  * graphs) and as the same steps run kernel by kernel (GEMMAD_CUDA_GRAPHS=0 at create); each
  * step says whether it replayed a graph. Tokens are fixed (no sampling), so the runs see the
  * same inputs. A fourth run asks (fwd_run_rows) for sequence 0 as a greedy id, sequence 2 as
- * top-k candidates at scale 1/0.7: the id is the first argmax of the first run's row, the
- * candidates are be_topk_row's of it, both rows are left alone, and sequence 1's row comes
- * back with the same bits (id -1).
+ * top-k candidates at scale 1/0.7, with the device top-k on (GEMMAD_CUDA_TOPK=1): the id is
+ * the first argmax of the first run's row, the candidates are be_topk_row's of it, both rows
+ * are left alone, and sequence 1's row comes back with the same bits (id -1). A fifth run is
+ * the fourth with the device top-k off (the default): the top-k row comes back whole and the
+ * candidates, taken on the host, are the same.
  */
 static inline void cu_graph_decode_check(struct model *m) {
     enum { S = 3, NP = 12, ND = 3, BS = 16, NB = 2 };
@@ -163,18 +165,19 @@ static inline void cu_graph_decode_check(struct model *m) {
                                : (int32_t)((977u * (uint32_t)i + 131u * (uint32_t)s) %
                                            (uint32_t)(m->cfg.n_vocab - 10)) +
                                      5;
-    float *out[4];
-    int32_t gid[ND][S];
+    float *out[5];
+    int32_t gid[2][ND][S];
     const uint8_t greedy[S] = {FWD_ROW_GREEDY, FWD_ROW_FULL, FWD_ROW_TOPK};
     const float scale[S] = {0, 0, 1.0f / 0.7f};
-    int32_t tk_id[ND][S * FWD_TOPK_MAX], want_id[BE_TOPK_MAX];
-    float tk_val[ND][S * FWD_TOPK_MAX], want_val[BE_TOPK_MAX];
-    for (int k = 0; k < 4; k++)
+    static int32_t tk_id[2][ND][S * FWD_TOPK_MAX], want_id[BE_TOPK_MAX];
+    static float tk_val[2][ND][S * FWD_TOPK_MAX], want_val[BE_TOPK_MAX];
+    for (int k = 0; k < 5; k++)
         out[k] = cu_xmalloc((size_t)ND * S * V * 4);
     for (size_t i = 0; i < (size_t)ND * S * V; i++)
-        out[3][i] = -7.0f; /* what greedy rows must leave as it is */
-    /* 0 graphs together, 1 graphs alone, 2 no graphs, 3 graphs together with greedy ids */
-    for (int mode = 0; mode < 4; mode++) {
+        out[3][i] = out[4][i] = -7.0f; /* what greedy rows must leave as it is */
+    /* 0 graphs together, 1 graphs alone, 2 no graphs, 3 graphs together with greedy ids and
+     * top-k on the device (GEMMAD_CUDA_TOPK=1), 4 the same with top-k taken on the host */
+    for (int mode = 0; mode < 5; mode++) {
         struct kvstore_pool *kv = NULL;
         struct fwd_ctx *f = NULL;
         char err[512];
@@ -187,8 +190,10 @@ static inline void cu_graph_decode_check(struct model *m) {
                                    .device = FWD_DEVICE_CUDA,
                                    .deterministic = 1};
         if (mode == 2) setenv("GEMMAD_CUDA_GRAPHS", "0", 1);
+        if (mode == 3) setenv("GEMMAD_CUDA_TOPK", "1", 1);
         const int rc = fwd_create(m, kv, &o, &f, err, sizeof err);
         unsetenv("GEMMAD_CUDA_GRAPHS");
+        unsetenv("GEMMAD_CUDA_TOPK");
         T_ASSERTF(rc == 0, "fwd_create (CUDA): %s", err);
         struct kvstore_seq ks[S];
         struct fwd_seq qs[S];
@@ -212,9 +217,10 @@ static inline void cu_graph_decode_check(struct model *m) {
                     T_ASSERT(fwd_last_step_times(f, &st) == 0);
                     T_ASSERTF(st.graph == 1, "a one-row decode step did not replay a graph");
                 }
-            } else if (mode == 3) {
-                T_ASSERT(fwd_run_rows(f, qs, S, lg, greedy, scale, gid[t], tk_id[t], tk_val[t]) ==
-                         FWD_OK);
+            } else if (mode >= 3) {
+                const int p = mode - 3;
+                T_ASSERT(fwd_run_rows(f, qs, S, lg, greedy, scale, gid[p][t], tk_id[p][t],
+                                      tk_val[p][t]) == FWD_OK);
                 T_ASSERT(fwd_last_step_times(f, &st) == 0);
                 T_ASSERTF(st.graph == 1, "a greedy decode step did not replay a graph");
             } else {
@@ -230,21 +236,32 @@ static inline void cu_graph_decode_check(struct model *m) {
               "a padded 3-sequence graph differs from one-sequence graphs");
     T_ASSERTF(memcmp(out[0], out[2], (size_t)ND * S * V * 4) == 0,
               "graph replays differ from the kernels run one by one");
+    for (int p = 0; p < 2; p++)
     for (int t = 0; t < ND; t++)
         for (int s = 0; s < S; s++) {
-            const float *ref = out[0] + ((size_t)t * S + s) * V, *got = out[3] + ((size_t)t * S + s) * V;
+            const float *ref = out[0] + ((size_t)t * S + s) * V;
+            const float *got = out[3 + p] + ((size_t)t * S + s) * V;
+            if (greedy[s] == FWD_ROW_TOPK && p == 1) { /* host top-k: the row came back whole */
+                T_ASSERTF(gid[p][t][s] == -1, "step %d seq %d: id for a top-k row", t, s);
+                T_ASSERTF(memcmp(ref, got, V * 4) == 0, "step %d seq %d: top-k row differs", t, s);
+                be_topk_row(ref, (int)V, scale[s], want_id, want_val);
+                T_ASSERTF(memcmp(want_id, tk_id[p][t] + s * FWD_TOPK_MAX, sizeof want_id) == 0 &&
+                              memcmp(want_val, tk_val[p][t] + s * FWD_TOPK_MAX, sizeof want_val) == 0,
+                          "step %d seq %d: host top-k candidates differ", t, s);
+                continue;
+            }
             if (greedy[s] == FWD_ROW_FULL) {
-                T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a full row", t, s, gid[t][s]);
+                T_ASSERTF(gid[p][t][s] == -1, "step %d seq %d: id %d for a full row", t, s, gid[p][t][s]);
                 T_ASSERTF(memcmp(ref, got, V * 4) == 0, "step %d seq %d: full row differs", t, s);
                 continue;
             }
             for (size_t i = 0; i < V; i++)
                 T_ASSERTF(got[i] == -7.0f, "step %d seq %d: a reduced row was written", t, s);
             if (greedy[s] == FWD_ROW_TOPK) {
-                T_ASSERTF(gid[t][s] == -1, "step %d seq %d: id %d for a top-k row", t, s, gid[t][s]);
+                T_ASSERTF(gid[p][t][s] == -1, "step %d seq %d: id %d for a top-k row", t, s, gid[p][t][s]);
                 be_topk_row(ref, (int)V, scale[s], want_id, want_val);
-                T_ASSERTF(memcmp(want_id, tk_id[t] + s * FWD_TOPK_MAX, sizeof want_id) == 0 &&
-                              memcmp(want_val, tk_val[t] + s * FWD_TOPK_MAX, sizeof want_val) == 0,
+                T_ASSERTF(memcmp(want_id, tk_id[p][t] + s * FWD_TOPK_MAX, sizeof want_id) == 0 &&
+                              memcmp(want_val, tk_val[p][t] + s * FWD_TOPK_MAX, sizeof want_val) == 0,
                           "step %d seq %d: top-k candidates differ from the host's", t, s);
                 T_ASSERT(want_id[0] >= 0 && want_id[FWD_TOPK_MAX - 1] >= 0);
                 continue;
@@ -252,10 +269,10 @@ static inline void cu_graph_decode_check(struct model *m) {
             int32_t want = 0;
             for (size_t i = 1; i < V; i++)
                 if (ref[i] > ref[want]) want = (int32_t)i;
-            T_ASSERTF(gid[t][s] == want, "step %d seq %d: greedy id %d, argmax %d", t, s,
-                      gid[t][s], want);
+            T_ASSERTF(gid[p][t][s] == want, "step %d seq %d: greedy id %d, argmax %d", t, s,
+                      gid[p][t][s], want);
         }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         free(out[k]);
 }
 
