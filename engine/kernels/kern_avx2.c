@@ -1,6 +1,7 @@
 /*
  * kern_avx2 — AVX2 + FMA + F16C kernels: activation quantization (Q8_0, Q8_K, F16), dot
- * products and gemm tiles for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 and BF16 weights.
+ * products and gemm tiles for Q4_0, Q5_0, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K, F16 and BF16
+ * weights (Q4_1, Q5_1, Q2_K and Q3_K: kern_lowbit_avx2.c, registered from here).
  *
  * The kernels are the inline tiles of kern_x86.h instantiated for fixed shapes; vec_dot is
  * the 1x1 tile, so gemm and vec_dot agree bit for bit (see kern_impl.h). Registered by
@@ -48,6 +49,7 @@ KA_CHECK_S(KA_Q8F_BATCH);
 KA_DEFINE_Q8F(q4_0, KX_Q4_0)
 KA_DEFINE_Q8F(q5_0, KX_Q5_0)
 KA_DEFINE_Q8F(q8_0, KX_Q8_0)
+KA_DEFINE_Q8F(iq4_nl, KX_IQ4_NL)
 KX_DEFINE_S(ka, q4_K, kx_tile_kq, KX_Q4_K, KA_KQ_SHAPE)
 KX_DEFINE_S(ka, q5_K, kx_tile_kq, KX_Q5_K, KA_KQ_SHAPE)
 KX_DEFINE_S(ka, q6_K, kx_tile_kq, KX_Q6_K, KA_KQ_SHAPE)
@@ -75,9 +77,11 @@ void kern_register_avx2(struct kern_ops *ops) {
     ka_set(ops, QT_Q4_0, ka_dot_q4_0, ka_gemm_q4_0, ka_quant_q8_0);
     ka_set(ops, QT_Q5_0, ka_dot_q5_0, ka_gemm_q5_0, ka_quant_q8_0);
     ka_set(ops, QT_Q8_0, ka_dot_q8_0, ka_gemm_q8_0, ka_quant_q8_0);
+    ka_set(ops, QT_IQ4_NL, ka_dot_iq4_nl, ka_gemm_iq4_nl, ka_quant_q8_0);
     ka_set(ops, QT_Q4_K, ka_dot_q4_K, ka_gemm_q4_K, ka_quant_q8_K);
     ka_set(ops, QT_Q5_K, ka_dot_q5_K, ka_gemm_q5_K, ka_quant_q8_K);
     ka_set(ops, QT_Q6_K, ka_dot_q6_K, ka_gemm_q6_K, ka_quant_q8_K);
     ka_set(ops, QT_F16, ka_dot_f16, ka_gemm_f16, ka_quant_f16);
     ka_set(ops, QT_BF16, ka_dot_bf16, ka_gemm_bf16, NULL);
+    kern_register_lowbit_avx2(ops);
 }

@@ -79,6 +79,9 @@ struct kern_ops {
  * (-mavx512f/bw/vl/dq/vnni). Called only when the CPU supports that ISA. */
 void kern_register_avx2(struct kern_ops *ops);
 void kern_register_avx512(struct kern_ops *ops);
+/* kern_lowbit_avx2.c: Q4_1, Q5_1, Q2_K, Q3_K (and the Q8_1 activation quantizer); called
+ * by kern_register_avx2. */
+void kern_register_lowbit_avx2(struct kern_ops *ops);
 /* The same with the Q4_0/Q5_0/Q8_0 streaming kernels (1-16 activations) reading
  * stream_rows weight rows side by side (1, or anything else for 4), and with 1 the K-quant
  * batches blocked for Zen 4 (2 x 8 tiles over 8 super-blocks instead of 4 x 4 over 4);

@@ -76,33 +76,56 @@ KX_AI __m256i kx_pack_i32x4(__m256i a, __m256i b, __m256i c, __m256i d) {
     return _mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Q8_0 with the reference's arithmetic (d = amax/127, multiplier 127/amax, round half to
- * even by the default MXCSR mode), so the output equals quant_q8_0_row_ref byte for byte. */
-KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
-    struct block_q8_0 *y = dst;
+/* One block of 32 floats to Q8 with the reference's arithmetic (d = amax/127, multiplier
+ * 127/amax, round half to even by the default MXCSR mode): the 32 bytes into *q, d returned. */
+KX_AI float kx_q8_block(const float *x, __m256i *q) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        KX_UNROLL(8)
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(m, _mm256_and_ps(v[k], absm));
-        }
-        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float amax = _mm_cvtss_f32(m4);
-        const float d = amax / 127;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i q[4];
-        KX_UNROLL(8)
-        for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
-        _mm256_storeu_si256((__m256i *)y[i].qs, kx_pack_i32x4(q[0], q[1], q[2], q[3]));
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    KX_UNROLL(8)
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(m, _mm256_and_ps(v[k], absm));
     }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i qi[4];
+    KX_UNROLL(8)
+    for (int k = 0; k < 4; k++)
+        qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
+    *q = kx_pack_i32x4(qi[0], qi[1], qi[2], qi[3]);
+    return amax / 127;
+}
+
+/* Q8_0 (sum 0) or Q8_1 (sum 1: also s = d * sum of the bytes), equal to
+ * quant_q8_0_row_ref / quant_q8_1_row_ref byte for byte. */
+KX_AI void kx_quant_q8(const float *x, void *dst, int64_t n, const int sum) {
+    const size_t bs = sum ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
+    uint8_t *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, y += bs) {
+        __m256i q;
+        const float d = kx_q8_block(x, &q);
+        const quant_half hd = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(y, &hd, 2);
+        _mm256_storeu_si256((__m256i *)(y + bs - 32), q);
+        if (!sum) continue;
+        /* sum of the signed bytes: SAD of the biased bytes, less 32 * 128 */
+        __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)),
+                                      _mm256_setzero_si256());
+        int64_t s4[4];
+        _mm256_storeu_si256((__m256i *)s4, sad);
+        const int total = (int)(s4[0] + s4[1] + s4[2] + s4[3]) - 32 * 128;
+        const quant_half hs = _cvtss_sh(d * (float)total, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(y + 2, &hs, 2);
+    }
+}
+
+KX_AI void kx_quant_q8_0(const float *x, void *dst, int64_t n) {
+    kx_quant_q8(x, dst, n, 0);
 }
 
 /* Q8_K exactly as quant_q8_K_row_ref: the signed value of largest magnitude (first one on
@@ -166,14 +189,15 @@ KX_AI void kx_quant_f16(const float *x, void *dst, int64_t n) {
         y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-/* ---- Q4_0 / Q5_0 / Q8_0 weights x Q8_0 activations ------------------------------------- */
+/* ---- Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights x Q8_0 activations ---------------------------- */
 
-enum kx_q8f { KX_Q4_0, KX_Q5_0, KX_Q8_0 };
+enum kx_q8f { KX_Q4_0, KX_Q5_0, KX_Q8_0, KX_IQ4_NL };
 
 KX_AI size_t kx_q8f_size(enum kx_q8f k) {
-    return k == KX_Q4_0   ? sizeof(struct block_q4_0)
-           : k == KX_Q5_0 ? sizeof(struct block_q5_0)
-                          : sizeof(struct block_q8_0);
+    return k == KX_Q4_0    ? sizeof(struct block_q4_0)
+           : k == KX_Q5_0  ? sizeof(struct block_q5_0)
+           : k == KX_IQ4_NL ? sizeof(struct block_iq4_nl)
+                           : sizeof(struct block_q8_0);
 }
 
 /* One weight block as 32 signed int8 in element order, plus its scale. */
@@ -190,6 +214,17 @@ KX_AI __m256i kx_q8f_load(enum kx_q8f k, const uint8_t *p, float *d) {
         __m256i v =
             _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
         return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    }
+    if (k == KX_IQ4_NL) { /* the nibbles index IQ4_NL's 16 levels (-127..113: |w| <= 127) */
+        const struct block_iq4_nl *b = (const void *)p;
+        *d = kx_h2f(b->d);
+        const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
+                                             38, 53, 69, 89, 113, -127, -104, -83, -65, -49, -35,
+                                             -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+        __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+        __m256i v =
+            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+        return _mm256_shuffle_epi8(lut, v);
     }
     const struct block_q5_0 *b = (const void *)p;
     *d = kx_h2f(b->d);
@@ -375,6 +410,17 @@ static const char kx_k4_shuf[8][32] __attribute__((aligned(32))) = {
     {KX_W8(4), KX_W8(4)}, {KX_W8(5), KX_W8(5)}, {KX_W8(6), KX_W8(6)}, {KX_W8(7), KX_W8(7)},
 };
 
+/* 16 int16 sub-block scales (16 elements each) to the maddubs lanes of the 8 chunks of 32
+ * elements: chunk j covers sub-blocks 2j (low 128-bit lane) and 2j+1 (high lane). */
+KX_AI void kx_spread16(__m256i s16, __m256i sc[8]) {
+    const __m256i both = _mm256_permute4x64_epi64(s16, 0x44); /* s0..7 | s0..7 */
+    const __m256i bhi = _mm256_permute4x64_epi64(s16, 0xEE);  /* s8..15 | s8..15 */
+    KX_UNROLL(8)
+    for (int j = 0; j < 8; j++)
+        sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi,
+                                    _mm256_load_si256((const __m256i *)kx_q6_shuf[j]));
+}
+
 /* One super-block unpacked: 256 unsigned values in element order (32 per vector), the
  * int16 scale of each element pair's sub-block per vector, and the correction terms. */
 struct kx_kblk {
@@ -420,13 +466,7 @@ KX_AI void kx_kq_unpack_x(enum kx_kq k, const uint8_t *p, struct kx_kblk *o, int
         o->dmin = 0.0f;
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         o->sc16 = s16;
-        /* q[j] covers sub-blocks 2j (low 128-bit lane) and 2j+1 (high lane). */
-        const __m256i both = _mm256_permute4x64_epi64(s16, 0x44); /* s0..7 | s0..7 */
-        const __m256i bhi = _mm256_permute4x64_epi64(s16, 0xEE);  /* s8..15 | s8..15 */
-        KX_UNROLL(8)
-        for (int j = 0; j < 8; j++)
-            o->sc[j] = _mm256_shuffle_epi8(j < 4 ? both : bhi,
-                                           _mm256_load_si256((const __m256i *)kx_q6_shuf[j]));
+        kx_spread16(s16, o->sc);
         o->mins = _mm_setzero_si128();
         KX_UNROLL(8)
         for (int h = 0; h < 2; h++) {

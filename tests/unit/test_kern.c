@@ -71,11 +71,20 @@ static void rnd_weights(uint32_t t, uint8_t *w, int64_t n) {
         case QT_Q4_0:
         case QT_Q5_0:
         case QT_Q8_0:
+        case QT_IQ4_NL:
             memcpy(p, h, 2);
             break;
+        case QT_Q4_1:
+        case QT_Q5_1:
         case QT_Q4_K:
         case QT_Q5_K:
             memcpy(p, h, 4);
+            break;
+        case QT_Q2_K:
+            memcpy(p + offsetof(struct block_q2_K, d), h, 4);
+            break;
+        case QT_Q3_K:
+            memcpy(p + offsetof(struct block_q3_K, d), h, 2);
             break;
         case QT_Q6_K:
             memcpy(p + offsetof(struct block_q6_K, d), h, 2);
@@ -109,8 +118,9 @@ static void act_values(uint32_t act, const void *src, float *dst, int64_t n) {
 
 /* ---- the kernel tables under test ------------------------------------------------------- */
 
-static const uint32_t k_types[] = {QT_Q4_0, QT_Q5_0, QT_Q8_0, QT_Q4_K,
-                                   QT_Q5_K, QT_Q6_K, QT_F16,  QT_BF16};
+static const uint32_t k_types[] = {QT_Q4_0, QT_Q5_0, QT_Q8_0, QT_Q4_K, QT_Q5_K, QT_Q6_K,
+                                   QT_F16,  QT_BF16, QT_Q4_1, QT_Q5_1, QT_IQ4_NL, QT_Q2_K,
+                                   QT_Q3_K};
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
 /* AVX-512 streaming rows for isa_ops (0: the CPU's choice, kern_avx512_stream_rows). */
@@ -145,16 +155,23 @@ static void check_quant(enum kern_isa isa, uint32_t wt) {
         const size_t bytes = quant_row_size(act, n);
         T_ASSERT(quant_act_row_ref(act, x, q_ref, n) == 0);
         ops.t[wt].quant_act(x, q_simd, n);
-        if (act == QT_Q8_0) {
-            const struct block_q8_0 *a = (const void *)q_ref, *b = (const void *)q_simd;
+        if (act == QT_Q8_0 || act == QT_Q8_1) {
+            const size_t bsz = quant_row_size(act, 32), qo = act == QT_Q8_1 ? 4 : 2;
             for (int64_t i = 0; i < n / 32; i++) {
-                T_ASSERTF(a[i].d == b[i].d, "block %lld: d %04x vs %04x", (long long)i, a[i].d,
-                          b[i].d);
+                const uint8_t *pa = q_ref + (size_t)i * bsz, *pb = q_simd + (size_t)i * bsz;
+                quant_half da, db;
+                memcpy(&da, pa, 2);
+                memcpy(&db, pb, 2);
+                T_ASSERTF(da == db, "block %lld: d %04x vs %04x", (long long)i, da, db);
+                const int8_t *qa = (const int8_t *)(pa + qo), *qb = (const int8_t *)(pb + qo);
                 for (int j = 0; j < 32; j++) {
-                    int dq = a[i].qs[j] - b[i].qs[j];
-                    T_ASSERTF(dq >= -1 && dq <= 1, "q[%d] %d vs %d", j, a[i].qs[j], b[i].qs[j]);
+                    int dq = qa[j] - qb[j];
+                    T_ASSERTF(dq >= -1 && dq <= 1, "q[%d] %d vs %d", j, qa[j], qb[j]);
                     diffs += dq != 0;
                 }
+                if (act == QT_Q8_1 && memcmp(qa, qb, 32) == 0) /* same bytes: same s */
+                    T_ASSERTF(memcmp(pa + 2, pb + 2, 2) == 0, "block %lld: s differs",
+                              (long long)i);
             }
         } else if (act == QT_Q8_K) {
             const struct block_q8_K *a = (const void *)q_ref, *b = (const void *)q_simd;
@@ -328,6 +345,9 @@ static void test_avx2_quant_q8_K(void) {
 static void test_avx2_quant_f16(void) {
     check_quant(KERN_ISA_AVX2, QT_F16);
 }
+static void test_avx2_quant_q8_1(void) {
+    check_quant(KERN_ISA_AVX2, QT_Q4_1);
+}
 static void test_avx2_vec_dot(void) {
     check_dots(KERN_ISA_AVX2);
 }
@@ -421,6 +441,7 @@ int main(int argc, char **argv) {
         T_CASE(test_avx2_quant_q8_0),
         T_CASE(test_avx2_quant_q8_K),
         T_CASE(test_avx2_quant_f16),
+        T_CASE(test_avx2_quant_q8_1),
         T_CASE(test_avx2_vec_dot),
         T_CASE(test_avx2_gemm_bitexact),
         T_CASE(test_avx512_quant_q8_0),
