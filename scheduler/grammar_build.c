@@ -257,27 +257,9 @@ int gram_emit_class(struct bld *b, int rule, struct cp_range *r, int n, int nega
         int si = add_set(b, &ascii);
         if (si < 0 || gram_push(b, h, GE_SET, (uint32_t)si)) return -1;
     }
-    /* Every non-ASCII code point (negated classes such as a JSON string's): three
-     * alternatives by sequence length instead of eight exact ones. The looser form also takes
-     * overlong forms and surrogates; text is decoded with invalid UTF-8 replaced (U+FFFD),
-     * and no valid UTF-8 string is accepted that the exact form would reject. */
-    int all = 0;
-    for (int i = 0; i < n; i++)
-        if (u[i].lo <= 0x80 && u[i].hi >= 0x10ffff) all = 1;
-    for (int i = 0; i + 1 < n && !all; i++)
-        if (u[i].lo <= 0x80 && u[i].hi >= 0xd7ff && u[i + 1].lo <= 0xe000 && u[i + 1].hi >= 0x10ffff)
-            all = 1;
-    if (all) {
-        static const uint8_t lead[3][2] = {{0xc2, 0xdf}, {0xe0, 0xef}, {0xf0, 0xf4}};
-        for (int k = 0; k < 3; k++) {
-            if (b->rules[h].n > 0 && gram_push(b, h, GE_ALT, 0)) return -1;
-            if (gram_push_range(b, h, lead[k][0], lead[k][1])) return -1;
-            for (int c = 0; c <= k; c++)
-                if (gram_push_range(b, h, 0x80, 0xbf)) return -1;
-        }
-        if (gram_push(b, h, GE_END, 0)) return -1;
-        return gram_push(b, rule, GE_REF, (uint32_t)h);
-    }
+    /* Non-ASCII code points as exact UTF-8 (utf8_split): no overlong form, surrogate or
+     * code point past U+10FFFF, so each match is one code point of valid UTF-8 (a looser
+     * lead-byte form would let three bytes decode to three U+FFFD and break maxLength). */
     for (int i = 0; i < n; i++) {
         uint32_t lo = u[i].lo < 0x80 ? 0x80 : u[i].lo, hi = u[i].hi;
         if (hi < 0x80) continue;

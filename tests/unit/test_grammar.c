@@ -109,9 +109,21 @@ static void test_match_utf8(void) {
     T_ASSERT(accepts(g, x, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "a")); /* é € 😀 */
     T_ASSERT(!accepts(g, x, "\xc3" "a"));          /* broken sequence */
     T_ASSERT(!accepts(g, x, "ba\xc3\xa9"));
+    /* every class is exact UTF-8, the complete one too: no surrogate, no overlong form, nothing
+     * past U+10FFFF (each would decode to several U+FFFD and break a length bound) */
+    T_ASSERT(accepts(g, x, "\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf" "a")); /* U+D7FF U+E000 U+10FFFF */
+    T_ASSERT(!accepts(g, x, "\xed\xa0\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xe0\x80\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xe0\x9f\xbf" "a"));
+    T_ASSERT(!accepts(g, x, "\xf0\x80\x80\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xf4\x90\x80\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xc1\xbf" "a"));
     gram_unref(g);
-    /* a class that is not every non-ASCII code point is exact UTF-8: no surrogates, no
-     * overlong forms (the complete one takes any well-formed lead/continuation shape) */
+    g = compile("root ::= . \"a\"\n");
+    T_ASSERT(accepts(g, x, "\xf0\x9f\x98\x80" "a"));
+    T_ASSERT(!accepts(g, x, "\xe0\x80\x80" "a"));
+    gram_unref(g);
+    /* a class that is not every non-ASCII code point is exact UTF-8 as well */
     g = compile("root ::= [^a\\u00e9]* \"a\"\n");
     T_ASSERT(accepts(g, x, "\xc3\xa8" "a"));
     T_ASSERT(!accepts(g, x, "\xc3\xa9" "a"));
