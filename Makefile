@@ -48,6 +48,16 @@ LDFLAGS += -fsanitize=$(SAN)
 endif
 LDLIBS := -lmicrohttpd -ljansson -luv -lm -lpthread
 
+# OpenBLAS for batches against F32 / F16 / BF16 weights (engine/kernels/kern_blas.c), when
+# pkg-config finds it (deploy/setup-deps.sh installs libopenblas-dev); BLAS=0 builds without
+# (the half-precision kernels then take every batch).
+BLAS ?= $(shell pkg-config --exists openblas 2>/dev/null && echo 1 || echo 0)
+ifeq ($(BLAS),1)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas) -DGEMMAD_BLAS=1
+BLAS_LIBS := $(shell pkg-config --libs openblas)
+LDLIBS += $(BLAS_LIBS)
+endif
+
 # Per-instruction-set kernel files get their own flags; dispatch happens at run time.
 ISA_AVX2 := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
@@ -62,7 +72,7 @@ LIB_SRC := $(BASE_SRC) $(ENGINE_SRC) $(SCHED_SRC) $(CONFIG_SRC) $(SERVER_SRC)
 # The engine alone (base/ + engine/ + kernels, + CUDA): what the GPU check and the tools that
 # never serve link, so a GPU machine needs no libmicrohttpd, jansson or libuv.
 ENGINE_LIB_SRC := $(BASE_SRC) $(ENGINE_SRC)
-ENGINE_LDLIBS := -lm -lpthread
+ENGINE_LDLIBS := -lm -lpthread $(BLAS_LIBS)
 
 # CUDA: host glue (engine/cuda/*.c) and kernels (*.cu) only with CUDA=1.
 CUDA_HOME ?= /usr/local/cuda
@@ -113,6 +123,9 @@ endif
 all: $(BINS)
 tests: $(UNIT_BIN)
 gpu-check-bins: $(GPU_CHECK_BINS)
+
+# Before the generic include path, so that OpenBLAS's cblas.h is the one found.
+$(BUILD)/obj/engine/kernels/kern_blas.o: CFLAGS := $(BLAS_CFLAGS) $(CFLAGS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

@@ -109,7 +109,8 @@ static const struct cfg_opt cfg_opts[] = {
     {"session_ttl_s", CFG_DBL, OFF(session_ttl_s), 0, 0, 86400 * 7, NULL,
      "seconds a finished session's KV blocks stay warm"},
     {"deterministic", CFG_BOOL, OFF(deterministic), 0, 0, 1, NULL,
-     "batch- and thread-invariant results on CUDA too (no cuBLAS); CPU always is (1/0)"},
+     "batch- and thread-invariant results: no cuBLAS on CUDA, no OpenBLAS for F32/F16/BF16 "
+     "weights on the CPU (1/0)"},
     {"speculative", CFG_INT, OFF(speculative), 0, 0, 2, NULL,
      "speculative decoding by prompt lookup, output unchanged: 0 off, 1 when it pays "
      "(measured), 2 always"},

@@ -18,10 +18,10 @@
 set -eu -o pipefail
 cd "$(dirname "$0")/.."
 
-RUNTIME_DEBS="libmicrohttpd12 libjansson4 libuv1 tini"
-BUILD_DEBS="gcc make libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev"
+RUNTIME_DEBS="libmicrohttpd12 libjansson4 libuv1 libopenblas0-pthread tini"
+BUILD_DEBS="gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev"
 # The libraries the binaries may name (DT_NEEDED): the runtime packages' and libc's.
-ALLOWED_LIBS="libmicrohttpd libjansson libuv libm libc libpthread libdl"
+ALLOWED_LIBS="libmicrohttpd libjansson libuv libopenblas libm libc libpthread libdl"
 
 case "${1:-}" in
 --runtime-debs) echo "$RUNTIME_DEBS"; exit 0 ;;

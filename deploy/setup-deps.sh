@@ -22,8 +22,9 @@ install_debs() {
 }
 
 # chromium + chromium-driver: the chat page's browser test (tests/integration/test_ui_browser.py).
-install_debs "build and test" "" libmicrohttpd-dev libjansson-dev libuv1-dev make gcc chromium \
-    chromium-driver
+# libopenblas-dev (found through pkg-config): batches against F32/F16/BF16 weights.
+install_debs "build and test" "" libmicrohttpd-dev libjansson-dev libuv1-dev make gcc pkg-config \
+    libopenblas-dev chromium chromium-driver
 # The deployment tests (tests/integration/test_deploy.py, test_fleet.py), without recommends;
 # nothing is started as a service: nginx (the fleet's balancer, run as a plain process on
 # loopback ports), prometheus (for `promtool check metrics`), podman + runc (build and run

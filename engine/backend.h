@@ -146,6 +146,9 @@ struct be_ops {
     int (*run_rows)(void *b, const struct be_seq *seqs, int n_seqs, float *logits,
                     const uint8_t *kind, const float *scale, int32_t *ids, int32_t *topk_id,
                     float *topk_val);
+    /* Optional: 1 when a row's results never depend on the other rows of its step (NULL:
+     * only with be_opts.deterministic). */
+    int (*batch_invariant)(void *b);
 };
 
 /* forward.h's FWD_TOPK_MAX and enum fwd_row. */

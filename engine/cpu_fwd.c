@@ -373,5 +373,11 @@ static int cpu_available(char *why, size_t whylen) {
     return 1;
 }
 
+/* Rows are batch-invariant unless some weight takes the BLAS path (cpu_weights.c). */
+static int cpu_batch_invariant(void *b) {
+    const struct cpu_ctx *c = b;
+    return c->blas_weights == 0;
+}
+
 const struct be_ops be_cpu = {"cpu",       cpu_available, cpu_create, cpu_run, cpu_set_tap,
-                              cpu_destroy, NULL,        NULL,    NULL};
+                              cpu_destroy, NULL,          NULL,       NULL,    cpu_batch_invariant};

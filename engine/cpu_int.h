@@ -93,6 +93,8 @@ struct cpu_ctx {
     } *panels;                  /* [n_panels] panel and plain copies (anonymous mmaps) */
     int n_panels;
     size_t panel_bytes;         /* their total */
+    int blas_weights;           /* weights that may take the BLAS path (kern_weight.blas):
+                                 * F32 / F16 / BF16 matmuls when not deterministic */
 };
 
 /* cpu_weights.c */

@@ -1,7 +1,7 @@
 /*
  * cpu_weights — the model's weights as the CPU backend's matmuls read them (cpu_int.h):
  * Q8_0/Q5_0 weights repacked into panels where the active ISA has a panel kernel
- * (engine/kernels/panel.h) and, for a tied-embedding model, copies of everything else the
+ * (engine/kernels/panel.h), F32/F16/BF16 ones allowed the BLAS path unless deterministic, for a tied-embedding model, copies of everything else the
  * forward pass reads, so the model's file mapping is no longer read. The copies belong to
  * the cpu_ctx; the model itself is never modified.
  */
@@ -40,6 +40,15 @@ static void pack_weight(struct cpu_ctx *c, struct kern_weight *w) {
     const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
     const uintptr_t e = ((uintptr_t)w->data + (uintptr_t)w->n_out * w->row_bytes) & ~(pg - 1);
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Unless deterministic, an unquantized weight's batches may go through BLAS sgemm (faster
+ * from a few dozen rows, but its results depend on the batch: kern.h). */
+static void allow_blas(struct cpu_ctx *c, struct kern_weight *w) {
+    const int half = w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16;
+    if (!w->data || !half || c->o.deterministic || !kern_blas_available()) return;
+    w->blas = 1;
+    c->blas_weights++;
 }
 
 /* Bump allocator over one owned block for the small copies (weights left unpacked, norm
@@ -100,13 +109,16 @@ int cpu_weights_init(struct cpu_ctx *c) {
     c->output = m->output;
     c->output_norm = m->output_norm;
     pack_weight(c, &c->output);
+    allow_blas(c, &c->output);
     for (int l = 0; l < L; l++) {
         struct model_layer_w *w = &c->lw[l];
         *w = m->layer[l];
         struct kern_weight *ws[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->gate,
                                     &w->up, &w->down, &w->inp_gate, &w->proj};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
             pack_weight(c, ws[i]);
+            allow_blas(c, ws[i]);
+        }
     }
     const int detach = c->output.panel && m->tok_embd.data == m->output.data &&
                        cfg->n_embd_pl == 0 && m->gguf && m->gguf->map;
@@ -127,6 +139,11 @@ int cpu_weights_init(struct cpu_ctx *c) {
                 MADV_DONTNEED);
         c->detached = 1;
     }
+    if (c->blas_weights)
+        LOG_I("forward", 0,
+              "%d F32/F16/BF16 weights: batches of %d+ rows (F16: %d+) through OpenBLAS sgemm, "
+              "so rows depend on their batch (--deterministic turns this off)",
+              c->blas_weights, KERN_BLAS_MIN_M, KERN_BLAS_MIN_M_F16);
     if (c->panel_bytes)
         LOG_I("forward", 0, "weights repacked into panels: %.1f MiB%s",
               (double)c->panel_bytes / (1024.0 * 1024.0),

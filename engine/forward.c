@@ -214,6 +214,10 @@ void fwd_destroy(struct fwd_ctx *c) {
 
 enum fwd_device fwd_device(const struct fwd_ctx *c) { return c->dev; }
 
+int fwd_batch_invariant(const struct fwd_ctx *c) {
+    return c->be->batch_invariant ? c->be->batch_invariant(c->b) : c->o.deterministic;
+}
+
 int fwd_device_available(enum fwd_device dev, char *why, size_t whylen) {
     if (dev == FWD_DEVICE_CPU || dev == FWD_DEVICE_AUTO) return be_cpu.available(why, whylen);
     if (!g_cuda) {

@@ -64,6 +64,10 @@ int fwd_create(const struct model *m, struct kvstore_pool *kv, const struct fwd_
                struct fwd_ctx **out, char *err, size_t errlen);
 void fwd_destroy(struct fwd_ctx *c);
 enum fwd_device fwd_device(const struct fwd_ctx *c); /* what actually runs */
+/* 1 when a row's results never depend on what else is in its step: CUDA only with
+ * deterministic; the CPU unless F32/F16/BF16 weights take the BLAS path (not deterministic,
+ * built with OpenBLAS). Speculative decoding is exact only then. */
+int fwd_batch_invariant(const struct fwd_ctx *c);
 /* 1 when a backend for dev can run here (AUTO: always); why gets the reason either way. */
 int fwd_device_available(enum fwd_device dev, char *why, size_t whylen);
 

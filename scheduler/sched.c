@@ -144,8 +144,7 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
     }
     /* Drafts are verified against rows computed in a bigger batch than a plain decode's:
      * exact only where a row's bits do not depend on its batch. */
-    s->spec_on = fwd_device(s->fwd) == FWD_DEVICE_CPU || o->deterministic ? o->speculative
-                                                                          : SPEC_MODE_OFF;
+    s->spec_on = fwd_batch_invariant(s->fwd) ? o->speculative : SPEC_MODE_OFF;
     s->n_smp = fwd_threads(s->fwd);
     s->smp = calloc((size_t)s->n_smp, sizeof(*s->smp));
     if (!s->smp) goto fail_mem;
@@ -203,6 +202,10 @@ int sched_create(const struct model *m, const struct sched_opts *o, struct sched
           "KV pool: %lld FULL blocks + %d SWA blocks of %d positions (%s, %.1f MiB), ring %d",
           n_full, n_swa, bs, kvstore_dtype_name(o->kv_dtype), (double)s->pool->mem_bytes / 1048576.0,
           s->ring);
+    if (o->speculative != SPEC_MODE_OFF && s->spec_on == SPEC_MODE_OFF)
+        LOG_I(SCHED_MOD, 0,
+              "speculative decoding off: rows depend on their batch here (cuBLAS, or OpenBLAS "
+              "for F32/F16/BF16 weights); --deterministic keeps them exact");
     *out = s;
     return SCHED_OK;
 fail_mem:

@@ -244,6 +244,7 @@ struct mm_part {
     size_t a_stride;    /* bytes */
     float *Y;           /* Y[m * ldy + o] */
     int ldy;
+    const float *X;     /* the f32 input (the BLAS path reads it unquantized) */
     int64_t o0, o1; /* output rows to compute */
     int task0;      /* first task of this part (concatenated groups) */
 };
@@ -296,7 +297,17 @@ static inline void mm_prefetch(const uint8_t *p, const uint8_t *end) {
 /* Output rows [r0, r1) for all M activation rows: tiles of KERN_GEMM_MAX_ROWS weight rows
  * (or the whole range for gemm_task kernels), each tile swept over all activations while it
  * is hot in cache (M = 1: see above). */
+static int mm_blas(const struct mm_part *j, int M) {
+    const uint32_t t = j->w->type;
+    return j->w->blas && !j->w->panel &&
+           (t == QT_F16 ? M >= KERN_BLAS_MIN_M_F16
+                        : (t == QT_F32 || t == QT_BF16) && M >= KERN_BLAS_MIN_M);
+}
+
 static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
+    if (mm_blas(j, M) &&
+        kern_blas_rows(j->w, j->ops->dequant, j->X, M, r0, r1, j->Y, j->ldy) == 0)
+        return;
     const int64_t n = j->w->n_in;
     const size_t rb = j->w->row_bytes;
     const uint8_t *wdata = j->w->data;
@@ -426,6 +437,7 @@ static void mm_setup(struct mm_job *j, const struct kern_mm_out *outs, int n_out
         p->a_stride = j->q[k].stride;
         p->Y = outs[i].Y;
         p->ldy = outs[i].ldy;
+        p->X = X;
         p->o0 = 0;
         p->o1 = w->n_out;
     }

@@ -9,7 +9,8 @@
  * (as llama.cpp does), into caller-provided scratch, so nothing here allocates.
  *
  * Deterministic by construction: the result for one activation row never depends on how
- * many rows are in the batch or on the number of threads (fixed per-row reduction order).
+ * many rows are in the batch or on the number of threads (fixed per-row reduction order);
+ * the one exception is a weight whose blas flag its owner set (kern_weight.blas).
  *
  * Threads: kern_init once from the main thread before anything else; the rest is pure and
  * may run on any thread; kern_matmul itself fans out over the given pool.
@@ -49,7 +50,19 @@ struct kern_weight {
     const void *data; /* n_out * row_bytes bytes, read-only (in the mmap) */
     const void *panel; /* NULL, or the same rows repacked by panel_pack (panel.h): then every
                         * matmul of this weight runs the panel kernel (its own fixed order) */
+    int blas;          /* 1: an F32 / F16 / BF16 weight may take BLAS sgemm for batches of
+                        * KERN_BLAS_MIN_M(_F16) rows and more (faster, NOT batch-invariant:
+                        * the CPU backend sets it unless deterministic); 0: never */
 };
+
+/* Fewest activation rows for which a weight with the blas flag goes through sgemm; below,
+ * the half-precision tiles are as fast or faster (tests/bench/bench_kern.c --blas, 640 x 2048,
+ * one thread of a 2-core AMD EPYC with AVX2: F16 ties at 64 rows and wins from 128, BF16
+ * wins from 16; not measured on an AVX-512 host, whose F16 tiles are faster). */
+#define KERN_BLAS_MIN_M 16      /* BF16 and F32 */
+#define KERN_BLAS_MIN_M_F16 128
+/* 1 when this build has a BLAS (OpenBLAS, found by pkg-config at build time). */
+int kern_blas_available(void);
 
 /* Scratch bytes kern_matmul needs for M activation rows of W->n_in elements. */
 size_t kern_act_bytes(const struct kern_weight *w, int M);

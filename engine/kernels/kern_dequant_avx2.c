@@ -1,6 +1,7 @@
 /*
  * kern_dequant_avx2 — AVX2 + F16C row dequantization for the formats of Gemma Q4_K_M / Q8_0
- * files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K), used by kern_get_row (embedding lookups).
+ * files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K) and F16 / BF16, used by kern_get_row (embedding
+ * lookups) and by the BLAS path (kern_blas.c) to widen F16 / BF16 weight rows.
  *
  * The values are bit-identical to quant_dequant_*_ref: every product here is computed with
  * the same operands as the reference (int -> float conversion is exact, one multiply, and for
@@ -149,7 +150,32 @@ static void dq_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* F16 / BF16 rows: exact widenings (F16C and a 16-bit shift), as the reference's. */
+static void dq_f16(const void *src, float *dst, int64_t n) {
+    const uint16_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(p[i]);
+}
+
+static void dq_bf16(const void *src, float *dst, int64_t n) {
+    const uint16_t *p = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)p[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
 void kern_register_dequant_avx2(struct kern_ops *ops) {
+    ops->t[QT_F16].dequant = dq_f16;
+    ops->t[QT_BF16].dequant = dq_bf16;
     ops->t[QT_Q4_0].dequant = dq_q4_0;
     ops->t[QT_Q5_0].dequant = dq_q5_0;
     ops->t[QT_Q8_0].dequant = dq_q8_0;

@@ -70,6 +70,14 @@ struct kern_type_ops {
                                   * KERN_GEMM_MAX_ROWS, or a few rows with one activation) */
 };
 
+/* kern_blas.c: rows [r0, r1) of w (F32 / F16 / BF16, each row widened to f32 by `widen`)
+ * against the M f32 activation rows X ([M][n_in]) into Y[m * ldy + r], by BLAS sgemm.
+ * Returns 0, or -1 when built without BLAS or out of memory (nothing written: the caller
+ * runs its own kernels). Any thread; it keeps a buffer per calling thread. */
+struct kern_weight;
+int kern_blas_rows(const struct kern_weight *w, void (*widen)(const void *, float *, int64_t),
+                   const float *X, int M, int64_t r0, int64_t r1, float *Y, int ldy);
+
 /* The whole dispatch table, indexed by weight type id. */
 struct kern_ops {
     struct kern_type_ops t[QT_COUNT];

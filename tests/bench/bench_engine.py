@@ -42,6 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BENCH_TEXT = ("The history of the printing press begins in the fifteenth century, when movable "
               "type changed how books were made, sold and read across Europe and beyond. ")
 LDLIBS = ["-lmicrohttpd", "-ljansson", "-luv", "-lm", "-lpthread", "-ldl"]
+# libgemmad.a holds the OpenBLAS path when the Makefile found OpenBLAS (the same test).
+_blas = subprocess.run(["pkg-config", "--libs", "openblas"], capture_output=True, text=True)
+LDLIBS += _blas.stdout.split() if _blas.returncode == 0 else []
 
 
 def log(*a):

@@ -12,7 +12,9 @@
  * that thread's CPU time, which other processes on a shared machine disturb less than the
  * wall clock (--threads then only sizes the bandwidth probe). --fastest reports each case's
  * best run instead of the median (for comparing two builds of a compute-bound kernel on a
- * noisy machine). --isa forces the kernel set. Weights the forward pass repacks into panels
+ * noisy machine). --isa forces the kernel set. --blas lets F32/F16/BF16 weights take the
+ * BLAS path (kern_blas.c) from KERN_BLAS_MIN_M rows on, as the CPU backend does when not
+ * deterministic. Weights the forward pass repacks into panels
  * (engine/kernels/panel.h: Q8_0 under AVX-512 VNNI) are packed the same way here, unless
  * --no-panels.
  *
@@ -248,7 +250,7 @@ static double bench_ggml(const struct kern_weight *w, int copies, const float *X
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, json = 0, bw_only = 0, cpu = 0, panels = 1;
+    int threads = 2, json = 0, bw_only = 0, cpu = 0, panels = 1, blas = 0;
     size_t bw_mib = 1024;
     enum kern_isa isa = KERN_ISA_AUTO;
     int Ms[16] = {1, 16, 64}, n_ms = 3;
@@ -275,6 +277,8 @@ int main(int argc, char **argv) {
             g_fastest = 1;
         else if (!strcmp(argv[i], "--no-panels"))
             panels = 0;
+        else if (!strcmp(argv[i], "--blas"))
+            blas = 1;
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             i++;
             isa = !strcmp(argv[i], "avx2")     ? KERN_ISA_AVX2
@@ -293,7 +297,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--time S] [--ggml LIB] [--only NAME] [--json] "
-                    "[--bandwidth [--bw-mib N]] [--m LIST] [--cpu] [--fastest] [--isa NAME] [--no-panels]\n",
+                    "[--bandwidth [--bw-mib N]] [--m LIST] [--cpu] [--fastest] [--isa NAME] [--no-panels] [--blas]\n",
                     argv[0]);
             return 2;
         }
@@ -329,7 +333,8 @@ int main(int argc, char **argv) {
         struct kern_weight w = {.type = sh->type,
                                 .n_in = sh->n_in,
                                 .n_out = sh->n_out,
-                                .row_bytes = quant_row_size(sh->type, sh->n_in)};
+                                .row_bytes = quant_row_size(sh->type, sh->n_in),
+                                .blas = blas};
         const size_t wbytes = w.row_bytes * (size_t)w.n_out;
         int copies = (int)(COLD_BYTES / wbytes) + 1;
         uint8_t *wd = malloc(wbytes * (size_t)copies);

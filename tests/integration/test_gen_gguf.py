@@ -84,6 +84,30 @@ def test_small_f32_twin_and_determinism(tmp_path):
     assert abs(tq[0]["logit"] - tf[0]["logit"]) < 0.1
 
 
+def test_f32_blas_path_turns_speculation_off(tmp_path):
+    """F32/F16/BF16 weights take OpenBLAS for batches unless --deterministic (where the build
+    has it): rows then depend on their batch, so speculative decoding, exact only for
+    batch-invariant rows, is switched off and says so; --deterministic keeps both off."""
+    from conftest import BIN, Server
+    dyn = subprocess.run(["readelf", "-d", BIN], capture_output=True, text=True).stdout
+    if "libopenblas" not in dyn:
+        pytest.skip("gemmad built without OpenBLAS")
+    f = tmp_path / "f.gguf"
+    gen("-o", str(f), "--layers", "2", "--vocab", "1024", "--seed", "3", "--f32")
+    for extra, on in ((["--model", str(f)], True),
+                      (["--model", str(f), "--deterministic"], False)):
+        s = Server(extra)
+        try:
+            r = s.post("/v1/completions", {"prompt": "a b c a b c a b", "max_tokens": 40,
+                                           "temperature": 0})
+            assert r.status_code == 200, r.text
+        finally:
+            assert s.stop() == 0
+        log = "".join(s.lines)
+        assert ("through OpenBLAS sgemm" in log) == on, log[-2000:]
+        assert ("speculative decoding off" in log) == on, log[-2000:]
+
+
 @pytest.mark.parametrize("args", [[], ["-o"], ["-o", "x.gguf", "--layers", "0"],
                                   ["-o", "x.gguf", "--bogus"]])
 def test_bad_arguments(args):
