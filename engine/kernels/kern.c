@@ -174,6 +174,7 @@ int kern_init(enum kern_isa force) {
     if (isa >= KERN_ISA_AVX2) kern_register_dequant_avx2(&ops);
 #endif
     if (isa >= KERN_ISA_AVX2) kern_register_avx2(&ops);
+    if (isa == KERN_ISA_AVX2) panel_register_avx2(&ops);
     if (isa >= KERN_ISA_AVX512) {
         kern_register_avx512(&ops);
         panel_register_avx512(&ops);

@@ -1,0 +1,167 @@
+/*
+ * kern_panel_avx2 — the AVX2 kernel over Q5_0 panels (layout and arithmetic: panel.h), for
+ * CPUs without AVX-512 VNNI. Registered by kern.c after kern_register_avx2 when the ISA is
+ * AVX2 (the AVX-512 kernels replace it there); Q8_0 has no AVX2 panel kernel (its unsigned
+ * q + 128 bytes overflow vpmaddubsw's int16 pairs) and keeps its row kernels.
+ *
+ * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 unsigned bytes] (u = q + 16
+ * in 0..31: nibbles and high bits as panel.h stores them). For an activation, each 4-byte group
+ * is broadcast and vpmaddubsw gives, per row, two int16 pair sums (|u * a| <= 31 * 128 per
+ * byte, so four groups add up in int16 without overflow: 4 * 2 * 3968 < 32768); vpmaddwd by
+ * ones turns each row's sums into one int32 lane. Adding the block's correction -16 * sum(a)
+ * gives the exact S = sum(q * a) per row, and the float steps per row and block are
+ * panel_gemm_ref's: acc = fma((float)S, dw * da, acc), blocks in order from 0, so the bits are
+ * the scalar twin's and the AVX-512 kernels' whatever the batch.
+ *
+ * A task's panels are unpacked PA_KB blocks at a time into a buffer on the stack and swept by
+ * every activation of the call (the unpacking, the costly part, is shared by all of them).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine/kernels/kern_impl.h"
+#include "engine/kernels/panel.h"
+
+#define PA_AI static inline __attribute__((always_inline))
+#define PA_KB 16 /* blocks unpacked at once: 16 x 512 bytes */
+
+/* 32 bytes: 0x10 where bit j of the little-endian u32 `bits` is set, else 0. */
+PA_AI __m256i pa_bits16(uint32_t bits) {
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                         2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), idx);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel),
+                            _mm256_set1_epi8(0x10));
+}
+
+/* Block h of a Q5_0 record as w[g * 2 + half]: group g (elements 4g..4g+3), rows 8 * half ..
+ * 8 * half + 7, 4 unsigned bytes each. */
+PA_AI void pa_unpack(const uint8_t *rec, int h, __m256i *w) {
+    const uint8_t *x = rec + 192 + h * 256;
+    const uint8_t *hb = rec + 64 + h * 64;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; g++) {
+        for (int half = 0; half < 2; half++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
+            uint32_t lo, hi;
+            memcpy(&lo, hb + 8 * g + 4 * half, 4);
+            memcpy(&hi, hb + 8 * (g + 4) + 4 * half, 4);
+            w[2 * g + half] = _mm256_or_si256(_mm256_and_si256(v, m4), pa_bits16(lo));
+            w[2 * (g + 4) + half] =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), pa_bits16(hi));
+        }
+    }
+}
+
+/* Block sums' corrections (-16 * sum of the 32 activation bytes) and scales of one row. */
+PA_AI void pa_prep(int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *corr, float *d) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int b = 0; b < nbk; b++) {
+        const __m256i u =
+            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)ab[b0 + b].qs), flip);
+        const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        const __m128i s2 =
+            _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
+        corr[b] = (int32_t)(-16 * sum);
+        d[b] = _cvtsh_ss(ab[b0 + b].d);
+    }
+}
+
+/* The 16 rows' exact block sums for one activation block: s[0] rows 0-7, s[1] rows 8-15. */
+PA_AI void pa_block(const __m256i *w, const struct block_q8_0 *ab, int32_t corr, __m256i *s) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i t[2][2];
+    for (int q = 0; q < 2; q++) { /* groups 4q .. 4q + 3, summed in int16 */
+        int32_t v;
+        memcpy(&v, ab->qs + 16 * q, 4);
+        __m256i a = _mm256_set1_epi32(v);
+        t[q][0] = _mm256_maddubs_epi16(w[2 * (4 * q)], a);
+        t[q][1] = _mm256_maddubs_epi16(w[2 * (4 * q) + 1], a);
+        for (int g = 4 * q + 1; g < 4 * q + 4; g++) {
+            memcpy(&v, ab->qs + 4 * g, 4);
+            a = _mm256_set1_epi32(v);
+            t[q][0] = _mm256_add_epi16(t[q][0], _mm256_maddubs_epi16(w[2 * g], a));
+            t[q][1] = _mm256_add_epi16(t[q][1], _mm256_maddubs_epi16(w[2 * g + 1], a));
+        }
+    }
+    const __m256i c = _mm256_set1_epi32(corr);
+    for (int half = 0; half < 2; half++)
+        s[half] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(t[0][half], ones),
+                                                    _mm256_madd_epi16(t[1][half], ones)),
+                                   c);
+}
+
+/* Rows [r0, r1) x activations [0, na) over panels of n_in = n (na <= KERN_GEMM_MAX_ACTS).
+ * Blocks PA_KB at a time: the activations' corrections and scales for them once, then each
+ * panel's blocks unpacked once and swept by every activation; the running sums wait in y. */
+static void pa_gemm_part(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    const int64_t nb = n / 32, npair = (nb + 1) / 2;
+    const size_t rb = PANEL_REC_Q5_0;
+    __m256i W[PA_KB][16];
+    __m256 DW[PA_KB][2];
+    int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
+    float da[KERN_GEMM_MAX_ACTS][PA_KB];
+    for (int64_t b0 = 0; b0 < nb; b0 += PA_KB) {
+        const int nbk = (int)(nb - b0 < PA_KB ? nb - b0 : PA_KB);
+        for (int c = 0; c < na; c++)
+            pa_prep(b0, nbk, (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as),
+                    corr[c], da[c]);
+        for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+            const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
+            const int64_t base = p * PANEL_ROWS;
+            const int64_t lo = base < r0 ? r0 : base;
+            const int64_t hi = base + PANEL_ROWS > r1 ? r1 : base + PANEL_ROWS;
+            const int whole = lo == base && hi == base + PANEL_ROWS;
+            for (int b = 0; b < nbk; b++) {
+                const uint8_t *rec = pp + (size_t)((b0 + b) >> 1) * rb;
+                const int h = (int)((b0 + b) & 1);
+                pa_unpack(rec, h, W[b]);
+                DW[b][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h)));
+                DW[b][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16)));
+            }
+            for (int c = 0; c < na; c++) {
+                const struct block_q8_0 *ab =
+                    (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
+                float tmp[PANEL_ROWS] = {0};
+                float *yc = y + (size_t)c * (size_t)ldy + (size_t)base;
+                float *src = whole ? yc : tmp;
+                if (!whole && b0 > 0)
+                    memcpy(tmp + (lo - base), yc + (lo - base), sizeof(float) * (size_t)(hi - lo));
+                __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+                if (b0 > 0) {
+                    acc0 = _mm256_loadu_ps(src);
+                    acc1 = _mm256_loadu_ps(src + 8);
+                }
+                for (int b = 0; b < nbk; b++) {
+                    __m256i s[2];
+                    pa_block(W[b], ab + b0 + b, corr[c][b], s);
+                    const __m256 d = _mm256_set1_ps(da[c][b]);
+                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(DW[b][0], d),
+                                           acc0);
+                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(DW[b][1], d),
+                                           acc1);
+                }
+                _mm256_storeu_ps(src, acc0);
+                _mm256_storeu_ps(src + 8, acc1);
+                if (!whole)
+                    memcpy(yc + (lo - base), tmp + (lo - base), sizeof(float) * (size_t)(hi - lo));
+            }
+        }
+    }
+}
+
+/* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
+static void pa_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
+        pa_gemm_part(n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
+                     na - c0 < KERN_GEMM_MAX_ACTS ? na - c0 : KERN_GEMM_MAX_ACTS,
+                     y + (size_t)c0 * (size_t)ldy, ldy);
+}
+
+void panel_register_avx2(struct kern_ops *ops) {
+    ops->t[QT_Q5_0].panel = pa_gemm_q5_0;
+}
