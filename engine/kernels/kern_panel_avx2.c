@@ -1,14 +1,14 @@
 /*
- * kern_panel_avx2 — the AVX2 kernel over Q5_0 panels (layout and arithmetic: panel.h), for
+ * kern_panel_avx2 — the AVX2 kernels over Q5_0 and Q4_0 panels (layout and arithmetic: panel.h), for
  * CPUs without AVX-512 VNNI. Registered by kern.c after kern_register_avx2 when the ISA is
  * AVX2 (the AVX-512 kernels replace it there); Q8_0 has no AVX2 panel kernel (its unsigned
  * q + 128 bytes overflow vpmaddubsw's int16 pairs) and keeps its row kernels.
  *
- * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 unsigned bytes] (u = q + 16
- * in 0..31: nibbles and high bits as panel.h stores them). For an activation, each 4-byte group
+ * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 unsigned bytes] (Q5_0:
+ * u = q + 16 in 0..31 from nibbles and high bits; Q4_0: u = q + 8, the nibbles). For an activation, each 4-byte group
  * is broadcast and vpmaddubsw gives, per row, two int16 pair sums (|u * a| <= 31 * 128 per
  * byte, so four groups add up in int16 without overflow: 4 * 2 * 3968 < 32768); vpmaddwd by
- * ones turns each row's sums into one int32 lane. Adding the block's correction -16 * sum(a)
+ * ones turns each row's sums into one int32 lane. Adding the block's correction -off * sum(a)
  * gives the exact S = sum(q * a) per row, and the float steps per row and block are
  * panel_gemm_ref's: acc = fma((float)S, dw * da, acc), blocks in order from 0, so the bits are
  * the scalar twin's and the AVX-512 kernels' whatever the batch.
@@ -35,27 +35,31 @@ PA_AI __m256i pa_bits16(uint32_t bits) {
                             _mm256_set1_epi8(0x10));
 }
 
-/* Block h of a Q5_0 record as w[g * 2 + half]: group g (elements 4g..4g+3), rows 8 * half ..
- * 8 * half + 7, 4 unsigned bytes each. */
-PA_AI void pa_unpack(const uint8_t *rec, int h, __m256i *w) {
-    const uint8_t *x = rec + 192 + h * 256;
+/* Block h of a Q5_0 / Q4_0 record as w[g * 2 + half]: group g (elements 4g..4g+3), rows
+ * 8 * half .. 8 * half + 7, 4 unsigned bytes each (u = q + 16 / q + 8). */
+PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
+    const uint8_t *x = type == QT_Q5_0 ? rec + 192 + h * 256 : rec + 64 + h * 256;
     const uint8_t *hb = rec + 64 + h * 64;
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; g++) {
         for (int half = 0; half < 2; half++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
-            uint32_t lo, hi;
-            memcpy(&lo, hb + 8 * g + 4 * half, 4);
-            memcpy(&hi, hb + 8 * (g + 4) + 4 * half, 4);
-            w[2 * g + half] = _mm256_or_si256(_mm256_and_si256(v, m4), pa_bits16(lo));
-            w[2 * (g + 4) + half] =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), pa_bits16(hi));
+            w[2 * g + half] = _mm256_and_si256(v, m4);
+            w[2 * (g + 4) + half] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (type == QT_Q5_0) {
+                uint32_t lo, hi;
+                memcpy(&lo, hb + 8 * g + 4 * half, 4);
+                memcpy(&hi, hb + 8 * (g + 4) + 4 * half, 4);
+                w[2 * g + half] = _mm256_or_si256(w[2 * g + half], pa_bits16(lo));
+                w[2 * (g + 4) + half] = _mm256_or_si256(w[2 * (g + 4) + half], pa_bits16(hi));
+            }
         }
     }
 }
 
-/* Block sums' corrections (-16 * sum of the 32 activation bytes) and scales of one row. */
-PA_AI void pa_prep(int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *corr, float *d) {
+/* Block sums' corrections (-off * sum of the 32 activation bytes) and scales of one row. */
+PA_AI void pa_prep(int off, int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *corr,
+                   float *d) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int b = 0; b < nbk; b++) {
         const __m256i u =
@@ -64,7 +68,7 @@ PA_AI void pa_prep(int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *co
         const __m128i s2 =
             _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
         const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
-        corr[b] = (int32_t)(-16 * sum);
+        corr[b] = (int32_t)(-off * sum);
         d[b] = _cvtsh_ss(ab[b0 + b].d);
     }
 }
@@ -96,10 +100,11 @@ PA_AI void pa_block(const __m256i *w, const struct block_q8_0 *ab, int32_t corr,
 /* Rows [r0, r1) x activations [0, na) over panels of n_in = n (na <= KERN_GEMM_MAX_ACTS).
  * Blocks PA_KB at a time: the activations' corrections and scales for them once, then each
  * panel's blocks unpacked once and swept by every activation; the running sums wait in y. */
-static void pa_gemm_part(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
+PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                        const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
-    const size_t rb = PANEL_REC_Q5_0;
+    const size_t rb = type == QT_Q5_0 ? PANEL_REC_Q5_0 : PANEL_REC_Q4_0;
+    const int off = type == QT_Q5_0 ? 16 : 8;
     __m256i W[PA_KB][16];
     __m256 DW[PA_KB][2];
     int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
@@ -107,8 +112,9 @@ static void pa_gemm_part(int64_t n, const void *panels, int64_t r0, int64_t r1, 
     for (int64_t b0 = 0; b0 < nb; b0 += PA_KB) {
         const int nbk = (int)(nb - b0 < PA_KB ? nb - b0 : PA_KB);
         for (int c = 0; c < na; c++)
-            pa_prep(b0, nbk, (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as),
-                    corr[c], da[c]);
+            pa_prep(off, b0, nbk,
+                    (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as), corr[c],
+                    da[c]);
         for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
             const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
             const int64_t base = p * PANEL_ROWS;
@@ -118,7 +124,7 @@ static void pa_gemm_part(int64_t n, const void *panels, int64_t r0, int64_t r1, 
             for (int b = 0; b < nbk; b++) {
                 const uint8_t *rec = pp + (size_t)((b0 + b) >> 1) * rb;
                 const int h = (int)((b0 + b) & 1);
-                pa_unpack(rec, h, W[b]);
+                pa_unpack(type, rec, h, W[b]);
                 DW[b][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h)));
                 DW[b][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16)));
             }
@@ -154,14 +160,25 @@ static void pa_gemm_part(int64_t n, const void *panels, int64_t r0, int64_t r1, 
 }
 
 /* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
-static void pa_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
+PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                   const void *act, size_t as, int na, float *y, int ldy) {
     for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
-        pa_gemm_part(n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
+        pa_gemm_part(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
                      na - c0 < KERN_GEMM_MAX_ACTS ? na - c0 : KERN_GEMM_MAX_ACTS,
                      y + (size_t)c0 * (size_t)ldy, ldy);
 }
 
+static void pa_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pa_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void pa_gemm_q4_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pa_gemm(QT_Q4_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
 void panel_register_avx2(struct kern_ops *ops) {
     ops->t[QT_Q5_0].panel = pa_gemm_q5_0;
+    ops->t[QT_Q4_0].panel = pa_gemm_q4_0;
 }

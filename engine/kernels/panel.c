@@ -11,7 +11,10 @@
 #include "engine/kernels/kern_impl.h"
 
 size_t panel_rec_bytes(uint32_t type) {
-    return type == QT_Q8_0 ? PANEL_REC_Q8_0 : type == QT_Q5_0 ? PANEL_REC_Q5_0 : 0;
+    return type == QT_Q8_0   ? PANEL_REC_Q8_0
+           : type == QT_Q5_0 ? PANEL_REC_Q5_0
+           : type == QT_Q4_0 ? PANEL_REC_Q4_0
+                             : 0;
 }
 
 int panel_supported(const struct kern_weight *w) {
@@ -67,6 +70,21 @@ static void pack_task(void *arg, int task, int n_tasks) {
                         if (blk) memcpy(&v, blk->qs + 4 * g, 4);
                         v ^= 0x80808080u;
                         memcpy(q + g * 64, &v, 4);
+                    }
+                    continue;
+                }
+                if (w->type == QT_Q4_0) { /* the nibbles as they are: u = q + 8 */
+                    const struct block_q4_0 *blk =
+                        r < w->n_out && b < nb
+                            ? (const struct block_q4_0 *)((const uint8_t *)w->data +
+                                                          (size_t)r * w->row_bytes) +
+                                  b
+                            : NULL;
+                    sc[i] = blk ? blk->d : 0;
+                    for (int g = 0; g < 4; g++) {
+                        uint32_t v = 0x88888888u; /* q = 0 */
+                        if (blk) memcpy(&v, blk->qs + 4 * g, 4);
+                        memcpy(rec + 64 + h * 256 + g * 64 + i * 4, &v, 4);
                     }
                     continue;
                 }
@@ -138,6 +156,10 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
     const uint8_t *rec = rec_of(type, panels, n, r, b);
     const int h = (int)(b & 1), i = (int)(r % PANEL_ROWS);
     if (type == QT_Q8_0) return (int)rec[64 + h * 512 + (k / 4) * 64 + i * 4 + k % 4] - 128;
+    if (type == QT_Q4_0) {
+        const uint8_t x = rec[64 + h * 256 + ((k % 16) / 4) * 64 + i * 4 + k % 4];
+        return (k < 16 ? x & 15 : x >> 4) - 8;
+    }
     uint64_t hb;
     memcpy(&hb, rec + 64 + h * 64 + (k / 4) * 8, 8);
     const int g = (k % 16) / 4;
@@ -161,7 +183,7 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
                 o[k] = d * (float)((int)q[(k / 4) * 64 + k % 4] - 128);
             continue;
         }
-        for (int k = 0; k < 32; k++) /* Q5_0: the layout's reader, once per element */
+        for (int k = 0; k < 32; k++) /* Q5_0, Q4_0: the layout's reader, once per element */
             o[k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
     }
 }
