@@ -106,6 +106,10 @@ void gram_match_destroy(struct gram_match *m);
 /* Feed bytes. GRAM_EREJECT leaves the matcher unchanged. */
 int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
                       size_t n);
+/* GRAM_OK when gram_match_accept would take the bytes (the same walk; m is left as it is),
+ * else GRAM_EREJECT or GRAM_EBUDGET. */
+int gram_match_check(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
+                     size_t n);
 /* Make dst (a matcher of the same grammar) a copy of src. */
 int gram_match_copy(struct gram_match *dst, const struct gram_match *src);
 /* 1 when the bytes so far form a complete sentence (end of generation allowed). */

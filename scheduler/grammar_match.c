@@ -271,13 +271,14 @@ void gram_match_destroy(struct gram_match *m) {
     free(m);
 }
 
-int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b, size_t n) {
+/* The stacks after bytes b[0..n) from m's, in x's sets (*out, *n_out; m's own for n = 0). */
+static int match_advance(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
+                         size_t n, const struct gnode *const **out, int *n_out) {
     const struct gram *g = m->g;
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
     x->n_nodes = 0;
     x->overflow = 0;
     x->depth_guard = 0;
-    if (n == 0) return GRAM_OK;
     const struct gnode **lv[2] = {x->sets, x->sets + cap};
     const struct gnode *const *in = m->st;
     int n_in = m->n_st;
@@ -286,10 +287,27 @@ int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_
         int r = gram_advance(g, x, in, n_in, b[i], o, cap);
         if (r < 0) return GRAM_EBUDGET;
         if (r == 0) return GRAM_EREJECT;
-        in = o;
+        in = (const struct gnode *const *)o;
         n_in = r;
     }
-    return match_store(m, in, n_in);
+    *out = in;
+    *n_out = n_in;
+    return GRAM_OK;
+}
+
+int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b, size_t n) {
+    if (n == 0) return GRAM_OK;
+    const struct gnode *const *st;
+    int n_st;
+    int rc = match_advance(m, x, b, n, &st, &n_st);
+    return rc ? rc : match_store(m, st, n_st);
+}
+
+int gram_match_check(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
+                     size_t n) {
+    const struct gnode *const *st;
+    int n_st;
+    return match_advance(m, x, b, n, &st, &n_st);
 }
 
 int gram_match_can_end(const struct gram_match *m) {

@@ -5,7 +5,9 @@
  * when the scheduler thread starts (sched_gram_warm, before it serves anything: about half
  * a second for Gemma's 262,144 tokens), so the first constrained request does not stall a
  * step; if that fails (memory) they are built when a constrained sequence first samples.
- * Sequences without a grammar pay nothing per step. A sequence's
+ * Sequences without a grammar pay nothing per step. A greedy sequence first tries the raw
+ * row's argmax: when the grammar takes that token it is the masked argmax too (the first
+ * index of the largest value among allowed ids), and no mask is built. Otherwise a sequence's
  * mask is computed inside its sampling task (sample_task in sched_loop.c, task t with
  * scratch t), so the masks of a step's constrained sequences are computed in parallel, and
  * applied before every other sampling rule. The mask is exact whatever the cache holds, so
@@ -104,6 +106,20 @@ void sched_gram_mask(struct sched *s, struct seq *q, int task, float *l) {
     }
     if (can_end)
         for (int i = 0; i < s->n_eog; i++) l[s->eog[i]] = eog_l[i];
+}
+
+int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *l, int32_t *tok) {
+    const int32_t t = smp_argmax(l, s->n_vocab);
+    if (!(l[t] > -INFINITY)) return 0; /* nothing finite: the mask decides */
+    if (tok_is_eog(s->vocab, t)) {
+        if (!gram_match_can_end(q->gm)) return 0;
+    } else {
+        const uint8_t *b;
+        const int len = gram_vocab_token(s->gv, t, &b);
+        if (len <= 0 || gram_match_check(q->gm, s->gx[task], b, (size_t)len) != GRAM_OK) return 0;
+    }
+    *tok = t;
+    return 1;
 }
 
 /* Dormant lazy grammar: append the token's bytes and start the matcher at the trigger. */

@@ -171,6 +171,11 @@ int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg);
 /* Sampling task `task`: logits of tokens the grammar forbids become -inf (end-of-generation
  * ids only where the sentence may end). Sets q->gram_err when nothing is allowed. */
 void sched_gram_mask(struct sched *s, struct seq *q, int task, float *logits);
+/* Sampling task `task`, a greedy sequence: 1 and *tok when the raw row's argmax is a token
+ * the grammar takes here (then it is also the masked row's argmax, so the mask is not
+ * needed); 0 when the mask must decide. */
+int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *logits,
+                      int32_t *tok);
 /* Scheduler thread, after sampling: advance the matcher (or watch for the trigger).
  * Returns 0, 1 when the grammar allows nothing more (finish), -1 with *msg on failure. */
 int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **msg);

@@ -251,6 +251,8 @@ struct sample_job {
     int n;
 };
 
+static int greedy_rules(const struct seq *q);
+
 static void sample_task(void *arg, int task, int n_tasks) {
     const struct sample_job *J = arg;
     struct sched *s = J->s;
@@ -276,6 +278,7 @@ static void sample_task(void *arg, int task, int n_tasks) {
             memcpy(scratch, row, (size_t)s->n_vocab * sizeof(float));
             l = scratch;
         }
+        if (q->gm && greedy_rules(q) && sched_gram_greedy(s, q, task, l, &q->tok)) continue;
         if (q->gm) sched_gram_mask(s, q, task, l); /* before every other rule */
         q->tok = smp_sample(s->smp[task], &q->sp, &q->rng, l, q->hist, q->n_hist, q->n_out,
                             q->ignore_eos ? s->eog : NULL, q->ignore_eos ? s->n_eog : 0);
@@ -408,14 +411,17 @@ static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
  * logits row (smp_sample changes nothing else for it: no bias, penalties, bans, logprobs,
  * prompt scoring), so fwd_run_greedy may return that id instead of the row. Any new
  * per-request change to the logits must make this 0. */
-static int greedy_row(const struct seq *q) {
+static int greedy_rules(const struct seq *q) {
     const struct sched_sampling *sp = &q->sp;
     return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
            sp->frequency_penalty == 0 &&
            !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
            q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
-           !q->gm && /* a grammar masks the row first: it needs the whole row */
            q->spec.n_draft == 0; /* verification samples every row of the drafts */
+}
+
+static int greedy_row(const struct seq *q) {
+    return greedy_rules(q) && !q->gm; /* a grammar may mask the row: it needs the whole row */
 }
 
 /* Top-k candidates from the backend (fwd_run_rows): a request whose token smp_sample_topk

@@ -166,13 +166,14 @@ def _validator(schema):
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
-def _ask(server, model_id, name, schema, temperature, seed=None):
+def _ask(server, model_id, name, schema, temperature, seed=None, **extra):
     body = {"model": model_id, "messages": [{"role": "user", "content": PROMPT}],
             "max_tokens": MAX_TOKENS, "temperature": temperature,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "s", "schema": schema}}}
     if seed is not None:
         body["seed"] = seed
+    body.update(extra)
     r = server.post("/v1/chat/completions", body, timeout=300)
     assert r.status_code == 200, (name, r.text)
     ch = r.json()["choices"][0]
@@ -216,6 +217,16 @@ def test_schemas_greedy_16_at_once_and_alone(server, model_id):
     for name, schema in CORPUS[::11]:
         alone, _ = _ask(server, model_id, name, schema, 0.0)
         assert alone == outs[name], (name, alone, outs[name])
+
+
+def test_greedy_shortcut_equals_the_mask(server, model_id):
+    """A greedy constrained sequence takes the raw argmax when the grammar allows it, without
+    building the mask (sched_gram_greedy); asking for logprobs sends every step through the
+    mask instead. The tokens must be the same."""
+    for name, schema in CORPUS[::9]:
+        fast, _ = _ask(server, model_id, name, schema, 0.0)
+        masked, _ = _ask(server, model_id, name, schema, 0.0, logprobs=True, top_logprobs=1)
+        assert fast == masked, (name, fast, masked)
 
 
 def test_schemas_sampled_16_at_once(server, model_id):

@@ -177,13 +177,16 @@ static void check_masks(struct gram *g, struct gram_vocab *gv, struct gram_scrat
                 continue; /* sample rejected tokens on big vocabularies */
             const uint8_t *b;
             int len = gram_vocab_token(gv, id, &b);
-            int ok = 0;
+            int ok = 0, chk = 0;
             if (len > 0) {
                 T_ASSERT(gram_match_copy(t, m) == 0);
                 ok = gram_match_accept(t, x, b, (size_t)len) == 0;
+                chk = gram_match_check(m, x, b, (size_t)len) == 0; /* m itself unchanged */
             }
             T_ASSERTF(ok == bit, "step %d token %d ('%.*s'): mask %d, brute force %d", s, id, len,
                       (const char *)b, bit, ok);
+            T_ASSERTF(chk == bit, "step %d token %d: mask %d, gram_match_check %d", s, id, bit,
+                      chk);
             checked++;
         }
         if (n1 == 0) break;
