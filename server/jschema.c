@@ -181,6 +181,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (req && !json_is_array(req)) return jfail(c, "'required' must be an array at %s", ptr);
     if (addl && !json_is_object(addl) && !json_is_boolean(addl))
         return jfail(c, "'additionalProperties' must be a schema at %s", ptr);
+    if (!addl && c->extra_keys) addl = json_true(); /* JSON Schema's meaning (jschema.h) */
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
     struct prop *pr = calloc(np + nr + 1, sizeof(*pr));
     const char **names = NULL; /* the declared keys, for the keys that are none of them */
@@ -272,9 +273,9 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         extra = gen(c, addl, p2);
         if (extra < 0) goto done;
     } else if (n_decl > 0 && !c->g4 && (json_is_true(addl) || json_is_object(addl))) {
-        /* declared properties and explicitly allowed others: after the declared ones, keys
-         * that are none of them (an absent additionalProperties writes only the declared
-         * ones, as llama.cpp does: always valid, and no invented keys) */
+        /* declared properties and allowed others: after the declared ones, keys that are
+         * none of them (an absent additionalProperties writes only the declared ones unless
+         * extra_keys, as llama.cpp does: always valid, and no invented keys) */
         key_rule = jschema_gen_other_key(c, names, n_decl);
         if (key_rule < 0) goto done;
         if (json_is_true(addl)) {
@@ -482,7 +483,7 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     json_object_del(self, "nullable");
     char err[512] = "";
     json_t *parts[1] = {self};
-    json_t *m = jschema_merge(c->root, parts, 1, ptr, err, sizeof err);
+    json_t *m = jschema_merge(c->root, parts, 1, c->extra_keys, ptr, err, sizeof err);
     json_decref(self);
     if (!m) return jfail(c, "%s", err[0] ? err : "unsupported keyword combination");
     int r = gen(c, m, ptr);
@@ -670,7 +671,7 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
 /* ---- entry points ------------------------------------------------------------------- */
 
 static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
-                 int32_t g4_quote, char *err, size_t errlen) {
+                 int32_t g4_quote, const struct jschema_opts *opt, char *err, size_t errlen) {
     struct jsc *c = calloc(1, sizeof(*c));
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -682,6 +683,7 @@ static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base
     c->err = err;
     c->errlen = errlen;
     c->g4 = g4_quote >= 0;
+    c->extra_keys = opt && opt->extra_keys;
     if (c->g4) snprintf(c->q, sizeof c->q, "<[%d]>", (int)g4_quote);
     else snprintf(c->q, sizeof c->q, "\"\\\"\"");
     if (!out->limit) out->limit = JSC_MAX_BYTES;
@@ -696,18 +698,19 @@ static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base
     return failed ? -1 : 0;
 }
 
-int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
-                  size_t errlen) {
-    return rules(schema, name, out, base, -1, err, errlen);
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                  const struct jschema_opts *opt, char *err, size_t errlen) {
+    return rules(schema, name, out, base, -1, opt, err, errlen);
 }
 
 int jschema_rules_g4(json_t *schema, const char *name, struct jsc_buf *out, int base,
-                     int32_t quote_id, char *err, size_t errlen) {
-    return rules(schema, name, out, base, quote_id < 0 ? 0 : quote_id, err, errlen);
+                     int32_t quote_id, const struct jschema_opts *opt, char *err, size_t errlen) {
+    return rules(schema, name, out, base, quote_id < 0 ? 0 : quote_id, opt, err, errlen);
 }
 
-int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen) {
-    if (jschema_rules(schema, "schema", out, 1, err, errlen)) return -1;
+int jschema_to_gbnf(json_t *schema, const struct jschema_opts *opt, struct jsc_buf *out,
+                    char *err, size_t errlen) {
+    if (jschema_rules(schema, "schema", out, 1, opt, err, errlen)) return -1;
     jsc_buf_add(out, "root ::= schema\n", sizeof("root ::= schema\n") - 1);
     return out->oom ? -1 : 0;
 }

@@ -4,7 +4,8 @@
  *
  * Supported: type (every type and unions), properties, required, additionalProperties
  * (false, true, a schema: beside declared properties, true or a schema lets other keys
- * follow them; absent, only the declared ones are generated, which is always valid), patternProperties
+ * follow them; absent, only the declared ones are generated unless jschema_opts.extra_keys
+ * says otherwise, see below), patternProperties
  * (one pattern, no properties or required keys: only matching keys are generated), items
  * (schema or false; an array is prefixItems, with additionalItems), prefixItems, minItems,
  * maxItems, enum, const, anyOf, oneOf (branches that provably exclude each other, or
@@ -24,6 +25,15 @@
  * Whitespace between tokens: nothing, one space, or a newline and at most 20 spaces/tabs.
  * Strings limited by minLength/maxLength use no \u escapes (one code point per char).
  *
+ * An absent additionalProperties means true in JSON Schema. By default (jschema_opts NULL or
+ * extra_keys 0) gemmad still writes only the declared keys of an object that declares some,
+ * as llama.cpp and XGrammar's strict mode do: every object written is valid, and a small
+ * model cannot invent keys the caller never asked for. Narrower than the schema, so a grammar
+ * checker (gemmad-cli grammar --check) rejects valid instances with other keys. extra_keys 1
+ * gives the schema's own meaning: keys that are none of the declared ones may follow them,
+ * any value (as with additionalProperties true). Gemma 4's notation writes declared keys only
+ * either way (as for an explicit true).
+ *
  * Pure functions: any thread.
  */
 #ifndef GEMMAD_JSCHEMA_H
@@ -35,20 +45,27 @@
 
 #include "server/jschema_fmt.h"
 
+/* Options of the conversion; a NULL pointer means all zero. */
+struct jschema_opts {
+    int extra_keys; /* 1: an absent additionalProperties lets other keys follow the declared
+                     * ones (JSON Schema's meaning); 0: only the declared ones are written */
+};
+
 /* Rules of the schema's language appended to out, the schema's value rule named
  * `name` (a GBNF rule name; other rules get `name`-prefixed names). The base rules (ws,
  * string, ...) are appended once per buffer when base is 1; call with base 0 for more
  * schemas into the same text (tool arguments). Returns 0, or -1 with err set. */
-int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
-                  size_t errlen);
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                  const struct jschema_opts *opt, char *err, size_t errlen);
 /* The same in Gemma 4's object notation (server/g4note.h), strings delimited by token
  * quote_id: keys bare (delimited when a name holds one of : , { } [ ] or is empty), string
  * contents unescaped (patterns match them as they are), no whitespace, enum and const values
  * in notation. The base rules are the notation's. */
 int jschema_rules_g4(json_t *schema, const char *name, struct jsc_buf *out, int base,
-                     int32_t quote_id, char *err, size_t errlen);
+                     int32_t quote_id, const struct jschema_opts *opt, char *err, size_t errlen);
 /* A whole grammar: root ::= the schema's value. */
-int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen);
+int jschema_to_gbnf(json_t *schema, const struct jschema_opts *opt, struct jsc_buf *out,
+                    char *err, size_t errlen);
 /* The grammar of any JSON object (response_format json_object). */
 int jschema_any_object(struct jsc_buf *out);
 

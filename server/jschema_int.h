@@ -15,9 +15,11 @@ json_t *jschema_resolve(json_t *root, const char *ref);
 int jschema_keyword_kind(const char *k);
 /* The intersection of parts[0..n) as one schema (a new reference): allOf of them, with
  * $ref and allOf inside resolved and anyOf/oneOf distributed over the rest (jschema_merge.c
- * lists the rules); NULL with the reason, naming the keyword and ptr, in err. */
-json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, const char *ptr, char *err,
-                      size_t errlen);
+ * lists the rules); NULL with the reason, naming the keyword and ptr, in err. extra_keys:
+ * the generator's jschema_opts.extra_keys (which objects it writes other keys in decides
+ * which oneOf branches provably exclude each other). */
+json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, int extra_keys,
+                      const char *ptr, char *err, size_t errlen);
 
 /* ---- the compiler's state, shared by jschema.c and jschema_scalar.c ---- */
 
@@ -42,6 +44,7 @@ struct jsc {
     char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
     int g4;                /* Gemma 4's object notation instead of JSON */
     char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
+    int extra_keys;        /* jschema_opts.extra_keys */
 };
 
 /* gen_any's result for a subschema that no value satisfies (an enum none of whose values has

@@ -19,18 +19,18 @@ from conftest import ROOT
 CLI = os.environ.get("GEMMAD_CLI", os.path.join(ROOT, "build", "gemmad-cli"))
 
 
-def compile_schema(tmp_path, schema):
+def compile_schema(tmp_path, schema, flags=()):
     sf = tmp_path / "s.json"
     sf.write_text(json.dumps(schema))
-    r = subprocess.run([CLI, "grammar", "--schema", str(sf)], capture_output=True, text=True,
-                       timeout=30)
+    r = subprocess.run([CLI, "grammar", "--schema", str(sf)] + list(flags), capture_output=True,
+                       text=True, timeout=30)
     return r.returncode, r.stderr.strip(), sf
 
 
-def accepts(sf, tmp_path, instance):
+def accepts(sf, tmp_path, instance, flags=()):
     inf = tmp_path / "i.json"
     inf.write_text(json.dumps(instance))
-    r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)],
+    r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)] + list(flags),
                        capture_output=True, text=True, timeout=30)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode == 0
@@ -268,19 +268,20 @@ def rand_instance(rng, schema):
     return {k: rand_value(rng, props.get(k, {})) for k in keys}
 
 
-def test_random_corpus_accepts_only_valid(tmp_path):
+@pytest.mark.parametrize("flags", [(), ("--spec-keys",)], ids=["declared_keys", "spec_keys"])
+def test_random_corpus_accepts_only_valid(tmp_path, flags):
     rng = random.Random(20261205)
     compiled = accepted = 0
     for i in range(300):
         schema = rand_schema(rng)
-        rc, err, sf = compile_schema(tmp_path, schema)
+        rc, err, sf = compile_schema(tmp_path, schema, flags)
         assert rc in (0, 2), err
         if rc:
             continue
         compiled += 1
         for _ in range(6):
             inst = rand_instance(rng, schema)
-            if accepts(sf, tmp_path, inst):
+            if accepts(sf, tmp_path, inst, flags):
                 accepted += 1
                 assert valid(schema, inst), (f"accepted an invalid instance\nschema: "
                                              f"{json.dumps(schema)}\ninstance: {json.dumps(inst)}")

@@ -99,7 +99,7 @@ static int check(const char *schema, const char *inst, char *err, size_t errlen)
     json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
     T_ASSERTF(s, "bad test schema: %s", je.text);
     struct jsc_buf b = {0};
-    int rc = jschema_to_gbnf(s, &b, err, errlen);
+    int rc = jschema_to_gbnf(s, NULL, &b, err, errlen);
     json_decref(s);
     if (rc) {
         jsc_buf_free(&b);
