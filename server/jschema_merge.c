@@ -419,7 +419,21 @@ static int excl(json_t *x, json_t *y, int depth, int extra_keys) {
     int open = json_is_true(ax) || json_is_object(ax) || (!ax && extra_keys);
     int closed = !json_object_get(x, "patternProperties") &&
                  (declared ? !open : json_is_false(ax));
-    if (!(common & 4u)) return 0;
+    /* the key rules below tell objects apart: only when objects are all x writes that y
+     * accepts (x without a type writes objects here: it has object keywords) */
+    unsigned wx = json_object_get(x, "type") ? tx : 4u, shared = wx & ty;
+    if ((wx & 16u) && (ty & 64u)) shared |= 64u;
+    if ((ty & 16u) && (wx & 64u)) shared |= 64u;
+    if (shared != 4u) return shared == 0;
+    /* a key x always writes (required) that y forbids: false in y's properties, or not
+     * among them when y allows no other key */
+    json_t *ay = json_object_get(y, "additionalProperties");
+    int y_closed = json_is_false(ay) && !json_object_get(y, "patternProperties");
+    for (size_t i = 0; i < json_array_size(rx); i++) {
+        json_t *k = json_array_get(rx, i);
+        json_t *sy = json_is_string(k) && json_is_object(py) ? json_object_get(py, json_string_value(k)) : NULL;
+        if (json_is_string(k) && (sy ? json_is_false(sy) : y_closed)) return 1;
+    }
     /* the keys x writes: its properties and its required keys, and when not closed any
      * other key but those it sets to false */
     for (size_t i = 0; i < json_array_size(ry); i++) {
@@ -477,6 +491,31 @@ static int discriminate(json_t *x, json_t *y, int extra_keys) {
         if (!in_array(req, ks)) json_array_append(req, ks);
         json_object_set_new(x, "required", req); /* a fresh array: never the input's */
         json_decref(ks);
+        return excl(x, y, 0, extra_keys);
+    }
+    return 0;
+}
+
+/* A oneOf branch x that may overlap branch y only because x may write, among the other keys
+ * it allows, a key y requires: x now never writes it (a property set to false, which the
+ * generator leaves out of the other keys too). Only keys x does not declare, so the
+ * declared ones are written as before, and only where x still writes other keys after that
+ * (with declared properties, an absent additionalProperties writes none unless
+ * extra_keys). 1 when x then provably excludes y (x changed; y never is), else 0. */
+static int forbid_required(json_t *x, json_t *y, int extra_keys) {
+    json_t *px = json_object_get(x, "properties"), *ry = json_object_get(y, "required");
+    json_t *rx = json_object_get(x, "required"), *ax = json_object_get(x, "additionalProperties");
+    if (json_object_get(x, "anyOf") || json_object_get(x, "patternProperties") ||
+        (px && !json_is_object(px)) || !json_is_array(ry) || json_is_false(ax))
+        return 0;
+    if (!(json_is_true(ax) || json_is_object(ax) || (!ax && extra_keys))) return 0;
+    for (size_t i = 0; i < json_array_size(ry); i++) {
+        json_t *k = json_array_get(ry, i);
+        if (!json_is_string(k) || in_array(rx, k) || (px && json_object_get(px, json_string_value(k))))
+            continue;
+        json_t *np = px ? json_copy(px) : json_object(); /* a fresh object: never the input's */
+        json_object_set_new(np, json_string_value(k), json_false());
+        json_object_set_new(x, "properties", np);
         return excl(x, y, 0, extra_keys);
     }
     return 0;
@@ -594,7 +633,7 @@ static json_t *distribute(struct jsm *m, const char *kw, json_t *alts, json_t *r
             for (size_t j = 0; j < json_array_size(groups); j++) {
                 json_t *gj = json_array_get(groups, j);
                 if (i == j || excl_any(gi, gj, 0, m->extra_keys) ||
-                    discriminate(gi, gj, m->extra_keys))
+                    discriminate(gi, gj, m->extra_keys) || forbid_required(gi, gj, m->extra_keys))
                     continue;
                 json_decref(groups);
                 json_decref(gen_groups);

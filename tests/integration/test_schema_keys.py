@@ -44,3 +44,39 @@ def test_spec_keys_lets_other_keys_follow(tmp_path):
 
 def test_spec_keys_keeps_explicit_false(tmp_path):
     check(tmp_path, dict(OBJ, additionalProperties=False), [{"a": 1}], [{"a": 1, "b": 2}])
+
+
+def test_spec_keys_oneof_open_branches_made_exclusive(tmp_path):
+    # with other keys allowed, branch A could write B's required key "b" (and match both);
+    # A never writes it, so the grammar keeps "exactly one"
+    schema = {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+                         "required": ["a"]},
+                        {"type": "object", "properties": {"b": {"type": "string"}},
+                         "required": ["b"]}]}
+    check(tmp_path, schema, [{"a": 1}, {"a": 1, "c": 2}, {"b": "x"}, {"b": "x", "c": 1}],
+          [{"a": 1, "b": "x"}, {"b": "x", "a": 1}, {}])
+
+
+def test_oneof_required_key_the_other_branch_forbids(tmp_path):
+    # B requires "c", which A (additionalProperties false) forbids: exclusive as written
+    schema = {"oneOf": [{"type": "object", "properties": {"p": {"type": "string"},
+                                                          "n": {"type": "string"}},
+                         "required": ["p", "n"], "additionalProperties": False},
+                        {"type": "object", "properties": {"p": {"type": "string"},
+                                                          "n": {"type": "string"},
+                                                          "c": {"type": "string"}},
+                         "required": ["p", "n", "c"], "additionalProperties": False}]}
+    for flags in ((), SPEC):
+        check(tmp_path, schema, [{"p": "x", "n": "y"}, {"p": "x", "n": "y", "c": "z"}],
+              [{"p": "x"}], flags)
+
+
+def test_oneof_object_or_string_branches_not_told_apart_by_keys(tmp_path):
+    # both accept strings: the required keys that tell objects apart do not make them
+    # exclusive
+    schema = {"oneOf": [{"type": ["object", "string"], "required": ["a"],
+                         "properties": {"a": {}}, "additionalProperties": False},
+                        {"type": ["object", "string"], "required": ["b"],
+                         "properties": {"b": {}}, "additionalProperties": False}]}
+    rc, err, _ = compile_schema(tmp_path, schema, SPEC)
+    assert rc == 2 and "oneOf" in err, err
