@@ -164,10 +164,10 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     const char *frac = " \".\" [0-9]{0,14} [1-9]";
     int alts = 0;
     jsc_buf_add(b, "(", 1);
-    if (!(has_lo && has_hi && ilo > ihi)) { /* integers */
+    if (!(has_lo && has_hi && ilo > ihi)) { /* integers, also as i.0 */
         jsc_buf_add(b, "(", 1);
         jschema_int_range(ilo, has_lo, ihi, has_hi, b);
-        jsc_buf_add(b, ")", 1);
+        jsc_buf_add(b, ") (\".\" \"0\"{1,15})?", sizeof(") (\".\" \"0\"{1,15})?") - 1);
         alts++;
     }
     long long plo = has_lo && lo > 0 ? lo : 0, phi = hi - 1;

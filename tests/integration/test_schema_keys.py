@@ -80,3 +80,18 @@ def test_oneof_object_or_string_branches_not_told_apart_by_keys(tmp_path):
                          "properties": {"b": {}}, "additionalProperties": False}]}
     rc, err, _ = compile_schema(tmp_path, schema, SPEC)
     assert rc == 2 and "oneOf" in err, err
+
+
+def test_bounded_number_written_with_zero_fraction(tmp_path):
+    # 2048.0 is the integer 2048 (MaskBench's instances write many numbers so)
+    schema = {"type": "number", "minimum": 1, "maximum": 5}
+    for flags in ((), SPEC):
+        rc, err, sf = compile_schema(tmp_path, schema, flags)
+        assert rc == 0, err
+        for text, ok in [("1.0", True), ("5.00", True), ("3.5", True), ("5.01", False),
+                         ("0.0", False), ("-0.0", False), ("6.0", False)]:
+            inf = tmp_path / "n.json"
+            inf.write_text(text)
+            r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)],
+                               capture_output=True, text=True, timeout=30)
+            assert (r.returncode == 0) == ok, text
