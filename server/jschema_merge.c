@@ -420,11 +420,13 @@ static int excl(json_t *x, json_t *y, int depth, int extra_keys) {
     int closed = !json_object_get(x, "patternProperties") &&
                  (declared ? !open : json_is_false(ax));
     /* the key rules below tell objects apart: only when objects are all x writes that y
-     * accepts (x without a type writes objects here: it has object keywords) */
-    unsigned wx = json_object_get(x, "type") ? tx : 4u, shared = wx & ty;
+     * accepts (x without a type writes objects when it has object keywords) */
+    int obj_kw = px || rx || json_object_get(x, "additionalProperties") ||
+                 json_object_get(x, "patternProperties");
+    unsigned wx = json_object_get(x, "type") ? tx : obj_kw ? 4u : 0x7Fu, shared = wx & ty;
     if ((wx & 16u) && (ty & 64u)) shared |= 64u;
     if ((ty & 16u) && (wx & 64u)) shared |= 64u;
-    if (shared != 4u) return shared == 0;
+    if (shared != 4u) return 0;
     /* a key x always writes (required) that y forbids: false in y's properties, or not
      * among them when y allows no other key */
     json_t *ay = json_object_get(y, "additionalProperties");

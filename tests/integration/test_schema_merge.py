@@ -265,6 +265,8 @@ def rand_instance(rng, schema):
     for k in order:
         if k not in keys and rng.random() < 0.6:
             keys.append(k)
+    if rng.random() < 0.3:  # out of the schema's order (--spec-keys allows any)
+        rng.shuffle(keys)
     return {k: rand_value(rng, props.get(k, {})) for k in keys}
 
 
