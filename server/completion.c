@@ -654,6 +654,7 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .grammar_max_stacks = s->cfg->grammar_max_stacks,
                                .grammar_max_elems = s->cfg->grammar_max_elems,
                                .json_schema_extra_keys = s->cfg->json_schema_extra_keys,
+                               .json_schema_any_order = s->cfg->json_schema_any_order,
                                .gram_cache = s->gram_cache};
 }
 

@@ -172,6 +172,53 @@ static int cmp_prop(const void *a, const void *b) {
     return strcmp(((const struct prop *)a)->key, ((const struct prop *)b)->key);
 }
 
+/* The GBNF of `"key" ws ":" ws value ws` for property p (in notation: the key as
+ * jschema_g4_key writes it), appended to kv. 0 or -1. */
+static int prop_kv(struct jsc *c, const struct prop *p, const char *ptr, struct jsc_buf *kv) {
+    if (c->g4) {
+        jschema_g4_key(p->key, c->q, kv);
+    } else {
+        json_t *ks = json_string(p->key);
+        char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!kd) return jfail(c, "bad property name at %s", ptr);
+        jsc_buf_lit(kv, kd, strlen(kd));
+        free(kd);
+    }
+    if (p->rule >= 0) jsc_buf_printf(kv, " ws \":\" ws %s-%d ws", c->name, p->rule);
+    else jsc_buf_add(kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
+    return kv->oom ? jfail(c, "schema too large") : 0;
+}
+
+/* gen_object's body with the keys in any order (jschema_gen_any_order); extra and key_rule
+ * as gen_object computes them. 1 when that would pass the schema's budget for such objects
+ * (c->order_bytes; nothing written: the caller keeps the schema's order). */
+static int object_any_order(struct jsc *c, const struct prop *pr, int n, int extra, int key_rule,
+                            const char *ptr, struct jsc_buf *b) {
+    struct jsc_buf kv[JSC_ANY_ORDER_MAX] = {{0}};
+    char *kvs[JSC_ANY_ORDER_MAX], okv[160];
+    int req[JSC_ANY_ORDER_MAX], rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = prop_kv(c, &pr[i], ptr, &kv[i]);
+        kvs[i] = kv[i].p;
+        req[i] = pr[i].required;
+    }
+    if (!rc && extra != -3) {
+        char kname[64] = "string";
+        if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
+        if (extra == -2) snprintf(okv, sizeof okv, "%s ws \":\" ws value ws", kname);
+        else snprintf(okv, sizeof okv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
+    }
+    long cost = rc ? 0 : jschema_any_order_cost(kvs, n, extra != -3 ? okv : NULL);
+    if (!rc && cost > c->order_bytes) rc = 1;
+    else if (!rc) {
+        c->order_bytes -= cost;
+        rc = jschema_gen_any_order(c, kvs, req, n, extra != -3 ? okv : NULL, b);
+    }
+    for (int i = 0; i < n; i++) jsc_buf_free(&kv[i]);
+    return rc;
+}
+
 static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
     json_t *props = json_object_get(s, "properties");
     json_t *req = json_object_get(s, "required");
@@ -286,6 +333,11 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             if (extra < 0) goto done;
         }
     }
+    if (c->any_order && !c->g4 && n >= 2 && n <= JSC_ANY_ORDER_MAX) {
+        rc = object_any_order(c, pr, n, extra, key_rule, ptr, b);
+        if (rc <= 0) goto done;
+        rc = -1;
+    }
     /* kv_i text */
     int *F = malloc((size_t)(n + 1) * sizeof(int)), *T = malloc((size_t)(n + 1) * sizeof(int));
     if (!F || !T) {
@@ -317,22 +369,13 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     }
     for (int i = n - 1; i >= 0; i--) {
         struct jsc_buf kv = {0};
-        json_t *ks = json_string(pr[i].key);
-        char *kd = ks && !c->g4 ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
-        json_decref(ks);
-        if (c->g4) jschema_g4_key(pr[i].key, c->q, &kv);
-        else if (!kd) {
+        if (prop_kv(c, &pr[i], ptr, &kv)) {
             jsc_buf_free(&kv);
             jsc_buf_free(&t);
             free(F);
             free(T);
-            jfail(c, "bad property name at %s", ptr);
             goto done;
         }
-        if (kd) jsc_buf_lit(&kv, kd, strlen(kd));
-        free(kd);
-        if (pr[i].rule >= 0) jsc_buf_printf(&kv, " ws \":\" ws %s-%d ws", c->name, pr[i].rule);
-        else jsc_buf_add(&kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
         t.n = 0;
         if (pr[i].required) jsc_buf_printf(&t, "\",\" ws %s %s-%d", kv.p, c->name, T[i + 1]);
         else jsc_buf_printf(&t, "(\",\" ws %s)? %s-%d", kv.p, c->name, T[i + 1]);
@@ -684,6 +727,8 @@ static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base
     c->errlen = errlen;
     c->g4 = g4_quote >= 0;
     c->extra_keys = opt && opt->extra_keys;
+    c->any_order = opt && opt->any_order;
+    c->order_bytes = JSC_ORDER_BYTES;
     if (c->g4) snprintf(c->q, sizeof c->q, "<[%d]>", (int)g4_quote);
     else snprintf(c->q, sizeof c->q, "\"\\\"\"");
     if (!out->limit) out->limit = JSC_MAX_BYTES;

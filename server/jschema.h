@@ -32,7 +32,11 @@
  * checker (gemmad-cli grammar --check) rejects valid instances with other keys. extra_keys 1
  * gives the schema's own meaning: keys that are none of the declared ones may follow them,
  * any value (as with additionalProperties true). Gemma 4's notation writes declared keys only
- * either way (as for an explicit true).
+ * either way (as for an explicit true). Likewise keys are written in the schema's order by
+ * default; any_order 1 lets an object's keys come in any order (each declared one at most
+ * once: 2^n rules for n declared keys, so only objects of up to 10 of them, within a budget
+ * of grammar text per schema; larger ones keep the order). Not in Gemma 4's notation, whose
+ * chat template sorts keys.
  *
  * Pure functions: any thread.
  */
@@ -49,6 +53,9 @@
 struct jschema_opts {
     int extra_keys; /* 1: an absent additionalProperties lets other keys follow the declared
                      * ones (JSON Schema's meaning); 0: only the declared ones are written */
+    int any_order;  /* 1: an object's declared keys (up to 10 of them) and its other keys may
+                     * come in any order; 0: the declared ones in the schema's order, the
+                     * others after them */
 };
 
 /* Rules of the schema's language appended to out, the schema's value rule named

@@ -45,6 +45,8 @@ struct jsc {
     int g4;                /* Gemma 4's object notation instead of JSON */
     char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
     int extra_keys;        /* jschema_opts.extra_keys */
+    int any_order;         /* jschema_opts.any_order */
+    long order_bytes;      /* grammar text any-order objects may still take (JSC_ORDER_BYTES) */
 };
 
 /* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
@@ -66,5 +68,19 @@ int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n);
 int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+
+/* Objects of at most this many declared keys may write them in any order (any_order), while
+ * the schema's any-order objects take at most JSC_ORDER_BYTES of grammar text in all (the
+ * rules grow as 2^n; the grammar engine's element budget is the limit that matters). */
+#define JSC_ANY_ORDER_MAX 10
+#define JSC_ORDER_BYTES 100000L
+/* The grammar text of jschema_gen_any_order's rules for kvs[0..n) and okv, about. */
+long jschema_any_order_cost(char *const *kvs, int n, const char *okv);
+/* The body of an object whose n declared keys (kvs[k]: the GBNF of `"key" ws ":" ws value
+ * ws`) come in any order, each at most once, required[k] ones always; okv: the GBNF of one
+ * other key and its value (allowed anywhere, any number of times), or NULL. Appended to b,
+ * its rules to c->out (jschema_order.c). 0 or -1. */
+int jschema_gen_any_order(struct jsc *c, char *const *kvs, const int *required, int n,
+                          const char *okv, struct jsc_buf *b);
 
 #endif

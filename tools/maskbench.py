@@ -13,8 +13,10 @@ benchmark and point --data at its maskbench/data folder.
         [--spec-keys]
 
 --spec-keys runs `gemmad-cli grammar --spec-keys`: an absent additionalProperties lets other
-keys follow the declared ones, as JSON Schema says (the server's json_schema_extra_keys); by
-default only the declared keys are generated, which rejects valid instances with others.
+keys follow the declared ones, and keys come in any order, as JSON Schema says (the server's
+json_schema_extra_keys and json_schema_any_order); by default only the declared keys are
+generated, in the schema's order, which rejects valid instances with others or in another
+order.
 """
 import argparse
 import concurrent.futures as cf

@@ -95,3 +95,45 @@ def test_bounded_number_written_with_zero_fraction(tmp_path):
             r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)],
                                capture_output=True, text=True, timeout=30)
             assert (r.returncode == 0) == ok, text
+
+
+def test_spec_keys_any_order(tmp_path):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
+                                               "c": {"type": "boolean"}},
+              "required": ["a", "c"]}
+    check(tmp_path, schema,
+          [{"a": 1, "c": True}, {"c": True, "a": 1}, {"b": "x", "c": True, "z": 1, "a": 1}],
+          [{"c": True}, {"a": "x", "c": True}, {"b": 1, "a": 1, "c": True}, {}])
+    rc, err, sf = compile_schema(tmp_path, schema, SPEC)
+    for text in ['{"a": 1, "c": true, "a": 2}', '{"a": 1, "b": "x", "c": true, "b": "y"}']:
+        inf = tmp_path / "dup.json"
+        inf.write_text(text)
+        r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf),
+                            "--spec-keys"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1, text  # a declared key twice
+    # by default the schema's order
+    rc, err, sf = compile_schema(tmp_path, schema)
+    assert accepts(sf, tmp_path, {"a": 1, "c": True})
+    assert not accepts(sf, tmp_path, {"c": True, "a": 1})
+
+
+def test_spec_keys_any_order_falls_back_on_many_keys(tmp_path):
+    # 2^n rules: more than 10 declared keys keep the schema's order, still sound
+    props = {f"k{i:02d}": {"type": "integer"} for i in range(12)}
+    schema = {"type": "object", "properties": props, "required": ["k00", "k11"]}
+    inst = {k: 1 for k in props}
+    check(tmp_path, schema, [inst, {"k00": 1, "k11": 2, "zz": 3}],
+          [dict(reversed(list(inst.items()))), {"k00": 1}])
+
+
+def test_oneof_untyped_property_not_exclusive_of_a_typed_one(tmp_path):
+    # {} (any value) and {"type": "number"} share values: c does not tell the branches
+    # apart, a does (each branch is made to require it)
+    schema = {"type": "object", "oneOf": [
+        {"type": "object", "properties": {"c": {}, "b": {}, "a": {"enum": [2.5]}},
+         "additionalProperties": False},
+        {"type": "object", "properties": {"b": {}, "c": {"type": "number"}, "a": {"enum": ["x"]}},
+         "additionalProperties": True}]}
+    for flags in ((), SPEC):
+        check(tmp_path, schema, [{"c": 1, "b": "", "a": 2.5}, {"b": "", "c": 1, "a": "x"}],
+              [{"c": -3, "b": ""}, {"b": ""}], flags)

@@ -59,7 +59,8 @@ static const struct cli_cmd cli_cmds[] = {
      "           0 when the grammar accepts the file whole, 1 when not (-m: token by token\n"
      "           through the vocabulary masks); --bench: compile and mask times; --print: the\n"
      "           GBNF; --spec-keys: an absent additionalProperties lets other keys follow the\n"
-     "           declared ones, as JSON Schema says (the server's json_schema_extra_keys)\n"},
+     "           declared ones, and keys come in any order, as JSON Schema says (the\n"
+     "           server's json_schema_extra_keys and json_schema_any_order)\n"},
 };
 #define CLI_N_CMDS (int)(sizeof cli_cmds / sizeof cli_cmds[0])
 
