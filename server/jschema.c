@@ -58,11 +58,12 @@ static const char *const supported[] = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", NULL,
+    "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", "minProperties",
+    "maxProperties", NULL,
 };
 static const char *const refused[] = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "propertyNames", "minProperties", "maxProperties", "uniqueItems",
+    "propertyNames", "uniqueItems",
     "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
 };
@@ -190,11 +191,20 @@ static int prop_kv(struct jsc *c, const struct prop *p, const char *ptr, struct 
     return kv->oom ? jfail(c, "schema too large") : 0;
 }
 
+/* The GBNF of one other key and its value: extra and key_rule as gen_object computes them. */
+static void other_kv(struct jsc *c, int extra, int key_rule, char *kv, size_t cap) {
+    char kname[64];
+    snprintf(kname, sizeof kname, "%s", c->g4 ? "okey" : "string"); /* notation: bare keys */
+    if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
+    if (extra == -2) snprintf(kv, cap, "%s ws \":\" ws value ws", kname);
+    else snprintf(kv, cap, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
+}
+
 /* gen_object's body with the keys in any order (jschema_gen_any_order); extra and key_rule
  * as gen_object computes them. 1 when that would pass the schema's budget for such objects
  * (c->order_bytes; nothing written: the caller keeps the schema's order). */
 static int object_any_order(struct jsc *c, const struct prop *pr, int n, int extra, int key_rule,
-                            const char *ptr, struct jsc_buf *b) {
+                            int nonempty, const char *ptr, struct jsc_buf *b) {
     struct jsc_buf kv[JSC_ANY_ORDER_MAX] = {{0}};
     char *kvs[JSC_ANY_ORDER_MAX], okv[160];
     int req[JSC_ANY_ORDER_MAX], rc = 0;
@@ -203,17 +213,12 @@ static int object_any_order(struct jsc *c, const struct prop *pr, int n, int ext
         kvs[i] = kv[i].p;
         req[i] = pr[i].required;
     }
-    if (!rc && extra != -3) {
-        char kname[64] = "string";
-        if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
-        if (extra == -2) snprintf(okv, sizeof okv, "%s ws \":\" ws value ws", kname);
-        else snprintf(okv, sizeof okv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
-    }
+    if (!rc && extra != -3) other_kv(c, extra, key_rule, okv, sizeof okv);
     long cost = rc ? 0 : jschema_any_order_cost(kvs, n, extra != -3 ? okv : NULL);
     if (!rc && cost > c->order_bytes) rc = 1;
     else if (!rc) {
         c->order_bytes -= cost;
-        rc = jschema_gen_any_order(c, kvs, req, n, extra != -3 ? okv : NULL, b);
+        rc = jschema_gen_any_order(c, kvs, req, n, extra != -3 ? okv : NULL, nonempty, b);
     }
     for (int i = 0; i < n; i++) jsc_buf_free(&kv[i]);
     return rc;
@@ -333,8 +338,12 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             if (extra < 0) goto done;
         }
     }
+    int n_req = 0, nonempty;
+    long long cap;
+    for (int i = 0; i < n; i++) n_req += pr[i].required;
+    if (jschema_object_counts(c, s, ptr, n, n_req, &extra, &nonempty, &cap)) goto done;
     if (c->any_order && !c->g4 && n >= 2 && n <= JSC_ANY_ORDER_MAX) {
-        rc = object_any_order(c, pr, n, extra, key_rule, ptr, b);
+        rc = object_any_order(c, pr, n, extra, key_rule, nonempty, ptr, b);
         if (rc <= 0) goto done;
         rc = -1;
     }
@@ -355,16 +364,17 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (extra == -3) {
         emit_rule(c, T[n], &t);
         emit_rule(c, F[n], &t);
+    } else if (cap == 0) { /* maxProperties 0 */
+        emit_rule(c, T[n], &t);
+        emit_rule(c, F[n], &t);
     } else {
-        char kv[160], kname[64];
-        snprintf(kname, sizeof kname, "%s", c->g4 ? "okey" : "string"); /* notation: bare keys */
-        if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
-        if (extra == -2) snprintf(kv, sizeof kv, "%s ws \":\" ws value ws", kname);
-        else snprintf(kv, sizeof kv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
-        jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
+        char kv[160];
+        other_kv(c, extra, key_rule, kv, sizeof kv);
+        if (cap > 0) jsc_buf_printf(&t, "(\",\" ws %s){0,%lld}", kv, cap - 1);
+        else jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
         emit_rule(c, T[n], &t);
         t.n = 0;
-        jsc_buf_printf(&t, "(%s %s-%d)?", kv, c->name, T[n]);
+        jsc_buf_printf(&t, nonempty ? "%s %s-%d" : "(%s %s-%d)?", kv, c->name, T[n]);
         emit_rule(c, F[n], &t);
     }
     for (int i = n - 1; i >= 0; i--) {
@@ -382,6 +392,8 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         emit_rule(c, T[i], &t);
         t.n = 0;
         if (pr[i].required) jsc_buf_printf(&t, "%s %s-%d", kv.p, c->name, T[i + 1]);
+        else if (nonempty && extra == -3 && i == n - 1) /* F_n writes nothing: not empty */
+            jsc_buf_printf(&t, "%s %s-%d", kv.p, c->name, T[i + 1]);
         else jsc_buf_printf(&t, "%s %s-%d | %s-%d", kv.p, c->name, T[i + 1], c->name, F[i + 1]);
         emit_rule(c, F[i], &t);
         jsc_buf_free(&kv);
@@ -538,7 +550,8 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
 
 static const char *infer_type(json_t *s) {
     static const char *const obj[] = {"properties", "required", "additionalProperties",
-                                      "patternProperties", NULL};
+                                      "patternProperties", "minProperties", "maxProperties",
+                                      NULL};
     static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
     static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};

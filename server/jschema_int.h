@@ -74,6 +74,12 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
  * rules grow as 2^n; the grammar engine's element budget is the limit that matters). */
 #define JSC_ANY_ORDER_MAX 10
 #define JSC_ORDER_BYTES 100000L
+/* minProperties / maxProperties of object s, which writes n declared keys, n_req of them
+ * required: may set *extra (gen_object's other keys) to none; *nonempty: at least one key
+ * must be written; *cap: most other keys (-1: any number). 0, or -1 when the counts cannot
+ * be kept (jschema_order.c). */
+int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int n_req,
+                          int *extra, int *nonempty, long long *cap);
 /* The grammar text of jschema_gen_any_order's rules for kvs[0..n) and okv, about. */
 long jschema_any_order_cost(char *const *kvs, int n, const char *okv);
 /* The body of an object whose n declared keys (kvs[k]: the GBNF of `"key" ws ":" ws value
@@ -81,6 +87,6 @@ long jschema_any_order_cost(char *const *kvs, int n, const char *okv);
  * other key and its value (allowed anywhere, any number of times), or NULL. Appended to b,
  * its rules to c->out (jschema_order.c). 0 or -1. */
 int jschema_gen_any_order(struct jsc *c, char *const *kvs, const int *required, int n,
-                          const char *okv, struct jsc_buf *b);
+                          const char *okv, int nonempty, struct jsc_buf *b);
 
 #endif

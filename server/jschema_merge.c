@@ -47,8 +47,10 @@ static json_t *jsm_fail(struct jsm *m, const char *what, const char *kw) {
 }
 
 static int is_num_kw(const char *k, int *larger) {
-    static const char *const lo[] = {"minLength", "minItems", "minimum", "exclusiveMinimum", NULL};
-    static const char *const hi[] = {"maxLength", "maxItems", "maximum", "exclusiveMaximum", NULL};
+    static const char *const lo[] = {"minLength", "minItems", "minimum", "exclusiveMinimum",
+                                     "minProperties", NULL};
+    static const char *const hi[] = {"maxLength", "maxItems", "maximum", "exclusiveMaximum",
+                                     "maxProperties", NULL};
     for (int i = 0; lo[i]; i++)
         if (!strcmp(k, lo[i])) return *larger = 1, 1;
     for (int i = 0; hi[i]; i++)

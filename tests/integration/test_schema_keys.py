@@ -4,6 +4,8 @@ the server's json_schema_extra_keys) and the schema features MaskBench showed mi
 whatever is accepted must validate)."""
 import subprocess
 
+import pytest
+
 from test_schema_merge import CLI, accepts, cli_built, compile_schema, valid  # noqa: F401
 
 SPEC = ("--spec-keys",)
@@ -137,3 +139,30 @@ def test_oneof_untyped_property_not_exclusive_of_a_typed_one(tmp_path):
     for flags in ((), SPEC):
         check(tmp_path, schema, [{"c": 1, "b": "", "a": 2.5}, {"b": "", "c": 1, "a": "x"}],
               [{"c": -3, "b": ""}, {"b": ""}], flags)
+
+
+@pytest.mark.parametrize("flags", [(), SPEC], ids=["declared_keys", "spec_keys"])
+def test_min_max_properties(tmp_path, flags):
+    two = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+    check(tmp_path, {"type": "object", "minProperties": 1}, [{"x": 1}, {"x": 1, "y": 2}], [{}],
+          flags)
+    check(tmp_path, {"type": "object", "properties": two, "minProperties": 1},
+          [{"a": 1}, {"b": 1}, {"a": 1, "b": 2}], [{}], flags)
+    check(tmp_path, {"type": "object", "properties": two, "required": ["a"], "minProperties": 1},
+          [{"a": 1}], [{}], flags)
+    check(tmp_path, {"type": "object", "maxProperties": 2}, [{}, {"x": 1}, {"x": 1, "y": 2}],
+          [{"x": 1, "y": 2, "z": 3}], flags)
+    # declared keys within the bound: no others are written beside them
+    check(tmp_path, {"type": "object", "properties": two, "maxProperties": 2},
+          [{}, {"a": 1}, {"a": 1, "b": 2}], [{"a": 1, "c": 2}, {"a": 1, "b": 2, "c": 3}], flags)
+
+
+@pytest.mark.parametrize("schema,word", [
+    ({"type": "object", "minProperties": 2}, "minProperties"),
+    ({"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "maxProperties": 2},
+     "maxProperties"),
+    ({"type": "object", "additionalProperties": False, "minProperties": 1}, "minProperties"),
+])
+def test_min_max_properties_refused(tmp_path, schema, word):
+    rc, err, _ = compile_schema(tmp_path, schema, SPEC)
+    assert rc == 2 and word in err, err

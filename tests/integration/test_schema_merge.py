@@ -205,6 +205,8 @@ def rand_obj(rng):
         s["required"] = rng.sample(KEYS, rng.randint(1, 2))
     if rng.random() < 0.3:
         s["additionalProperties"] = rng.choice([False, True, rand_leaf(rng)])
+    if rng.random() < 0.15:
+        s[rng.choice(["minProperties", "maxProperties"])] = rng.choice([1, 2, 3])
     return s
 
 
@@ -281,7 +283,7 @@ def test_random_corpus_accepts_only_valid(tmp_path, flags):
         if rc:
             continue
         compiled += 1
-        for _ in range(6):
+        for _ in range(10):
             inst = rand_instance(rng, schema)
             if accepts(sf, tmp_path, inst, flags):
                 accepted += 1
