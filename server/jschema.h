@@ -17,8 +17,10 @@
  * alternation, * + ? {m} {m,} {m,n}, ^ and $ at the ends; no backreferences, lookaround or
  * \b), format (date, time, date-time, uuid, email, hostname, ipv4, ...; other names a draft
  * defines are refused, names no draft defines are annotations), integer
- * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: integer-valued bounds
- * only), nullable (OpenAPI) and type
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: bounds of up to 15
+ * decimals, with an integer between a lower and an upper one; no exponent is written),
+ * minProperties (implied by the required keys, or 1), maxProperties (at least the declared
+ * keys; no other keys are written beside them), nullable (OpenAPI) and type
  * unions with "null". Annotations (title, description, default, examples, $comment, ...)
  * are ignored. A keyword that would change validity and is not supported fails with a
  * message naming the keyword and its JSON pointer; nothing falls back to unconstrained.

@@ -166,3 +166,36 @@ def test_min_max_properties(tmp_path, flags):
 def test_min_max_properties_refused(tmp_path, schema, word):
     rc, err, _ = compile_schema(tmp_path, schema, SPEC)
     assert rc == 2 and word in err, err
+
+
+def test_number_bounds_with_fractions(tmp_path):
+    check(tmp_path, {"type": "number", "minimum": 0.5, "maximum": 99.99},
+          [0.5, 0.51, 0.5001, 1, 2.0, 99.99, 99.9, 50.123], [0.49, 0.4999, 99.991, 100, 0, -1],
+          ())
+    check(tmp_path, {"type": "number", "exclusiveMinimum": -459.67, "exclusiveMaximum": -0.25},
+          [-459.669, -459, -1, -0.26, -0.250001], [-459.67, -459.671, -460, -0.25, -0.2, 0],
+          ())
+    rc, err, _ = compile_schema(tmp_path, {"type": "number", "minimum": 0.2, "maximum": 0.7})
+    assert rc == 2 and "minimum" in err, err  # one unit interval: refused
+
+
+def test_number_bounds_random(tmp_path):
+    # accepted => within the bounds, over random decimal bounds and numbers near them
+    import random
+    rng = random.Random(7)
+    accepted = 0
+    for _ in range(25):
+        lo = round(rng.uniform(-20, 20), rng.choice([0, 1, 2, 3]))
+        hi = round(lo + rng.uniform(0, 30), rng.choice([0, 1, 2]))
+        schema = {"type": "number", rng.choice(["minimum", "exclusiveMinimum"]): lo,
+                  rng.choice(["maximum", "exclusiveMaximum"]): hi}
+        rc, err, sf = compile_schema(tmp_path, schema)
+        if rc:
+            continue
+        for _ in range(8):
+            x = round(rng.choice([lo, hi]) + rng.choice([-1, 1]) * rng.choice([0, 0.001, 0.01, 0.5, 1]),
+                      rng.choice([0, 1, 2, 3, 4]))
+            if accepts(sf, tmp_path, x):
+                accepted += 1
+                assert valid(schema, x), f"{x} accepted for {schema}"
+    assert accepted >= 20, accepted
