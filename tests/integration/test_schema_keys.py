@@ -199,3 +199,27 @@ def test_number_bounds_random(tmp_path):
                 accepted += 1
                 assert valid(schema, x), f"{x} accepted for {schema}"
     assert accepted >= 20, accepted
+
+
+def test_pattern_with_length_capped(tmp_path):
+    # several free repeats: each repeat is capped so that every match fits maxLength
+    schema = {"type": "string", "pattern": "^([\\w\\/-]|[\\w-][\\w\\/-]*[\\w-])$", "maxLength": 5}
+    check(tmp_path, schema, ["a", "ab", "a/b", "abcde"], ["abcdef", "/a", "a/", ""], ())
+    schema = {"type": "string", "pattern": "^[a-z]+:[a-z]*:[0-9]+$", "minLength": 3,
+              "maxLength": 9}
+    import random
+    rng = random.Random(3)
+    rc, err, sf = compile_schema(tmp_path, schema)
+    assert rc == 0, err
+    accepted = 0
+    for _ in range(60):
+        inst = ("a" * rng.randint(0, 5) + ":" + "b" * rng.randint(0, 4) + ":" +
+                "1" * rng.randint(0, 4))
+        if accepts(sf, tmp_path, inst):
+            accepted += 1
+            assert valid(schema, inst), inst
+    assert accepted >= 3, accepted
+    # a match shorter than minLength cannot be capped away: refused
+    rc, err, _ = compile_schema(tmp_path, {"type": "string", "pattern": "^(a+|b+)$",
+                                           "minLength": 2, "maxLength": 3})
+    assert rc == 2 and "minLength/maxLength" in err, err
