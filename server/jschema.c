@@ -59,10 +59,10 @@ static const char *const supported[] = {
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", "minProperties",
-    "maxProperties", NULL,
+    "maxProperties", "dependencies", NULL,
 };
 static const char *const refused[] = {
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "propertyNames", "uniqueItems",
     "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -203,22 +203,27 @@ static void other_kv(struct jsc *c, int extra, int key_rule, char *kv, size_t ca
 /* gen_object's body with the keys in any order (jschema_gen_any_order); extra and key_rule
  * as gen_object computes them. 1 when that would pass the schema's budget for such objects
  * (c->order_bytes; nothing written: the caller keeps the schema's order). */
-static int object_any_order(struct jsc *c, const struct prop *pr, int n, int extra, int key_rule,
-                            int nonempty, const char *ptr, struct jsc_buf *b) {
+static int object_any_order(struct jsc *c, json_t *s, const struct prop *pr, int n, int extra,
+                            int key_rule, int nonempty, const char *ptr, struct jsc_buf *b) {
     struct jsc_buf kv[JSC_ANY_ORDER_MAX] = {{0}};
-    char *kvs[JSC_ANY_ORDER_MAX], okv[160];
-    int req[JSC_ANY_ORDER_MAX], rc = 0;
+    struct jsc_keys k = {.n = n, .nonempty = nonempty};
+    const char *names[JSC_ANY_ORDER_MAX];
+    char okv[160];
+    int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         rc = prop_kv(c, &pr[i], ptr, &kv[i]);
-        kvs[i] = kv[i].p;
-        req[i] = pr[i].required;
+        k.kvs[i] = kv[i].p;
+        names[i] = pr[i].key;
+        if (pr[i].required) k.req |= 1u << i;
     }
     if (!rc && extra != -3) other_kv(c, extra, key_rule, okv, sizeof okv);
-    long cost = rc ? 0 : jschema_any_order_cost(kvs, n, extra != -3 ? okv : NULL);
+    if (!rc && extra != -3) k.okv = okv;
+    if (!rc) rc = jschema_key_deps(c, s, ptr, names, &k);
+    long cost = rc ? 0 : jschema_any_order_cost(&k);
     if (!rc && cost > c->order_bytes) rc = 1;
     else if (!rc) {
         c->order_bytes -= cost;
-        rc = jschema_gen_any_order(c, kvs, req, n, extra != -3 ? okv : NULL, nonempty, b);
+        rc = jschema_gen_any_order(c, &k, b);
     }
     for (int i = 0; i < n; i++) jsc_buf_free(&kv[i]);
     return rc;
@@ -342,10 +347,16 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     long long cap;
     for (int i = 0; i < n; i++) n_req += pr[i].required;
     if (jschema_object_counts(c, s, ptr, n, n_req, &extra, &nonempty, &cap)) goto done;
-    if (c->any_order && !c->g4 && n >= 2 && n <= JSC_ANY_ORDER_MAX) {
-        rc = object_any_order(c, pr, n, extra, key_rule, nonempty, ptr, b);
+    json_t *deps = json_object_get(s, "dependencies");
+    if (c->any_order && !c->g4 && n <= JSC_ANY_ORDER_MAX && (n >= 2 || deps)) {
+        rc = object_any_order(c, s, pr, n, extra, key_rule, nonempty, ptr, b);
         if (rc <= 0) goto done;
         rc = -1;
+    }
+    if (deps) { /* the key sets they need are known in any order only */
+        jfail(c, "unsupported keyword 'dependencies' (with keys in any order only, on objects "
+              "of up to %d declared keys) at %s/dependencies", JSC_ANY_ORDER_MAX, ptr);
+        goto done;
     }
     /* kv_i text */
     int *F = malloc((size_t)(n + 1) * sizeof(int)), *T = malloc((size_t)(n + 1) * sizeof(int));
@@ -551,7 +562,7 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
 static const char *infer_type(json_t *s) {
     static const char *const obj[] = {"properties", "required", "additionalProperties",
                                       "patternProperties", "minProperties", "maxProperties",
-                                      NULL};
+                                      "dependencies", NULL};
     static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
     static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};

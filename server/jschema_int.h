@@ -80,13 +80,26 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
  * be kept (jschema_order.c). */
 int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int n_req,
                           int *extra, int *nonempty, long long *cap);
-/* The grammar text of jschema_gen_any_order's rules for kvs[0..n) and okv, about. */
-long jschema_any_order_cost(char *const *kvs, int n, const char *okv);
-/* The body of an object whose n declared keys (kvs[k]: the GBNF of `"key" ws ":" ws value
- * ws`) come in any order, each at most once, required[k] ones always; okv: the GBNF of one
- * other key and its value (allowed anywhere, any number of times), or NULL. Appended to b,
- * its rules to c->out (jschema_order.c). 0 or -1. */
-int jschema_gen_any_order(struct jsc *c, char *const *kvs, const int *required, int n,
-                          const char *okv, int nonempty, struct jsc_buf *b);
+/* An object's keys for jschema_gen_any_order. */
+struct jsc_keys {
+    char *kvs[JSC_ANY_ORDER_MAX]; /* [n] the GBNF of `"key" ws ":" ws value ws` */
+    int n;                        /* declared keys */
+    unsigned req;                 /* bit k: key k is required */
+    unsigned dep[JSC_ANY_ORDER_MAX]; /* [n] keys that must be present when key k is */
+    unsigned never;               /* keys never written (a dependency that cannot be met) */
+    const char *okv;              /* the GBNF of one other key and its value, or NULL */
+    int nonempty;                 /* at least one key (minProperties 1) */
+};
+/* The grammar text of jschema_gen_any_order's rules, about. */
+long jschema_any_order_cost(const struct jsc_keys *k);
+/* draft 4-7 "dependencies" of object s in k->dep / k->never; names[0..k->n): the declared
+ * keys. Property lists only: a schema dependency, or a list naming a key that may be written
+ * among the other keys, is refused. 0, or -1 with the reason. */
+int jschema_key_deps(struct jsc *c, json_t *s, const char *ptr, const char *const *names,
+                     struct jsc_keys *k);
+/* The body of an object whose k->n declared keys come in any order, each at most once, the
+ * required ones always, each with its dependencies, other keys (k->okv) anywhere any number
+ * of times. Appended to b, its rules to c->out (jschema_order.c). 0 or -1. */
+int jschema_gen_any_order(struct jsc *c, const struct jsc_keys *k, struct jsc_buf *b);
 
 #endif

@@ -16,41 +16,84 @@
 #include <stdlib.h>
 #include <string.h>
 
-long jschema_any_order_cost(char *const *kvs, int n, const char *okv) {
-    long per = okv ? (long)strlen(okv) + 24 : 0;
-    for (int k = 0; k < n; k++) per += ((long)strlen(kvs[k]) + 24) / 2; /* in half the rules */
-    return per << n;
+long jschema_any_order_cost(const struct jsc_keys *k) {
+    long per = k->okv ? (long)strlen(k->okv) + 24 : 0;
+    for (int i = 0; i < k->n; i++) per += ((long)strlen(k->kvs[i]) + 24) / 2; /* in half the rules */
+    return per << k->n;
 }
 
-int jschema_gen_any_order(struct jsc *c, char *const *kvs, const int *required, int n,
-                          const char *okv, int nonempty, struct jsc_buf *b) {
+int jschema_key_deps(struct jsc *c, json_t *s, const char *ptr, const char *const *names,
+                     struct jsc_keys *k) {
+    json_t *deps = json_object_get(s, "dependencies"), *v;
+    const char *key;
+    if (!deps) return 0;
+    if (!json_is_object(deps)) return jfail(c, "'dependencies' must be an object at %s", ptr);
+    json_object_foreach(deps, key, v) {
+        int i = 0;
+        while (i < k->n && strcmp(names[i], key) != 0) i++;
+        if (!json_is_array(v) || (i == k->n && k->okv))
+            return jfail(c, "unsupported keyword 'dependencies' (a schema, or a key that may be "
+                         "written among the other keys) at %s/dependencies", ptr);
+        if (i == k->n) continue; /* never written */
+        for (size_t j = 0; j < json_array_size(v); j++) {
+            json_t *d = json_array_get(v, j);
+            int t = 0;
+            if (!json_is_string(d)) return jfail(c, "'dependencies' must hold strings at %s", ptr);
+            while (t < k->n && strcmp(names[t], json_string_value(d)) != 0) t++;
+            if (t == k->n) k->never |= 1u << i; /* a key never written: i never is either */
+            else k->dep[i] |= 1u << t;
+        }
+    }
+    for (int changed = 1; changed;) { /* a key that depends on one never written */
+        changed = 0;
+        for (int i = 0; i < k->n; i++)
+            if (!(k->never & (1u << i)) && (k->dep[i] & k->never)) k->never |= 1u << i, changed = 1;
+    }
+    if (k->never & k->req)
+        return jfail(c, "a required key's 'dependencies' cannot be met at %s/dependencies", ptr);
+    return 0;
+}
+
+/* T_S may end when the required keys and every dependency of the keys of S are in S. */
+static int may_end(const struct jsc_keys *k, unsigned S) {
+    if ((S & k->req) != k->req) return 0;
+    for (int i = 0; i < k->n; i++)
+        if ((S & (1u << i)) && (k->dep[i] & ~S)) return 0;
+    return 1;
+}
+
+int jschema_gen_any_order(struct jsc *c, const struct jsc_keys *k, struct jsc_buf *b) {
+    const int n = k->n;
     if (n < 0 || n > JSC_ANY_ORDER_MAX) return jfail(c, "too many keys for any order");
     const unsigned full = (1u << n) - 1;
-    unsigned req = 0;
-    for (int k = 0; k < n; k++)
-        if (required[k]) req |= 1u << k;
     const int T0 = c->next_id; /* T_S is rule T0 + S */
     c->next_id += (int)full + 1;
     const int F = c->next_id++;
     struct jsc_buf t = {0};
     for (unsigned S = 0; S <= full; S++) {
+        if (S & k->never) continue;
         t.n = 0;
         int alts = 0;
-        for (int k = 0; k < n; k++) {
-            if (S & (1u << k)) continue;
-            jsc_buf_printf(&t, "%s\",\" ws %s %s-%d", alts++ ? " | " : "", kvs[k], c->name,
-                           T0 + (int)(S | (1u << k)));
+        for (int i = 0; i < n; i++) {
+            if ((S | k->never) & (1u << i)) continue;
+            jsc_buf_printf(&t, "%s\",\" ws %s %s-%d", alts++ ? " | " : "", k->kvs[i], c->name,
+                           T0 + (int)(S | (1u << i)));
         }
-        if (okv) jsc_buf_printf(&t, "%s\",\" ws %s %s-%d", alts++ ? " | " : "", okv, c->name, T0 + (int)S);
-        if ((S & req) == req) jsc_buf_printf(&t, "%s\"\"", alts++ ? " | " : "");
-        jsc_buf_printf(c->out, "%s-%d ::= %s\n", c->name, T0 + (int)S, t.p);
+        if (k->okv) jsc_buf_printf(&t, "%s\",\" ws %s %s-%d", alts++ ? " | " : "", k->okv, c->name, T0 + (int)S);
+        if (may_end(k, S)) jsc_buf_printf(&t, "%s\"\"", alts++ ? " | " : "");
+        jsc_buf_printf(c->out, "%s-%d ::= %s\n", c->name, T0 + (int)S, alts ? t.p : "\"\"");
     }
     t.n = 0;
     int alts = 0;
-    for (int k = 0; k < n; k++)
-        jsc_buf_printf(&t, "%s%s %s-%d", alts++ ? " | " : "", kvs[k], c->name, T0 + (1 << k));
-    if (okv) jsc_buf_printf(&t, "%s%s %s-%d", alts++ ? " | " : "", okv, c->name, T0);
-    if (!req && !nonempty) jsc_buf_printf(&t, "%s\"\"", alts++ ? " | " : "");
+    for (int i = 0; i < n; i++)
+        if (!(k->never & (1u << i)))
+            jsc_buf_printf(&t, "%s%s %s-%d", alts++ ? " | " : "", k->kvs[i], c->name, T0 + (1 << i));
+    if (k->okv) jsc_buf_printf(&t, "%s%s %s-%d", alts++ ? " | " : "", k->okv, c->name, T0);
+    if (!k->req && !k->nonempty) jsc_buf_printf(&t, "%s\"\"", alts++ ? " | " : "");
+    if (!alts) {
+        jsc_buf_free(&t);
+        return jfail(c, "no object satisfies minProperties and dependencies");
+    }
     jsc_buf_printf(c->out, "%s-%d ::= %s\n", c->name, F, t.p);
     const int oom = t.oom;
     jsc_buf_free(&t);

@@ -223,3 +223,19 @@ def test_pattern_with_length_capped(tmp_path):
     rc, err, _ = compile_schema(tmp_path, {"type": "string", "pattern": "^(a+|b+)$",
                                            "minLength": 2, "maxLength": 3})
     assert rc == 2 and "minLength/maxLength" in err, err
+
+
+def test_dependencies_with_any_order(tmp_path):
+    schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+              "dependencies": {"a": ["b"]}}
+    check(tmp_path, schema, [{}, {"a": 1, "b": 2}, {"b": 2, "a": 1}, {"b": 1}, {"c": 1, "z": 1}],
+          [{"a": 1}, {"c": 1, "a": 1}])
+    # a dependency on a key that is never written: the key depending on it is never written
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": ["zz"]},
+              "additionalProperties": False}
+    check(tmp_path, schema, [{}, {"b": 1}], [{"a": 1}])
+    for flags, sch in [((), schema),  # the schema's order: refused
+                       (SPEC, {"type": "object", "properties": {"a": {}},
+                               "dependencies": {"a": {"required": ["b"]}}})]:
+        rc, err, _ = compile_schema(tmp_path, sch, flags)
+        assert rc == 2 and "dependencies" in err, err
