@@ -59,12 +59,12 @@ static const char *const supported[] = {
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", "minProperties",
-    "maxProperties", "dependencies", NULL,
+    "maxProperties", "dependencies", "multipleOf", NULL,
 };
 static const char *const refused[] = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "propertyNames", "uniqueItems",
-    "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
+    "contains", "minContains", "maxContains", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
 };
 
@@ -565,7 +565,8 @@ static const char *infer_type(json_t *s) {
                                       "dependencies", NULL};
     static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                      "multipleOf", NULL};
     for (int i = 0; obj[i]; i++) if (json_object_get(s, obj[i])) return "object";
     for (int i = 0; arr[i]; i++) if (json_object_get(s, arr[i])) return "array";
     for (int i = 0; str[i]; i++) if (json_object_get(s, str[i])) return "string";

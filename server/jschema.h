@@ -21,7 +21,8 @@
  * decimals, with an integer between a lower and an upper one; no exponent is written),
  * minProperties (implied by the required keys, or 1), maxProperties (at least the declared
  * keys; no other keys are written beside them), dependencies (property lists, with
- * any_order only), nullable (OpenAPI) and type
+ * any_order only), multipleOf (1, 0.1, 0.01, ...: at most that many decimals, exact in
+ * decimal arithmetic), nullable (OpenAPI) and type
  * unions with "null". Annotations (title, description, default, examples, $comment, ...)
  * are ignored. A keyword that would change validity and is not supported fails with a
  * message naming the keyword and its JSON pointer; nothing falls back to unconstrained.

@@ -92,7 +92,22 @@ int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     return 0;
 }
 
+/* multipleOf m of a number as the decimals its values may have: -1 without it, d when m is
+ * 10^-d (0.01: 2; 1: 0), which a decimal number with at most d decimals (then zeros) is a
+ * multiple of. Other values are refused. *dec, 0 or -1. */
+static int multiple_dec(struct jsc *c, json_t *s, const char *ptr, int *dec) {
+    json_t *v = json_object_get(s, "multipleOf");
+    *dec = -1;
+    if (!v) return 0;
+    double m = json_is_number(v) ? json_number_value(v) : 0, p = 1;
+    for (int d = 0; d <= 15 && m > 0; d++, p /= 10)
+        if (fabs(m - p) <= p * 1e-9) return *dec = d, 0;
+    return jfail(c, "unsupported keyword 'multipleOf' (only 1, 0.1, 0.01, ...) at %s/multipleOf", ptr);
+}
+
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    int dec;
+    if (multiple_dec(c, s, ptr, &dec)) return -1; /* every integer is a multiple of 10^-d */
     long long lo = 0, hi = 0;
     int has_lo = 0, has_hi = 0;
     static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
@@ -177,8 +192,7 @@ static void frac_cmp(const char *f, int ge, int strict, struct jsc_buf *b) {
  * strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly between
  * -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. The alternatives written. */
 static int num_int_bounds(long long lo, long long ilo, int has_lo, long long hi, long long ihi,
-                          int has_hi, int alts, struct jsc_buf *b) {
-    const char *frac = " \".\" [0-9]{0,14} [1-9]";
+                          int has_hi, int alts, const char *frac, struct jsc_buf *b) {
     if (!(has_lo && has_hi && ilo > ihi)) { /* integers, also as i.0 */
         if (alts++) jsc_buf_add(b, " | ", 3);
         jsc_buf_add(b, "(", 1);
@@ -220,6 +234,17 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
         if (i < 2 && (!has_lo || d > dl || (d == dl && i == 1))) dl = d, sl = i == 1, kl = i, has_lo = 1;
         if (i >= 2 && (!has_hi || d < dh || (d == dh && i == 3))) dh = d, sh = i == 3, kh = i, has_hi = 1;
     }
+    int mdec;
+    if (multiple_dec(c, s, ptr, &mdec)) return -1;
+    if (mdec == 0) return jschema_gen_integer(c, s, ptr, b); /* multipleOf 1 */
+    /* i.f strictly between two integers: f ends in a non-zero digit (then zeros, when a
+     * multipleOf bounds the decimals) */
+    char frac[64] = " \".\" [0-9]{0,14} [1-9]";
+    if (mdec > 0) snprintf(frac, sizeof frac, " \".\" [0-9]{0,%d} [1-9] \"0\"*", mdec - 1);
+    if (!has_lo && !has_hi && mdec > 0) {
+        jsc_buf_printf(b, "integer (\".\" [0-9]{1,%d} \"0\"*)?", mdec);
+        return 0;
+    }
     if (!has_lo && !has_hi) {
         jsc_buf_add(b, "number", sizeof("number") - 1);
         return 0;
@@ -239,6 +264,9 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
         const int dec = side ? hi_dec : lo_dec, strict = side ? sh : sl;
         const double d = side ? dh : dl;
         if (!dec) continue;
+        if (mdec > 0)
+            return jfail(c, "unsupported keyword 'multipleOf' (beside a bound with a fraction) "
+                         "at %s/multipleOf", ptr);
         if (dec_digits(d, ip, sizeof ip, fp, sizeof fp) || strlen(fp) > 15) {
             return jfail(c, "unsupported keyword '%s' (more than 15 decimals) at %s/%s",
                          kw[side ? kh : kl], ptr, kw[side ? kh : kl]);
@@ -252,7 +280,7 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
         frac_cmp(fp, ge, strict, b);
     }
     alts = num_int_bounds(lo_dec ? lo : (long long)dl, ilo, has_lo, hi_dec ? hi : (long long)dh,
-                          ihi, has_hi, alts, b);
+                          ihi, has_hi, alts, frac, b);
     jsc_buf_add(b, ")", 1);
     if (!alts) return jfail(c, "no number satisfies the bounds at %s", ptr);
     return 0;

@@ -239,3 +239,20 @@ def test_dependencies_with_any_order(tmp_path):
                                "dependencies": {"a": {"required": ["b"]}}})]:
         rc, err, _ = compile_schema(tmp_path, sch, flags)
         assert rc == 2 and "dependencies" in err, err
+
+
+def test_multiple_of_powers_of_ten(tmp_path):
+    # a decimal with at most d decimals is a multiple of 10^-d (decimal arithmetic, as the
+    # spec means it; float-based validators may differ on values like 19.99 / 0.01, so the
+    # instances here avoid them)
+    check(tmp_path, {"type": "number", "multipleOf": 0.01}, [1, 2.5, 0.25, 1.5, -3.75],
+          [0.125, 1.001], ())
+    check(tmp_path, {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 10},
+          [0, 2.5, 10, 0.25], [0.125, 10.25, -0.5], ())
+    check(tmp_path, {"type": "number", "multipleOf": 1, "minimum": 0}, [0, 3], [2.5, -1], ())
+    check(tmp_path, {"type": "integer", "multipleOf": 1}, [3, -4], [2.5], ())
+    for schema, word in [({"type": "integer", "multipleOf": 5}, "multipleOf"),
+                         ({"multipleOf": 3}, "multipleOf"),
+                         ({"type": "number", "multipleOf": 0.01, "minimum": 0.5}, "multipleOf")]:
+        rc, err, _ = compile_schema(tmp_path, schema)
+        assert rc == 2 and word in err, err
