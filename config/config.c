@@ -139,6 +139,12 @@ static const struct cfg_opt cfg_opts[] = {
      "grammar elements after expanding repetitions (past it: 400)"},
     {"grammar_cache", CFG_INT, OFF(grammar_cache), 0, 0, 4096, NULL,
      "compiled grammars kept for reuse by later requests with the same schema (0: none)"},
+    {"json_schema_extra_keys", CFG_BOOL, OFF(json_schema_extra_keys), 0, 0, 1, NULL,
+     "JSON schemas: an absent additionalProperties lets keys other than the declared ones "
+     "follow them (JSON Schema's meaning); 0: only the declared keys (llama.cpp's)"},
+    {"json_schema_any_order", CFG_BOOL, OFF(json_schema_any_order), 0, 0, 1, NULL,
+     "JSON schemas: an object's keys (up to 10 declared ones) in any order; 0: the "
+     "schema's order (llama.cpp's)"},
 };
 #define CFG_N_OPTS (sizeof cfg_opts / sizeof cfg_opts[0])
 

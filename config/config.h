@@ -71,6 +71,8 @@ struct config {
     int grammar_max_stacks;             /* matcher stacks at once (a grammar past it: 400) */
     int grammar_max_elems;              /* grammar size after expansion (past it: 400) */
     int grammar_cache;                  /* compiled grammars kept for reuse (LRU; 0: none) */
+    int json_schema_extra_keys;         /* 1: absent additionalProperties = true (jschema.h) */
+    int json_schema_any_order;          /* 1: object keys in any order (jschema.h) */
 };
 
 enum config_status {

@@ -53,7 +53,9 @@
     X(int, max_schema_bytes, 262144)                                                         \
     X(int, grammar_max_stacks, 1024)                                                         \
     X(int, grammar_max_elems, 200000)                                                        \
-    X(int, grammar_cache, 16)
+    X(int, grammar_cache, 16)                                                                \
+    X(int, json_schema_extra_keys, 0)                                                        \
+    X(int, json_schema_any_order, 0)
 
 #define GEMMAD_DEFAULTS_STR(X)                                                               \
     X(model, "")                                                                             \

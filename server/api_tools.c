@@ -46,7 +46,9 @@ static int schema_gbnf(json_t *schema, const char *param, const struct tools_lim
         return oai_fail(e, 400, param, NULL, "'%s' is larger than %zu bytes", param,
                         lim->max_schema_bytes);
     char err[400];
-    if (jschema_to_gbnf(schema, gb, err, sizeof err))
+    const struct jschema_opts opt = {.extra_keys = lim->json_schema_extra_keys,
+                                     .any_order = lim->json_schema_any_order};
+    if (jschema_to_gbnf(schema, &opt, gb, err, sizeof err))
         return oai_fail(e, 400, param, NULL, "invalid '%s': %s", param, err);
     return 0;
 }
@@ -173,8 +175,11 @@ static int tool_spec(json_t *root, const struct tools_limits *lim, struct tools_
         json_t *schema = pa ? json_incref(pa) : json_pack("{s:s}", "type", "object");
         char rule[32];
         snprintf(rule, sizeof rule, "tool%u", (unsigned)i);
-        int rc = lim->g4 ? jschema_rules_g4(schema, rule, gb, base, lim->g4->quote, err, sizeof err)
-                         : jschema_rules(schema, rule, gb, base, err, sizeof err);
+        const struct jschema_opts opt = {.extra_keys = lim->json_schema_extra_keys,
+                                     .any_order = lim->json_schema_any_order};
+        int rc = lim->g4 ? jschema_rules_g4(schema, rule, gb, base, lim->g4->quote, &opt, err,
+                                            sizeof err)
+                         : jschema_rules(schema, rule, gb, base, &opt, err, sizeof err);
         json_decref(schema);
         if (rc) {
             jsc_buf_free(&alts);
@@ -532,7 +537,9 @@ int tools_parse_request(json_t *root, int is_chat, const struct oai_limits *lim,
                                     .max_stacks = lim->grammar_max_stacks,
                                     .max_elems = lim->grammar_max_elems,
                                     .cache = lim->gram_cache,
-                                    .g4 = native ? &g4 : NULL};
+                                    .g4 = native ? &g4 : NULL,
+                                    .json_schema_extra_keys = lim->json_schema_extra_keys,
+                                    .json_schema_any_order = lim->json_schema_any_order};
     struct tools_req *t = NULL;
     json_t *req = NULL;
     if (tools_prepare(root, is_chat, &tl, &t, &req, e)) return -1;

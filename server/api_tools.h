@@ -37,6 +37,8 @@ struct tools_limits {
     struct gram_lru *cache;      /* compiled grammars shared by requests, or NULL */
     const struct g4note_ids *g4; /* Gemma 4's tool tokens: its native format (docs/TOOLS.md);
                                   * NULL: the text format of Gemma 3 */
+    int json_schema_extra_keys;  /* jschema_opts.extra_keys for every schema converted */
+    int json_schema_any_order;   /* jschema_opts.any_order likewise */
 };
 
 enum tools_mode { TOOLS_OFF = 0, TOOLS_AUTO = 1, TOOLS_REQUIRED = 2 };

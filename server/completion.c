@@ -653,6 +653,8 @@ void cmpl_limits(struct srv *s, struct oai_limits *lim) {
                                .max_schema_bytes = s->cfg->max_schema_bytes,
                                .grammar_max_stacks = s->cfg->grammar_max_stacks,
                                .grammar_max_elems = s->cfg->grammar_max_elems,
+                               .json_schema_extra_keys = s->cfg->json_schema_extra_keys,
+                               .json_schema_any_order = s->cfg->json_schema_any_order,
                                .gram_cache = s->gram_cache};
 }
 

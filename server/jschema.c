@@ -58,12 +58,13 @@ static const char *const supported[] = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", NULL,
+    "exclusiveMaximum", "nullable", "patternProperties", "additionalItems", "minProperties",
+    "maxProperties", "dependencies", "multipleOf", NULL,
 };
 static const char *const refused[] = {
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "propertyNames", "minProperties", "maxProperties", "uniqueItems",
-    "contains", "minContains", "maxContains", "multipleOf", "unevaluatedProperties",
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+    "propertyNames", "uniqueItems",
+    "contains", "minContains", "maxContains", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
 };
 
@@ -172,6 +173,62 @@ static int cmp_prop(const void *a, const void *b) {
     return strcmp(((const struct prop *)a)->key, ((const struct prop *)b)->key);
 }
 
+/* The GBNF of `"key" ws ":" ws value ws` for property p (in notation: the key as
+ * jschema_g4_key writes it), appended to kv. 0 or -1. */
+static int prop_kv(struct jsc *c, const struct prop *p, const char *ptr, struct jsc_buf *kv) {
+    if (c->g4) {
+        jschema_g4_key(p->key, c->q, kv);
+    } else {
+        json_t *ks = json_string(p->key);
+        char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!kd) return jfail(c, "bad property name at %s", ptr);
+        jsc_buf_lit(kv, kd, strlen(kd));
+        free(kd);
+    }
+    if (p->rule >= 0) jsc_buf_printf(kv, " ws \":\" ws %s-%d ws", c->name, p->rule);
+    else jsc_buf_add(kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
+    return kv->oom ? jfail(c, "schema too large") : 0;
+}
+
+/* The GBNF of one other key and its value: extra and key_rule as gen_object computes them. */
+static void other_kv(struct jsc *c, int extra, int key_rule, char *kv, size_t cap) {
+    char kname[64];
+    snprintf(kname, sizeof kname, "%s", c->g4 ? "okey" : "string"); /* notation: bare keys */
+    if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
+    if (extra == -2) snprintf(kv, cap, "%s ws \":\" ws value ws", kname);
+    else snprintf(kv, cap, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
+}
+
+/* gen_object's body with the keys in any order (jschema_gen_any_order); extra and key_rule
+ * as gen_object computes them. 1 when that would pass the schema's budget for such objects
+ * (c->order_bytes; nothing written: the caller keeps the schema's order). */
+static int object_any_order(struct jsc *c, json_t *s, const struct prop *pr, int n, int extra,
+                            int key_rule, int nonempty, const char *ptr, struct jsc_buf *b) {
+    struct jsc_buf kv[JSC_ANY_ORDER_MAX] = {{0}};
+    struct jsc_keys k = {.n = n, .nonempty = nonempty};
+    const char *names[JSC_ANY_ORDER_MAX];
+    char okv[160];
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        rc = prop_kv(c, &pr[i], ptr, &kv[i]);
+        k.kvs[i] = kv[i].p;
+        names[i] = pr[i].key;
+        if (pr[i].required) k.req |= 1u << i;
+    }
+    if (!rc && extra != -3) other_kv(c, extra, key_rule, okv, sizeof okv);
+    if (!rc && extra != -3) k.okv = okv;
+    if (!rc) rc = jschema_key_deps(c, s, ptr, names, &k);
+    long cost = rc ? 0 : jschema_any_order_cost(&k);
+    if (!rc && cost > c->order_bytes) rc = 1;
+    else if (!rc) {
+        c->order_bytes -= cost;
+        rc = jschema_gen_any_order(c, &k, b);
+    }
+    for (int i = 0; i < n; i++) jsc_buf_free(&kv[i]);
+    return rc;
+}
+
 static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
     json_t *props = json_object_get(s, "properties");
     json_t *req = json_object_get(s, "required");
@@ -181,6 +238,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (req && !json_is_array(req)) return jfail(c, "'required' must be an array at %s", ptr);
     if (addl && !json_is_object(addl) && !json_is_boolean(addl))
         return jfail(c, "'additionalProperties' must be a schema at %s", ptr);
+    if (!addl && c->extra_keys) addl = json_true(); /* JSON Schema's meaning (jschema.h) */
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
     struct prop *pr = calloc(np + nr + 1, sizeof(*pr));
     const char **names = NULL; /* the declared keys, for the keys that are none of them */
@@ -272,9 +330,9 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         extra = gen(c, addl, p2);
         if (extra < 0) goto done;
     } else if (n_decl > 0 && !c->g4 && (json_is_true(addl) || json_is_object(addl))) {
-        /* declared properties and explicitly allowed others: after the declared ones, keys
-         * that are none of them (an absent additionalProperties writes only the declared
-         * ones, as llama.cpp does: always valid, and no invented keys) */
+        /* declared properties and allowed others: after the declared ones, keys that are
+         * none of them (an absent additionalProperties writes only the declared ones unless
+         * extra_keys, as llama.cpp does: always valid, and no invented keys) */
         key_rule = jschema_gen_other_key(c, names, n_decl);
         if (key_rule < 0) goto done;
         if (json_is_true(addl)) {
@@ -284,6 +342,21 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
             extra = gen(c, addl, p2);
             if (extra < 0) goto done;
         }
+    }
+    int n_req = 0, nonempty;
+    long long cap;
+    for (int i = 0; i < n; i++) n_req += pr[i].required;
+    if (jschema_object_counts(c, s, ptr, n, n_req, &extra, &nonempty, &cap)) goto done;
+    json_t *deps = json_object_get(s, "dependencies");
+    if (c->any_order && !c->g4 && n <= JSC_ANY_ORDER_MAX && (n >= 2 || deps)) {
+        rc = object_any_order(c, s, pr, n, extra, key_rule, nonempty, ptr, b);
+        if (rc <= 0) goto done;
+        rc = -1;
+    }
+    if (deps) { /* the key sets they need are known in any order only */
+        jfail(c, "unsupported keyword 'dependencies' (with keys in any order only, on objects "
+              "of up to %d declared keys) at %s/dependencies", JSC_ANY_ORDER_MAX, ptr);
+        goto done;
     }
     /* kv_i text */
     int *F = malloc((size_t)(n + 1) * sizeof(int)), *T = malloc((size_t)(n + 1) * sizeof(int));
@@ -302,42 +375,36 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     if (extra == -3) {
         emit_rule(c, T[n], &t);
         emit_rule(c, F[n], &t);
+    } else if (cap == 0) { /* maxProperties 0 */
+        emit_rule(c, T[n], &t);
+        emit_rule(c, F[n], &t);
     } else {
-        char kv[160], kname[64];
-        snprintf(kname, sizeof kname, "%s", c->g4 ? "okey" : "string"); /* notation: bare keys */
-        if (key_rule >= 0) snprintf(kname, sizeof kname, "%s-%d", c->name, key_rule);
-        if (extra == -2) snprintf(kv, sizeof kv, "%s ws \":\" ws value ws", kname);
-        else snprintf(kv, sizeof kv, "%s ws \":\" ws %s-%d ws", kname, c->name, extra);
-        jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
+        char kv[160];
+        other_kv(c, extra, key_rule, kv, sizeof kv);
+        if (cap > 0) jsc_buf_printf(&t, "(\",\" ws %s){0,%lld}", kv, cap - 1);
+        else jsc_buf_printf(&t, "(\",\" ws %s)*", kv);
         emit_rule(c, T[n], &t);
         t.n = 0;
-        jsc_buf_printf(&t, "(%s %s-%d)?", kv, c->name, T[n]);
+        jsc_buf_printf(&t, nonempty ? "%s %s-%d" : "(%s %s-%d)?", kv, c->name, T[n]);
         emit_rule(c, F[n], &t);
     }
     for (int i = n - 1; i >= 0; i--) {
         struct jsc_buf kv = {0};
-        json_t *ks = json_string(pr[i].key);
-        char *kd = ks && !c->g4 ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
-        json_decref(ks);
-        if (c->g4) jschema_g4_key(pr[i].key, c->q, &kv);
-        else if (!kd) {
+        if (prop_kv(c, &pr[i], ptr, &kv)) {
             jsc_buf_free(&kv);
             jsc_buf_free(&t);
             free(F);
             free(T);
-            jfail(c, "bad property name at %s", ptr);
             goto done;
         }
-        if (kd) jsc_buf_lit(&kv, kd, strlen(kd));
-        free(kd);
-        if (pr[i].rule >= 0) jsc_buf_printf(&kv, " ws \":\" ws %s-%d ws", c->name, pr[i].rule);
-        else jsc_buf_add(&kv, " ws \":\" ws value ws", sizeof(" ws \":\" ws value ws") - 1);
         t.n = 0;
         if (pr[i].required) jsc_buf_printf(&t, "\",\" ws %s %s-%d", kv.p, c->name, T[i + 1]);
         else jsc_buf_printf(&t, "(\",\" ws %s)? %s-%d", kv.p, c->name, T[i + 1]);
         emit_rule(c, T[i], &t);
         t.n = 0;
         if (pr[i].required) jsc_buf_printf(&t, "%s %s-%d", kv.p, c->name, T[i + 1]);
+        else if (nonempty && extra == -3 && i == n - 1) /* F_n writes nothing: not empty */
+            jsc_buf_printf(&t, "%s %s-%d", kv.p, c->name, T[i + 1]);
         else jsc_buf_printf(&t, "%s %s-%d | %s-%d", kv.p, c->name, T[i + 1], c->name, F[i + 1]);
         emit_rule(c, F[i], &t);
         jsc_buf_free(&kv);
@@ -482,7 +549,7 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     json_object_del(self, "nullable");
     char err[512] = "";
     json_t *parts[1] = {self};
-    json_t *m = jschema_merge(c->root, parts, 1, ptr, err, sizeof err);
+    json_t *m = jschema_merge(c->root, parts, 1, c->extra_keys, ptr, err, sizeof err);
     json_decref(self);
     if (!m) return jfail(c, "%s", err[0] ? err : "unsupported keyword combination");
     int r = gen(c, m, ptr);
@@ -494,10 +561,12 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
 
 static const char *infer_type(json_t *s) {
     static const char *const obj[] = {"properties", "required", "additionalProperties",
-                                      "patternProperties", NULL};
+                                      "patternProperties", "minProperties", "maxProperties",
+                                      "dependencies", NULL};
     static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
     static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                      "multipleOf", NULL};
     for (int i = 0; obj[i]; i++) if (json_object_get(s, obj[i])) return "object";
     for (int i = 0; arr[i]; i++) if (json_object_get(s, arr[i])) return "array";
     for (int i = 0; str[i]; i++) if (json_object_get(s, str[i])) return "string";
@@ -670,7 +739,7 @@ static int gen(struct jsc *c, json_t *s, const char *ptr) {
 /* ---- entry points ------------------------------------------------------------------- */
 
 static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
-                 int32_t g4_quote, char *err, size_t errlen) {
+                 int32_t g4_quote, const struct jschema_opts *opt, char *err, size_t errlen) {
     struct jsc *c = calloc(1, sizeof(*c));
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -682,6 +751,9 @@ static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base
     c->err = err;
     c->errlen = errlen;
     c->g4 = g4_quote >= 0;
+    c->extra_keys = opt && opt->extra_keys;
+    c->any_order = opt && opt->any_order;
+    c->order_bytes = JSC_ORDER_BYTES;
     if (c->g4) snprintf(c->q, sizeof c->q, "<[%d]>", (int)g4_quote);
     else snprintf(c->q, sizeof c->q, "\"\\\"\"");
     if (!out->limit) out->limit = JSC_MAX_BYTES;
@@ -696,18 +768,19 @@ static int rules(json_t *schema, const char *name, struct jsc_buf *out, int base
     return failed ? -1 : 0;
 }
 
-int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base, char *err,
-                  size_t errlen) {
-    return rules(schema, name, out, base, -1, err, errlen);
+int jschema_rules(json_t *schema, const char *name, struct jsc_buf *out, int base,
+                  const struct jschema_opts *opt, char *err, size_t errlen) {
+    return rules(schema, name, out, base, -1, opt, err, errlen);
 }
 
 int jschema_rules_g4(json_t *schema, const char *name, struct jsc_buf *out, int base,
-                     int32_t quote_id, char *err, size_t errlen) {
-    return rules(schema, name, out, base, quote_id < 0 ? 0 : quote_id, err, errlen);
+                     int32_t quote_id, const struct jschema_opts *opt, char *err, size_t errlen) {
+    return rules(schema, name, out, base, quote_id < 0 ? 0 : quote_id, opt, err, errlen);
 }
 
-int jschema_to_gbnf(json_t *schema, struct jsc_buf *out, char *err, size_t errlen) {
-    if (jschema_rules(schema, "schema", out, 1, err, errlen)) return -1;
+int jschema_to_gbnf(json_t *schema, const struct jschema_opts *opt, struct jsc_buf *out,
+                    char *err, size_t errlen) {
+    if (jschema_rules(schema, "schema", out, 1, opt, err, errlen)) return -1;
     jsc_buf_add(out, "root ::= schema\n", sizeof("root ::= schema\n") - 1);
     return out->oom ? -1 : 0;
 }

@@ -55,6 +55,7 @@ struct rx {
     int n_items;
     struct rx_item items[RX_MAX_ITEMS];
     int raw;           /* content written as is (Gemma 4's notation), not JSON-escaped */
+    long cap;          /* > 0: unbounded repeats (* + {m,}) repeat at most this often */
 };
 
 static long len_add(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a + b; }
@@ -351,7 +352,8 @@ static int rx_seq(struct rx *r) {
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
             qlo = *r->p == '+' ? 1 : 0;
             qhi = *r->p == '?' ? 1 : RX_INF;
-            jsc_buf_add(r->o, r->p, 1);
+            if (qhi == RX_INF && r->cap > 0) jsc_buf_printf(r->o, "{%ld,%ld}", qlo, qhi = r->cap);
+            else jsc_buf_add(r->o, r->p, 1);
             r->p++;
         } else if (r->p < r->end && *r->p == '{') {
             const char *q = r->p + 1;
@@ -365,6 +367,7 @@ static int rx_seq(struct rx *r) {
             }
             if (*q != '}' || lo < 0 || lo > 1000 || hi > 1000 || (hi >= 0 && hi < lo))
                 return rfail(r, "bad {m,n} quantifier");
+            if (hi < 0 && r->cap > 0) hi = lo > r->cap ? lo : r->cap;
             if (hi < 0) jsc_buf_printf(r->o, "{%ld,}", lo);
             else jsc_buf_printf(r->o, "{%ld,%ld}", lo, hi);
             r->p = q + 1;
@@ -403,8 +406,12 @@ static int rx_alt(struct rx *r) {
     return 0;
 }
 
-int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, size_t errlen) {
-    struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen, .raw = raw};
+/* jschema_pattern with r.cap = cap; *mn / *mx: the code points a match of the expression
+ * between any anchors takes. */
+static int pattern_cap(const char *re, int raw, long cap, struct jsc_buf *out, char *err,
+                       size_t errlen, long *mn, long *mx) {
+    struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen, .raw = raw,
+                   .cap = cap};
     int start = r.p < r.end && *r.p == '^';
     if (start) r.p++;
     size_t n = strlen(re);
@@ -417,7 +424,40 @@ int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, siz
     if (r.p != r.end) return rfail(&r, "unexpected text");
     jsc_buf_add(out, ")", sizeof(")") - 1);
     if (!end) jsc_buf_add(out, " char*", sizeof(" char*") - 1);
+    *mn = r.mn;
+    *mx = r.mx;
     return out->oom ? rfail(&r, "pattern too large") : 0;
+}
+
+int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, size_t errlen) {
+    long mn, mx;
+    return pattern_cap(re, raw, 0, out, err, errlen, &mn, &mx);
+}
+
+/* An anchored pattern whose matches are not all within [lo, hi] code points and cannot be
+ * bounded exactly (jschema_pattern_len): its unbounded repeats get the largest common cap
+ * under which every match fits in hi, when every match already has lo at least. Narrower
+ * than the schema (long matches are left out), never wider. 0, or -1 with err. */
+static int pattern_capped(const char *re, int raw, long lo, long hi, struct jsc_buf *out,
+                          char *err, size_t errlen) {
+    size_t n = strlen(re);
+    long best = 0, a = 1, b = hi, mn = 0, mx = 0;
+    if (hi < 1 || re[0] != '^' || n < 2 || re[n - 1] != '$' || re[n - 2] == '\\')
+        return snprintf(err, errlen, "unsupported keyword combination (pattern with "
+                        "minLength/maxLength)"), -1;
+    while (a <= b) { /* the largest cap whose longest match fits */
+        long q = a + (b - a) / 2;
+        struct jsc_buf t = {0};
+        int rc = pattern_cap(re, raw, q, &t, err, errlen, &mn, &mx);
+        jsc_buf_free(&t);
+        if (rc) return -1;
+        if (mx != RX_INF && mx <= hi) best = q, a = q + 1;
+        else b = q - 1;
+    }
+    if (!best || mn < lo)
+        return snprintf(err, errlen, "unsupported keyword combination (pattern with "
+                        "minLength/maxLength)"), -1;
+    return pattern_cap(re, raw, best, out, err, errlen, &mn, &mx);
 }
 
 /* The pattern's strings with between lo and hi code points (hi < 0: no upper bound), where
@@ -459,6 +499,10 @@ int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_bu
     for (int i = 0; i < r->n_items; i++) it[k++] = r->items[i];
     if (!end) it[k++] = (struct rx_item){0, 0, 1, 1, 0, RX_INF};
     if (r->top_alt || !r->record) {
+        if (start && end) {
+            rc = pattern_capped(re, raw, lo, hi, out, err, errlen);
+            goto done;
+        }
         snprintf(err, errlen, "unsupported keyword combination (pattern with alternatives at its top "
                  "level, with minLength/maxLength)");
         goto done;
@@ -493,7 +537,8 @@ int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_bu
     if (n_var == 0 && fixed >= lo && (hi < 0 || fixed <= hi)) var = -1;
     else if (n_var != 1 || it[var].amn != it[var].amx ||
              it[var].amx == RX_INF || it[var].amx == 0) {
-        snprintf(err, errlen, "unsupported keyword combination (pattern with minLength/maxLength)");
+        rc = start && end ? pattern_capped(re, raw, lo, hi, out, err, errlen) : -1;
+        if (rc) snprintf(err, errlen, "unsupported keyword combination (pattern with minLength/maxLength)");
         goto done;
     }
     long w = var >= 0 ? it[var].amx : 1, qlo = var >= 0 ? it[var].qlo : 0,

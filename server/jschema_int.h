@@ -15,9 +15,11 @@ json_t *jschema_resolve(json_t *root, const char *ref);
 int jschema_keyword_kind(const char *k);
 /* The intersection of parts[0..n) as one schema (a new reference): allOf of them, with
  * $ref and allOf inside resolved and anyOf/oneOf distributed over the rest (jschema_merge.c
- * lists the rules); NULL with the reason, naming the keyword and ptr, in err. */
-json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, const char *ptr, char *err,
-                      size_t errlen);
+ * lists the rules); NULL with the reason, naming the keyword and ptr, in err. extra_keys:
+ * the generator's jschema_opts.extra_keys (which objects it writes other keys in decides
+ * which oneOf branches provably exclude each other). */
+json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, int extra_keys,
+                      const char *ptr, char *err, size_t errlen);
 
 /* ---- the compiler's state, shared by jschema.c and jschema_scalar.c ---- */
 
@@ -42,6 +44,9 @@ struct jsc {
     char empty[256]; /* why the last JSC_EMPTY subschema accepts no value */
     int g4;                /* Gemma 4's object notation instead of JSON */
     char q[32];            /* GBNF of a string delimiter: "\"" in JSON, <[ID]> in notation */
+    int extra_keys;        /* jschema_opts.extra_keys */
+    int any_order;         /* jschema_opts.any_order */
+    long order_bytes;      /* grammar text any-order objects may still take (JSC_ORDER_BYTES) */
 };
 
 /* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
@@ -63,5 +68,38 @@ int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n);
 int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+
+/* Objects of at most this many declared keys may write them in any order (any_order), while
+ * the schema's any-order objects take at most JSC_ORDER_BYTES of grammar text in all (the
+ * rules grow as 2^n; the grammar engine's element budget is the limit that matters). */
+#define JSC_ANY_ORDER_MAX 10
+#define JSC_ORDER_BYTES 100000L
+/* minProperties / maxProperties of object s, which writes n declared keys, n_req of them
+ * required: may set *extra (gen_object's other keys) to none; *nonempty: at least one key
+ * must be written; *cap: most other keys (-1: any number). 0, or -1 when the counts cannot
+ * be kept (jschema_order.c). */
+int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int n_req,
+                          int *extra, int *nonempty, long long *cap);
+/* An object's keys for jschema_gen_any_order. */
+struct jsc_keys {
+    char *kvs[JSC_ANY_ORDER_MAX]; /* [n] the GBNF of `"key" ws ":" ws value ws` */
+    int n;                        /* declared keys */
+    unsigned req;                 /* bit k: key k is required */
+    unsigned dep[JSC_ANY_ORDER_MAX]; /* [n] keys that must be present when key k is */
+    unsigned never;               /* keys never written (a dependency that cannot be met) */
+    const char *okv;              /* the GBNF of one other key and its value, or NULL */
+    int nonempty;                 /* at least one key (minProperties 1) */
+};
+/* The grammar text of jschema_gen_any_order's rules, about. */
+long jschema_any_order_cost(const struct jsc_keys *k);
+/* draft 4-7 "dependencies" of object s in k->dep / k->never; names[0..k->n): the declared
+ * keys. Property lists only: a schema dependency, or a list naming a key that may be written
+ * among the other keys, is refused. 0, or -1 with the reason. */
+int jschema_key_deps(struct jsc *c, json_t *s, const char *ptr, const char *const *names,
+                     struct jsc_keys *k);
+/* The body of an object whose k->n declared keys come in any order, each at most once, the
+ * required ones always, each with its dependencies, other keys (k->okv) anywhere any number
+ * of times. Appended to b, its rules to c->out (jschema_order.c). 0 or -1. */
+int jschema_gen_any_order(struct jsc *c, const struct jsc_keys *k, struct jsc_buf *b);
 
 #endif

@@ -35,6 +35,7 @@ struct jsm {
     size_t errlen;
     int failed;
     int depth;
+    int extra_keys; /* the generator writes other keys where additionalProperties is absent */
 };
 
 static json_t *jsm_fail(struct jsm *m, const char *what, const char *kw) {
@@ -46,8 +47,10 @@ static json_t *jsm_fail(struct jsm *m, const char *what, const char *kw) {
 }
 
 static int is_num_kw(const char *k, int *larger) {
-    static const char *const lo[] = {"minLength", "minItems", "minimum", "exclusiveMinimum", NULL};
-    static const char *const hi[] = {"maxLength", "maxItems", "maximum", "exclusiveMaximum", NULL};
+    static const char *const lo[] = {"minLength", "minItems", "minimum", "exclusiveMinimum",
+                                     "minProperties", NULL};
+    static const char *const hi[] = {"maxLength", "maxItems", "maximum", "exclusiveMaximum",
+                                     "maxProperties", NULL};
     for (int i = 0; lo[i]; i++)
         if (!strcmp(k, lo[i])) return *larger = 1, 1;
     for (int i = 0; hi[i]; i++)
@@ -376,14 +379,16 @@ static int in_array(json_t *arr, json_t *v) {
     return 0;
 }
 
-static int excl_any(json_t *x, json_t *y, int depth);
+static int excl_any(json_t *x, json_t *y, int depth, int extra_keys);
 
 /* 1 when no value the generator writes for x (a merged schema) satisfies y: no common type,
  * no common const/enum value, or, for objects, a key y requires that x never writes (x
- * declares properties, and the generator writes no other key), or a property one of them
- * requires whose schemas exclude each other. 0 when that cannot be shown. The generator writes
- * an object's declared properties and required keys, no other key once either exists. */
-static int excl(json_t *x, json_t *y, int depth) {
+ * sets it to false, or x declares properties and the generator writes no other key), or a
+ * property one of them requires whose schemas exclude each other. 0 when that cannot be
+ * shown. The generator writes an object's declared properties and required keys, and other
+ * keys (never one set to false) only where additionalProperties allows them: true or a
+ * schema, or absent with extra_keys (jschema.h). */
+static int excl(json_t *x, json_t *y, int depth, int extra_keys) {
     if (!json_is_object(x) || !json_is_object(y) || depth > 8) return 0;
     unsigned tx = type_bits(json_object_get(x, "type")), ty = type_bits(json_object_get(y, "type"));
     unsigned common = tx & ty;
@@ -413,14 +418,34 @@ static int excl(json_t *x, json_t *y, int depth) {
      * or when none are declared and additionalProperties is not false) */
     json_t *ax = json_object_get(x, "additionalProperties");
     int declared = (json_is_object(px) && json_object_size(px) > 0) || json_array_size(rx) > 0;
+    int open = json_is_true(ax) || json_is_object(ax) || (!ax && extra_keys);
     int closed = !json_object_get(x, "patternProperties") &&
-                 (declared ? !(json_is_true(ax) || json_is_object(ax)) : json_is_false(ax));
-    if (!(common & 4u)) return 0;
-    /* the keys x writes: its properties and its required keys */
-    for (size_t i = 0; closed && i < json_array_size(ry); i++) {
+                 (declared ? !open : json_is_false(ax));
+    /* the key rules below tell objects apart: only when objects are all x writes that y
+     * accepts (x without a type writes objects when it has object keywords) */
+    int obj_kw = px || rx || json_object_get(x, "additionalProperties") ||
+                 json_object_get(x, "patternProperties");
+    unsigned wx = json_object_get(x, "type") ? tx : obj_kw ? 4u : 0x7Fu, shared = wx & ty;
+    if ((wx & 16u) && (ty & 64u)) shared |= 64u;
+    if ((ty & 16u) && (wx & 64u)) shared |= 64u;
+    if (shared != 4u) return 0;
+    /* a key x always writes (required) that y forbids: false in y's properties, or not
+     * among them when y allows no other key */
+    json_t *ay = json_object_get(y, "additionalProperties");
+    int y_closed = json_is_false(ay) && !json_object_get(y, "patternProperties");
+    for (size_t i = 0; i < json_array_size(rx); i++) {
+        json_t *k = json_array_get(rx, i);
+        json_t *sy = json_is_string(k) && json_is_object(py) ? json_object_get(py, json_string_value(k)) : NULL;
+        if (json_is_string(k) && (sy ? json_is_false(sy) : y_closed)) return 1;
+    }
+    /* the keys x writes: its properties and its required keys, and when not closed any
+     * other key but those it sets to false */
+    for (size_t i = 0; i < json_array_size(ry); i++) {
         json_t *k = json_array_get(ry, i);
         json_t *sk = json_is_string(k) && json_is_object(px) ? json_object_get(px, json_string_value(k)) : NULL;
-        if (json_is_string(k) && (!sk || json_is_false(sk)) && !in_array(rx, k)) return 1;
+        if (json_is_string(k) && (closed ? !sk || json_is_false(sk) : json_is_false(sk)) &&
+            !in_array(rx, k))
+            return 1;
     }
     if (!json_is_object(px) || !json_is_object(py)) return 0;
     const char *k;
@@ -429,33 +454,33 @@ static int excl(json_t *x, json_t *y, int depth) {
         json_t *sy = json_object_get(py, k), *ks = json_string(k);
         int req = in_array(rx, ks) || in_array(ry, ks);
         json_decref(ks);
-        if (sy && req && excl_any(sx, sy, depth + 1)) return 1;
+        if (sy && req && excl_any(sx, sy, depth + 1, extra_keys)) return 1;
     }
     return 0;
 }
 
 /* excl over branch lists: every value of x (any branch) satisfies no branch of y. */
-static int excl_any(json_t *x, json_t *y, int depth) {
+static int excl_any(json_t *x, json_t *y, int depth, int extra_keys) {
     json_t *ax = json_is_object(x) ? json_object_get(x, "anyOf") : NULL;
     json_t *ay = json_is_object(y) ? json_object_get(y, "anyOf") : NULL;
     if (ax && json_object_size(x) == 1) {
         for (size_t i = 0; i < json_array_size(ax); i++)
-            if (!excl_any(json_array_get(ax, i), y, depth)) return 0;
+            if (!excl_any(json_array_get(ax, i), y, depth, extra_keys)) return 0;
         return 1;
     }
     if (ay && json_object_size(y) == 1) {
         for (size_t i = 0; i < json_array_size(ay); i++)
-            if (!excl_any(x, json_array_get(ay, i), depth)) return 0;
+            if (!excl_any(x, json_array_get(ay, i), depth, extra_keys)) return 0;
         return 1;
     }
-    return excl(x, y, depth);
+    return excl(x, y, depth, extra_keys);
 }
 
 /* A oneOf branch x that may overlap branch y only through a property x does not require,
  * whose schemas in x and y exclude each other (a discriminator left optional): x now
  * requires it, which narrows what x generates to values y rejects. 1 when done (x changed;
  * y never is), else 0. */
-static int discriminate(json_t *x, json_t *y) {
+static int discriminate(json_t *x, json_t *y, int extra_keys) {
     json_t *px = json_object_get(x, "properties"), *py = json_object_get(y, "properties");
     if (!json_is_object(px) || !json_is_object(py) || json_object_get(x, "anyOf") ||
         json_object_get(y, "anyOf"))
@@ -464,13 +489,38 @@ static int discriminate(json_t *x, json_t *y) {
     json_t *sx;
     json_object_foreach(px, k, sx) {
         json_t *sy = json_object_get(py, k);
-        if (!sy || !excl_any(sx, sy, 1)) continue;
+        if (!sy || !excl_any(sx, sy, 1, extra_keys)) continue;
         json_t *old = json_object_get(x, "required");
         json_t *req = json_is_array(old) ? json_copy(old) : json_array(), *ks = json_string(k);
         if (!in_array(req, ks)) json_array_append(req, ks);
         json_object_set_new(x, "required", req); /* a fresh array: never the input's */
         json_decref(ks);
-        return excl(x, y, 0);
+        return excl(x, y, 0, extra_keys);
+    }
+    return 0;
+}
+
+/* A oneOf branch x that may overlap branch y only because x may write, among the other keys
+ * it allows, a key y requires: x now never writes it (a property set to false, which the
+ * generator leaves out of the other keys too). Only keys x does not declare, so the
+ * declared ones are written as before, and only where x still writes other keys after that
+ * (with declared properties, an absent additionalProperties writes none unless
+ * extra_keys). 1 when x then provably excludes y (x changed; y never is), else 0. */
+static int forbid_required(json_t *x, json_t *y, int extra_keys) {
+    json_t *px = json_object_get(x, "properties"), *ry = json_object_get(y, "required");
+    json_t *rx = json_object_get(x, "required"), *ax = json_object_get(x, "additionalProperties");
+    if (json_object_get(x, "anyOf") || json_object_get(x, "patternProperties") ||
+        (px && !json_is_object(px)) || !json_is_array(ry) || json_is_false(ax))
+        return 0;
+    if (!(json_is_true(ax) || json_is_object(ax) || (!ax && extra_keys))) return 0;
+    for (size_t i = 0; i < json_array_size(ry); i++) {
+        json_t *k = json_array_get(ry, i);
+        if (!json_is_string(k) || in_array(rx, k) || (px && json_object_get(px, json_string_value(k))))
+            continue;
+        json_t *np = px ? json_copy(px) : json_object(); /* a fresh object: never the input's */
+        json_object_set_new(np, json_string_value(k), json_false());
+        json_object_set_new(x, "properties", np);
+        return excl(x, y, 0, extra_keys);
     }
     return 0;
 }
@@ -586,7 +636,9 @@ static json_t *distribute(struct jsm *m, const char *kw, json_t *alts, json_t *r
             json_array_append_new(gen_groups, gi);
             for (size_t j = 0; j < json_array_size(groups); j++) {
                 json_t *gj = json_array_get(groups, j);
-                if (i == j || excl_any(gi, gj, 0) || discriminate(gi, gj)) continue;
+                if (i == j || excl_any(gi, gj, 0, m->extra_keys) ||
+                    discriminate(gi, gj, m->extra_keys) || forbid_required(gi, gj, m->extra_keys))
+                    continue;
                 json_decref(groups);
                 json_decref(gen_groups);
                 jsm_fail(m, "branches that may overlap in", "oneOf");
@@ -645,9 +697,10 @@ done:
     return out;
 }
 
-json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, const char *ptr, char *err,
-                      size_t errlen) {
-    struct jsm m = {.root = root, .ptr = ptr, .err = err, .errlen = errlen};
+json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, int extra_keys,
+                      const char *ptr, char *err, size_t errlen) {
+    struct jsm m = {.root = root, .ptr = ptr, .err = err, .errlen = errlen,
+                    .extra_keys = extra_keys};
     json_t *acc = json_true();
     for (size_t i = 0; i < n && acc; i++) {
         json_t *r = merge2(&m, acc, parts[i]);

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int jschema_count(struct jsc *c, json_t *s, const char *k, long long *out, const char *ptr) {
@@ -91,7 +92,22 @@ int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     return 0;
 }
 
+/* multipleOf m of a number as the decimals its values may have: -1 without it, d when m is
+ * 10^-d (0.01: 2; 1: 0), which a decimal number with at most d decimals (then zeros) is a
+ * multiple of. Other values are refused. *dec, 0 or -1. */
+static int multiple_dec(struct jsc *c, json_t *s, const char *ptr, int *dec) {
+    json_t *v = json_object_get(s, "multipleOf");
+    *dec = -1;
+    if (!v) return 0;
+    double m = json_is_number(v) ? json_number_value(v) : 0, p = 1;
+    for (int d = 0; d <= 15 && m > 0; d++, p /= 10)
+        if (fabs(m - p) <= p * 1e-9) return *dec = d, 0;
+    return jfail(c, "unsupported keyword 'multipleOf' (only 1, 0.1, 0.01, ...) at %s/multipleOf", ptr);
+}
+
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    int dec;
+    if (multiple_dec(c, s, ptr, &dec)) return -1; /* every integer is a multiple of 10^-d */
     long long lo = 0, hi = 0;
     int has_lo = 0, has_hi = 0;
     static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
@@ -127,48 +143,61 @@ int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_bu
     return 0;
 }
 
-/* A number within integer-valued bounds: an integer in range, or i.f (f ending in a non-zero
- * digit, so strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly
- * between -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. Other bounds are
- * refused. */
-int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
-    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    long long lo = 0, hi = 0, ilo = 0, ihi = 0;
-    int has_lo = 0, has_hi = 0;
-    for (int i = 0; i < 4; i++) {
-        json_t *v = json_object_get(s, kw[i]);
-        if (!v) continue;
-        double d = json_is_number(v) ? json_number_value(v) : 0.5;
-        if (!json_is_number(v) || d != floor(d) || fabs(d) > 1e15)
-            return jfail(c, "unsupported keyword '%s' (on a number, only integer bounds) at %s/%s",
-                         kw[i], ptr, kw[i]);
-        long long x = (long long)d;
-        if (i < 2) {
-            if (!has_lo || x >= lo) {
-                lo = x;
-                ilo = i == 1 ? x + 1 : x;
-            }
-            has_lo = 1;
-        } else {
-            if (!has_hi || x <= hi) {
-                hi = x;
-                ihi = i == 3 ? x - 1 : x;
-            }
-            has_hi = 1;
-        }
-    }
-    if (!has_lo && !has_hi) {
-        jsc_buf_add(b, "number", sizeof("number") - 1);
+/* The integer part and fraction digits (no trailing zeros; "" for an integer) of |d|, exact
+ * within 15 decimals. 0 or -1. */
+static int dec_digits(double d, char *ip, size_t ipcap, char *fp, size_t fpcap) {
+    char t[64];
+    for (int p = 0; p <= 15; p++) {
+        snprintf(t, sizeof t, "%.*f", p, fabs(d));
+        if (strtod(t, NULL) != fabs(d)) continue;
+        char *dot = strchr(t, '.');
+        if (dot) *dot = 0;
+        snprintf(ip, ipcap, "%s", t);
+        snprintf(fp, fpcap, "%s", dot ? dot + 1 : "");
+        size_t n = strlen(fp);
+        while (n && fp[n - 1] == '0') fp[--n] = 0;
         return 0;
     }
-    const char *frac = " \".\" [0-9]{0,14} [1-9]";
+    return -1;
+}
+
+/* Fraction digit strings (one or more digits) whose value is >= 0.F (ge) or <= 0.F (!ge),
+ * strictly when strict; F has no trailing zeros. */
+static void frac_cmp(const char *f, int ge, int strict, struct jsc_buf *b) {
+    const int k = (int)strlen(f);
     int alts = 0;
     jsc_buf_add(b, "(", 1);
-    if (!(has_lo && has_hi && ilo > ihi)) { /* integers */
+    for (int i = 0; i < k; i++) {
+        if (ge ? f[i] == '9' : f[i] == '0') continue;
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        if (i) jsc_buf_lit(b, f, (size_t)i);
+        if (ge) jsc_buf_printf(b, " [%c-9] [0-9]*", f[i] + 1);
+        else jsc_buf_printf(b, " [0-%c] [0-9]*", f[i] - 1);
+    }
+    for (int i = 1; !ge && i < k; i++) { /* a prefix of F, ending there: smaller */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_lit(b, f, (size_t)i);
+    }
+    if (ge || !strict) { /* F, then more digits: any (>=), not all zeros (>), zeros (<=) */
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        jsc_buf_lit(b, f, (size_t)k);
+        if (ge) jsc_buf_add(b, strict ? " [0-9]* [1-9]" : " [0-9]*", strict ? 13 : 7);
+        else jsc_buf_add(b, " \"0\"*", 5);
+    }
+    jsc_buf_add(b, ")", 1);
+}
+
+/* A number within integer bounds (lo / hi: the bounds as given, ilo / ihi: the integers
+ * allowed): an integer in range (also written i.0), or i.f (f ending in a non-zero digit, so
+ * strictly between i and i + 1) for i in [max(lo, 0), hi - 1], or -k.f (strictly between
+ * -(k + 1) and -k) for k in [max(0, -hi), -lo - 1]; no exponent. The alternatives written. */
+static int num_int_bounds(long long lo, long long ilo, int has_lo, long long hi, long long ihi,
+                          int has_hi, int alts, const char *frac, struct jsc_buf *b) {
+    if (!(has_lo && has_hi && ilo > ihi)) { /* integers, also as i.0 */
+        if (alts++) jsc_buf_add(b, " | ", 3);
         jsc_buf_add(b, "(", 1);
         jschema_int_range(ilo, has_lo, ihi, has_hi, b);
-        jsc_buf_add(b, ")", 1);
-        alts++;
+        jsc_buf_add(b, ") (\".\" \"0\"{1,15})?", sizeof(") (\".\" \"0\"{1,15})?") - 1);
     }
     long long plo = has_lo && lo > 0 ? lo : 0, phi = hi - 1;
     if (!has_hi || phi >= plo) { /* i.f, i >= 0 */
@@ -184,6 +213,74 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
         jschema_int_range(klo, 1, khi, has_lo, b);
         jsc_buf_printf(b, ")%s", frac);
     }
+    return alts;
+}
+
+/* A number within bounds. Integer-valued bounds: num_int_bounds. A bound with a fraction
+ * (up to 15 decimals) adds the part of its unit interval on the allowed side, digit by digit
+ * (frac_cmp), to num_int_bounds between the integers inside both bounds; bounds within one
+ * unit interval, or with no integer between them, are refused. */
+int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
+    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    double dl = 0, dh = 0;
+    int has_lo = 0, has_hi = 0, sl = 0, sh = 0, kl = 0, kh = 0;
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, kw[i]);
+        if (!v) continue;
+        if (!json_is_number(v) || fabs(json_number_value(v)) > 1e15)
+            return jfail(c, "unsupported keyword '%s' (on a number, a number of magnitude up to "
+                         "1e15) at %s/%s", kw[i], ptr, kw[i]);
+        double d = json_number_value(v);
+        if (i < 2 && (!has_lo || d > dl || (d == dl && i == 1))) dl = d, sl = i == 1, kl = i, has_lo = 1;
+        if (i >= 2 && (!has_hi || d < dh || (d == dh && i == 3))) dh = d, sh = i == 3, kh = i, has_hi = 1;
+    }
+    int mdec;
+    if (multiple_dec(c, s, ptr, &mdec)) return -1;
+    if (mdec == 0) return jschema_gen_integer(c, s, ptr, b); /* multipleOf 1 */
+    /* i.f strictly between two integers: f ends in a non-zero digit (then zeros, when a
+     * multipleOf bounds the decimals) */
+    char frac[64] = " \".\" [0-9]{0,14} [1-9]";
+    if (mdec > 0) snprintf(frac, sizeof frac, " \".\" [0-9]{0,%d} [1-9] \"0\"*", mdec - 1);
+    if (!has_lo && !has_hi && mdec > 0) {
+        jsc_buf_printf(b, "integer (\".\" [0-9]{1,%d} \"0\"*)?", mdec);
+        return 0;
+    }
+    if (!has_lo && !has_hi) {
+        jsc_buf_add(b, "number", sizeof("number") - 1);
+        return 0;
+    }
+    const int lo_dec = has_lo && dl != floor(dl), hi_dec = has_hi && dh != floor(dh);
+    /* the integers inside both bounds, and the bounds num_int_bounds takes */
+    long long lo = has_lo ? (long long)ceil(dl) : 0, hi = has_hi ? (long long)floor(dh) : 0;
+    long long ilo = !lo_dec && sl ? lo + 1 : lo, ihi = !hi_dec && sh ? hi - 1 : hi;
+    char ip[64], fp[64];
+    int alts = 0;
+    if ((lo_dec || hi_dec) && has_lo && has_hi && ilo > ihi) {
+        return jfail(c, "unsupported keyword '%s' (bounds with a fraction and no integer "
+                     "between them) at %s/%s", kw[lo_dec ? kl : kh], ptr, kw[lo_dec ? kl : kh]);
+    }
+    jsc_buf_add(b, "(", 1);
+    for (int side = 0; side < 2; side++) { /* the unit interval of a bound with a fraction */
+        const int dec = side ? hi_dec : lo_dec, strict = side ? sh : sl;
+        const double d = side ? dh : dl;
+        if (!dec) continue;
+        if (mdec > 0)
+            return jfail(c, "unsupported keyword 'multipleOf' (beside a bound with a fraction) "
+                         "at %s/multipleOf", ptr);
+        if (dec_digits(d, ip, sizeof ip, fp, sizeof fp) || strlen(fp) > 15) {
+            return jfail(c, "unsupported keyword '%s' (more than 15 decimals) at %s/%s",
+                         kw[side ? kh : kl], ptr, kw[side ? kh : kl]);
+        }
+        /* lower bound: i.f >= I.F, or -(I.f) with f <= F; upper: mirrored */
+        const int ge = (side == 0) == (d > 0);
+        if (alts++) jsc_buf_add(b, " | ", 3);
+        if (d < 0) jsc_buf_add(b, "\"-\" ", 4);
+        jsc_buf_lit(b, ip, strlen(ip));
+        jsc_buf_add(b, " \".\" ", 5);
+        frac_cmp(fp, ge, strict, b);
+    }
+    alts = num_int_bounds(lo_dec ? lo : (long long)dl, ilo, has_lo, hi_dec ? hi : (long long)dh,
+                          ihi, has_hi, alts, frac, b);
     jsc_buf_add(b, ")", 1);
     if (!alts) return jfail(c, "no number satisfies the bounds at %s", ptr);
     return 0;

@@ -41,6 +41,8 @@ struct oai_limits {
     int max_tools;             /* structured output and tools (api_tools.h) */
     int max_schema_bytes;
     int grammar_max_stacks, grammar_max_elems;
+    int json_schema_extra_keys; /* jschema_opts.extra_keys (api_tools.h) */
+    int json_schema_any_order;  /* jschema_opts.any_order */
     struct gram_lru *gram_cache; /* compiled grammars shared by requests (NULL: none) */
 };
 

@@ -10,6 +10,13 @@ narrows what can be generated. Instances are written as json.dumps writes them (
 benchmark and point --data at its maskbench/data folder.
 
     python3 tools/maskbench.py --data PATH/maskbench/data [--jobs 2] [--limit N] [--json OUT]
+        [--spec-keys]
+
+--spec-keys runs `gemmad-cli grammar --spec-keys`: an absent additionalProperties lets other
+keys follow the declared ones, and keys come in any order, as JSON Schema says (the server's
+json_schema_extra_keys and json_schema_any_order); by default only the declared keys are
+generated, in the schema's order, which rejects valid instances with others or in another
+order.
 """
 import argparse
 import concurrent.futures as cf
@@ -23,16 +30,16 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(cli, args, timeout):
+def run(cli, args, timeout, extra=()):
     try:
-        r = subprocess.run([cli, "grammar"] + args, capture_output=True, text=True,
+        r = subprocess.run([cli, "grammar"] + args + list(extra), capture_output=True, text=True,
                            timeout=timeout)
         return r.returncode, r.stderr.strip()
     except subprocess.TimeoutExpired:
         return "timeout", ""
 
 
-def one(cli, path, tmp, timeout):
+def one(cli, path, tmp, timeout, extra=()):
     name = os.path.basename(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -43,7 +50,7 @@ def one(cli, path, tmp, timeout):
     with open(sfile, "w", encoding="utf-8") as f:
         json.dump(doc["schema"], f)
     t0 = time.time()
-    rc, err = run(cli, ["--schema", sfile], timeout)
+    rc, err = run(cli, ["--schema", sfile], timeout, extra)
     res = {"name": name, "compiled": rc == 0, "error": err if rc != 0 else "",
            "compile_s": time.time() - t0, "valid_rejected": 0, "invalid_accepted": 0,
            "tests": len(doc.get("tests", []))}
@@ -56,7 +63,7 @@ def one(cli, path, tmp, timeout):
         ifile = os.path.join(tmp, f"{name}.{i}.json")
         with open(ifile, "w", encoding="utf-8") as f:
             f.write(json.dumps(t["data"], ensure_ascii=False))
-        rc, _ = run(cli, ["--schema", sfile, "--check", ifile], timeout)
+        rc, _ = run(cli, ["--schema", sfile, "--check", ifile], timeout, extra)
         os.unlink(ifile)
         if t["valid"] and rc != 0:
             res["valid_rejected"] += 1
@@ -75,6 +82,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=20)
     ap.add_argument("--json", help="write per-schema results here")
     ap.add_argument("--only", help="a file of schema file names to run (one a line)")
+    ap.add_argument("--spec-keys", action="store_true",
+                    help="gemmad-cli grammar --spec-keys (JSON Schema's additionalProperties)")
     a = ap.parse_args()
     files = sorted(os.path.join(a.data, f) for f in os.listdir(a.data) if f.endswith(".json"))
     if a.only:
@@ -85,7 +94,8 @@ def main():
         files = files[:a.limit]
     results = []
     with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(a.jobs) as ex:
-        for r in ex.map(lambda p: one(a.cli, p, tmp, a.timeout), files):
+        extra = ["--spec-keys"] if a.spec_keys else []
+        for r in ex.map(lambda p: one(a.cli, p, tmp, a.timeout, extra), files):
             results.append(r)
             if len(results) % 500 == 0:
                 print(f"  {len(results)} / {len(files)}", file=sys.stderr)

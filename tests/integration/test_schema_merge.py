@@ -19,18 +19,18 @@ from conftest import ROOT
 CLI = os.environ.get("GEMMAD_CLI", os.path.join(ROOT, "build", "gemmad-cli"))
 
 
-def compile_schema(tmp_path, schema):
+def compile_schema(tmp_path, schema, flags=()):
     sf = tmp_path / "s.json"
     sf.write_text(json.dumps(schema))
-    r = subprocess.run([CLI, "grammar", "--schema", str(sf)], capture_output=True, text=True,
-                       timeout=30)
+    r = subprocess.run([CLI, "grammar", "--schema", str(sf)] + list(flags), capture_output=True,
+                       text=True, timeout=30)
     return r.returncode, r.stderr.strip(), sf
 
 
-def accepts(sf, tmp_path, instance):
+def accepts(sf, tmp_path, instance, flags=()):
     inf = tmp_path / "i.json"
     inf.write_text(json.dumps(instance))
-    r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)],
+    r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(inf)] + list(flags),
                        capture_output=True, text=True, timeout=30)
     assert r.returncode in (0, 1), r.stderr
     return r.returncode == 0
@@ -102,6 +102,9 @@ CASES = [
     ("unanchored_pattern_with_length",
      {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_]*", "minLength": 2, "maxLength": 4},
      ["ab", "a_:!"], ["a", "abcde", "1abc"]),
+    ("pattern_length_two_free_items_capped",
+     {"type": "string", "pattern": "^a+b+$", "maxLength": 5},
+     ["ab", "aabb"], ["aaabbb", "abc", ""]),
     ("pattern_whose_lengths_already_fit",
      {"type": "string", "pattern": "^[0-9]{4}$", "minLength": 4, "maxLength": 4},
      ["2024"], ["202", "20245"]),
@@ -131,8 +134,9 @@ REFUSED = [
      "oneOf"),
     ("two_patterns", {"allOf": [{"type": "string", "pattern": "^a"},
                                 {"type": "string", "pattern": "b$"}]}, "pattern"),
-    ("pattern_length_two_free_items",
-     {"type": "string", "pattern": "^a+b+$", "maxLength": 5}, "minLength/maxLength"),
+    ("pattern_length_two_free_items_short_matches",
+     {"type": "string", "pattern": "^a+b*$", "minLength": 3, "maxLength": 5},
+     "minLength/maxLength"),
     ("required_property_no_value_satisfies",
      {"type": "object", "properties": {"a": {"type": "object", "enum": ["x"]}},
       "required": ["a"]}, "enum"),
@@ -205,6 +209,8 @@ def rand_obj(rng):
         s["required"] = rng.sample(KEYS, rng.randint(1, 2))
     if rng.random() < 0.3:
         s["additionalProperties"] = rng.choice([False, True, rand_leaf(rng)])
+    if rng.random() < 0.15:
+        s[rng.choice(["minProperties", "maxProperties"])] = rng.choice([1, 2, 3])
     return s
 
 
@@ -265,22 +271,25 @@ def rand_instance(rng, schema):
     for k in order:
         if k not in keys and rng.random() < 0.6:
             keys.append(k)
+    if rng.random() < 0.3:  # out of the schema's order (--spec-keys allows any)
+        rng.shuffle(keys)
     return {k: rand_value(rng, props.get(k, {})) for k in keys}
 
 
-def test_random_corpus_accepts_only_valid(tmp_path):
+@pytest.mark.parametrize("flags", [(), ("--spec-keys",)], ids=["declared_keys", "spec_keys"])
+def test_random_corpus_accepts_only_valid(tmp_path, flags):
     rng = random.Random(20261205)
     compiled = accepted = 0
     for i in range(300):
         schema = rand_schema(rng)
-        rc, err, sf = compile_schema(tmp_path, schema)
+        rc, err, sf = compile_schema(tmp_path, schema, flags)
         assert rc in (0, 2), err
         if rc:
             continue
         compiled += 1
-        for _ in range(6):
+        for _ in range(10):
             inst = rand_instance(rng, schema)
-            if accepts(sf, tmp_path, inst):
+            if accepts(sf, tmp_path, inst, flags):
                 accepted += 1
                 assert valid(schema, inst), (f"accepted an invalid instance\nschema: "
                                              f"{json.dumps(schema)}\ninstance: {json.dumps(inst)}")

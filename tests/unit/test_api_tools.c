@@ -99,7 +99,7 @@ static int check(const char *schema, const char *inst, char *err, size_t errlen)
     json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
     T_ASSERTF(s, "bad test schema: %s", je.text);
     struct jsc_buf b = {0};
-    int rc = jschema_to_gbnf(s, &b, err, errlen);
+    int rc = jschema_to_gbnf(s, NULL, &b, err, errlen);
     json_decref(s);
     if (rc) {
         jsc_buf_free(&b);
@@ -230,10 +230,44 @@ static void test_jschema_errors(void) {
     T_ASSERT(check("{\"enum\":[\"a\"],\"maxLength\":3}", "", err, sizeof err) == -1);
 }
 
+/* The server's json_schema_extra_keys / json_schema_any_order reach the converter: a
+ * response_format schema's grammar takes another key, and keys out of order, only with
+ * them on. */
+static void test_schema_options_reach_the_grammar(void) {
+    const char *req = "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                      "{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":"
+                      "{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}}}}}}";
+    static const char *const inst[] = {"{\"a\": 1, \"z\": 2}", "{\"b\": 1, \"a\": 2}"};
+    for (int on = 0; on < 2; on++) {
+        struct tools_limits lim = {.max_tools = 8, .max_schema_bytes = 1 << 16,
+                                   .max_stacks = 1024, .max_elems = 200000,
+                                   .json_schema_extra_keys = on, .json_schema_any_order = on};
+        json_t *root = json_loads(req, 0, NULL), *root2 = NULL;
+        struct tools_req *t = NULL;
+        struct oai_error e;
+        T_ASSERT(root && tools_prepare(root, 1, &lim, &t, &root2, &e) == 0 && t && t->grammar);
+        struct gram_scratch *x = NULL;
+        T_ASSERT(gram_scratch_create(NULL, 8, &x) == 0);
+        for (int i = 0; i < 2; i++) {
+            struct gram_match *m = NULL;
+            T_ASSERT(gram_match_create(t->grammar, x, &m) == 0);
+            int ok = gram_match_accept(m, x, (const uint8_t *)inst[i], strlen(inst[i])) == 0 &&
+                     gram_match_can_end(m);
+            T_ASSERTF(ok == on, "%s with the options %s", inst[i], on ? "on" : "off");
+            gram_match_destroy(m);
+        }
+        gram_scratch_destroy(x);
+        tools_req_free(t);
+        json_decref(root);
+        json_decref(root2);
+    }
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_tool_output_any_chunking), T_CASE(test_tool_output_not_a_call),
-        T_CASE(test_jschema_instances), T_CASE(test_jschema_errors), {0},
+        T_CASE(test_jschema_instances), T_CASE(test_jschema_errors),
+        T_CASE(test_schema_options_reach_the_grammar), {0},
     };
     return t_main(argc, argv, cases);
 }

@@ -161,7 +161,7 @@ static int check_g4(const char *schema, const char *inst) {
     json_t *s = js(schema), *v = js(inst);
     struct jsc_buf b = {0};
     char err[256];
-    T_ASSERTF(jschema_rules_g4(s, "args", &b, 1, QID, err, sizeof err) == 0, "%s: %s", schema, err);
+    T_ASSERTF(jschema_rules_g4(s, "args", &b, 1, QID, NULL, err, sizeof err) == 0, "%s: %s", schema, err);
     jsc_buf_add(&b, "root ::= args\n", 14);
     struct gram *g = NULL;
     T_ASSERTF(gram_compile_gbnf(b.p, b.n, NULL, &g, err, sizeof err) == 0, "%s\n%s", err, b.p);
@@ -314,7 +314,7 @@ static void test_schema_dialect_utf8(void) {
     json_t *s = js(S);
     struct jsc_buf b = {0};
     char err[256];
-    T_ASSERT(jschema_rules_g4(s, "a", &b, 1, QID, err, sizeof err) == 0);
+    T_ASSERT(jschema_rules_g4(s, "a", &b, 1, QID, NULL, err, sizeof err) == 0);
     jsc_buf_add(&b, "root ::= a\n", 11);
     struct gram *g = NULL;
     T_ASSERTF(gram_compile_gbnf(b.p, b.n, NULL, &g, err, sizeof err) == 0, "%s", err);

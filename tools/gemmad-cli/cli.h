@@ -52,6 +52,8 @@ struct cli_opts {
     const char *check;       /* grammar: instance file to run through the matcher */
     int bench;               /* grammar: timings */
     int print;               /* grammar: print the GBNF */
+    int spec_keys;           /* grammar: jschema_opts.extra_keys and any_order (JSON Schema's
+                              * meaning of an absent additionalProperties and of key order) */
 };
 
 /* "gemmad-cli: error: MESSAGE" on stderr, exit status 1. */

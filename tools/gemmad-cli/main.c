@@ -55,9 +55,12 @@ static const struct cli_cmd cli_cmds[] = {
      "           KV memory of one session, with and without the sliding-window ring\n"},
     {"grammar", cli_grammar,
      "  grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE.json] [-m MODEL] [--bench]\n"
-     "           [--print]  compile (exit 0, or the reason and exit 2); --check: 0 when the\n"
-     "           grammar accepts the file whole, 1 when not (-m: token by token through the\n"
-     "           vocabulary masks); --bench: compile and mask times; --print: the GBNF\n"},
+     "           [--print] [--spec-keys]  compile (exit 0, or the reason and exit 2); --check:\n"
+     "           0 when the grammar accepts the file whole, 1 when not (-m: token by token\n"
+     "           through the vocabulary masks); --bench: compile and mask times; --print: the\n"
+     "           GBNF; --spec-keys: an absent additionalProperties lets other keys follow the\n"
+     "           declared ones, and keys come in any order, as JSON Schema says (the\n"
+     "           server's json_schema_extra_keys and json_schema_any_order)\n"},
 };
 #define CLI_N_CMDS (int)(sizeof cli_cmds / sizeof cli_cmds[0])
 
@@ -161,6 +164,7 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         else if (!strcmp(a, "--check")) o->check = NEXT();
         else if (!strcmp(a, "--bench")) o->bench = 1;
         else if (!strcmp(a, "--print")) o->print = 1;
+        else if (!strcmp(a, "--spec-keys")) o->spec_keys = 1;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             o->n_gen = (int)parse_long(a, NEXT(), 0, 1 << 20);
         else if (!strcmp(a, "--temp")) o->temp = parse_float(a, NEXT(), 0.0f, 100.0f);
