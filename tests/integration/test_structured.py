@@ -333,8 +333,8 @@ BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "$ref": "#/$defs/missing"}}}}, "response_format.json_schema.schema", ["$ref"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-        "type": "number", "minimum": 0.5}}}}, "response_format.json_schema.schema",
-     ["'minimum'"]),
+        "type": "number", "multipleOf": 3}}}}, "response_format.json_schema.schema",
+     ["'multipleOf'"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "type": "string", "pattern": "(a)\\1"}}}}, "response_format.json_schema.schema",
      ["pattern"]),
