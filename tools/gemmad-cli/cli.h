@@ -42,6 +42,8 @@ struct cli_opts {
     enum kvstore_dtype kv_type;
     enum fwd_device device;
     enum kern_isa isa;       /* --isa: kernel instruction set (AUTO = best) */
+    int deterministic;       /* bench: the server's default unless --deterministic; the other
+                              * commands always run deterministic (batch-invariant) */
     int prompt_tokens;       /* bench */
     int bench_gen;
     int seqs;                /* bench: sequences decoded together (1: the single-stream bench) */

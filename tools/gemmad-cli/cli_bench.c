@@ -56,16 +56,19 @@ int cli_bench(const struct cli_opts *o) {
         size_t file = m->gguf->map_size;
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"rss_mib\": %.1f, "
                "\"load_s\": %.3f, \"rss_after_load_mib\": %.1f, \"file_mib\": %.1f, "
-               "\"prompt_tokens\": %d, \"gen_tokens\": %d, \"threads\": %d, \"isa\": \"%s\"}\n",
+               "\"prompt_tokens\": %d, \"gen_tokens\": %d, \"threads\": %d, \"isa\": \"%s\", "
+               "\"deterministic\": %d}\n",
                np / (t1 - t0), ng / (t2 - t1), cli_rss_mib(), load_s, rss_load,
                (double)file / (1024.0 * 1024.0), np, ng, threads,
-               kern_isa_name(kern_active_isa()));
+               kern_isa_name(kern_active_isa()), o->deterministic);
     } else {
         printf("{\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"rss_mib\": %.1f, "
                "\"load_s\": %.3f, \"rss_after_load_mib\": %.1f, \"prompt_tokens\": %d, "
-               "\"gen_tokens\": %d, \"seqs\": %d, \"threads\": %d, \"isa\": \"%s\"}\n",
+               "\"gen_tokens\": %d, \"seqs\": %d, \"threads\": %d, \"isa\": \"%s\", "
+               "\"deterministic\": %d}\n",
                (double)np * ns / (t1 - t0), (double)ng * ns / (t2 - t1), cli_rss_mib(),
-               load_s, rss_load, np, ng, ns, threads, kern_isa_name(kern_active_isa()));
+               load_s, rss_load, np, ng, ns, threads, kern_isa_name(kern_active_isa()),
+               o->deterministic);
     }
     runner_destroy(r);
     free(logits);

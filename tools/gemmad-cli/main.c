@@ -6,7 +6,7 @@
  *                       [--top-k K] [--top-p P] [--min-p P]
  *   gemmad-cli logits   -m MODEL (-p PROMPT | --tokens ID,ID,...) [--top K] [--all] [--chat]
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
- *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]
+ *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1] [--deterministic]
  *   gemmad-cli kvmem    -m MODEL [--ctx 32768] [--block-size 16]
  *   gemmad-cli grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE] [-m MODEL] [--bench]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
@@ -49,7 +49,9 @@ static const struct cli_cmd cli_cmds[] = {
      "  taps     -m MODEL (-p PROMPT | --tokens ID,...) [--dump FILE]\n"
      "           per-layer hidden-state summaries; --dump writes every row of every layer\n"
      "           (then the final-norm rows) as raw little-endian f32\n"},
-    {"bench", cli_bench, "  bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1]\n"},
+    {"bench", cli_bench,
+     "  bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1] [--deterministic]\n"
+     "           the server's default kernels (OpenBLAS / cuBLAS batches) unless --deterministic\n"},
     {"kvmem", cli_kvmem,
      "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
      "           KV memory of one session, with and without the sliding-window ring\n"},
@@ -134,6 +136,7 @@ static void set_defaults(struct cli_opts *o) {
     if (kvstore_dtype_parse(gemmad_defaults.kv_dtype, &o->kv_type) != 0) o->kv_type = KVSTORE_F16;
     o->device = FWD_DEVICE_CPU;
     o->isa = KERN_ISA_AUTO;
+    o->deterministic = gemmad_defaults.deterministic;
     o->prompt_tokens = 512;
     o->bench_gen = 128;
     o->seqs = 1;
@@ -184,6 +187,7 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
             o->prompt_tokens = (int)parse_long(a, NEXT(), 1, 1 << 20);
         else if (!strcmp(a, "--gen")) o->bench_gen = (int)parse_long(a, NEXT(), 1, 1 << 20);
         else if (!strcmp(a, "--seqs")) o->seqs = (int)parse_long(a, NEXT(), 1, 256);
+        else if (!strcmp(a, "--deterministic")) o->deterministic = 1;
         else if (!strcmp(a, "--ctx")) o->ctx = (int)parse_long(a, NEXT(), 1, 1 << 24);
         else if (!strcmp(a, "--block-size"))
             o->block_size = (int)parse_long(a, NEXT(), 1, 1 << 16);
@@ -262,7 +266,8 @@ struct runner *cli_runner(const struct model *m, const struct cli_opts *o, int n
     struct runner_opts ro = {.max_seqs = n_seqs, .max_ctx = max_ctx, .batch = batch,
                              .max_logit_rows = max_logit_rows, .block_size = CLI_BLOCK,
                              .kv_dtype = o->kv_type, .n_threads = o->threads,
-                             .device = o->device, .deterministic = 1};
+                             .device = o->device,
+                             .deterministic = strcmp(o->cmd, "bench") ? 1 : o->deterministic};
     struct runner *r = NULL;
     char err[256] = "";
     int rc = runner_create(m, &ro, &r, err, sizeof err);
