@@ -320,9 +320,11 @@ int sched_submit(struct sched *s, const struct sched_req *r, uint64_t *id_out) {
         if (r->grammar_trigger && r->grammar_trigger[0] && !(q->trig = dup_str(r->grammar_trigger)))
             goto fail;
     }
-    /* Drafts are not checked against a grammar's mask: constrained requests never draft. */
-    spec_init(&q->spec,
-              !r->no_speculative && !r->embed && !r->prompt_logprobs && !r->grammar);
+    /* A constrained request drafts only when greedy and its grammar is active from the start:
+     * its drafts are verified under the grammar (sched_gram_spec_verify); a lazy grammar may
+     * start in the middle of a step's drafts, and sampled rows would need masked rejection. */
+    spec_init(&q->spec, !r->no_speculative && !r->embed && !r->prompt_logprobs &&
+                            (!q->gram || (!q->trig && sched_greedy_sampling(q))));
     q->on_event = r->on_event;
     q->user = r->user;
     tok_stream_init(&q->ts);

@@ -71,6 +71,7 @@ int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg) {
     }
     if (q->trig || q->gm) return 0;
     int rc = gram_match_create(q->gram, s->gx[0], &q->gm);
+    if (!rc && q->spec.on) rc = gram_match_create(q->gram, s->gx[0], &q->gm_spec);
     if (rc) {
         *msg = rc == GRAM_EBUDGET ? "the grammar exceeds its state budget" : "out of memory";
         return -1;
@@ -78,17 +79,17 @@ int sched_gram_prepare(struct sched *s, struct seq *q, const char **msg) {
     return 0;
 }
 
-void sched_gram_mask(struct sched *s, struct seq *q, int task, float *l) {
-    if (!q->gm) return;
+/* Forbidden ids of l to -inf under matcher m (end of generation only where m may end). */
+static void mask_row(struct sched *s, struct seq *q, struct gram_match *m, int task, float *l) {
     uint64_t *mask = s->gmask + (size_t)task * mask_words(s);
     int n_allowed = 0;
-    int rc = gram_match_mask(q->gm, s->gx[task], s->gv, mask, &n_allowed, 0);
+    int rc = gram_match_mask(m, s->gx[task], s->gv, mask, &n_allowed, 0);
     if (rc) {
         q->gram_err = rc == GRAM_EBUDGET ? "the grammar exceeded its state budget"
                                          : "the grammar mask failed";
         return;
     }
-    const int can_end = gram_match_can_end(q->gm);
+    const int can_end = gram_match_can_end(m);
     if (n_allowed == 0 && !can_end) {
         q->gram_err = "the grammar allows no token here";
         return;
@@ -97,29 +98,72 @@ void sched_gram_mask(struct sched *s, struct seq *q, int task, float *l) {
     for (int i = 0; i < s->n_eog; i++) eog_l[i] = l[s->eog[i]];
     const size_t words = mask_words(s);
     for (size_t w = 0; w < words; w++) {
-        uint64_t m = mask[w];
-        if (m == ~0ull) continue;
+        const uint64_t bits = mask[w];
+        if (bits == ~0ull) continue;
         const int base = (int)(w * 64);
         const int top = base + 64 < s->n_vocab ? 64 : s->n_vocab - base;
         for (int b = 0; b < top; b++)
-            if (!((m >> b) & 1)) l[base + b] = -INFINITY;
+            if (!((bits >> b) & 1)) l[base + b] = -INFINITY;
     }
     if (can_end)
         for (int i = 0; i < s->n_eog; i++) l[s->eog[i]] = eog_l[i];
 }
 
-int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *l, int32_t *tok) {
+void sched_gram_mask(struct sched *s, struct seq *q, int task, float *l) {
+    if (q->gm) mask_row(s, q, q->gm, task, l);
+}
+
+/* The raw argmax of l when matcher m takes it (see sched_gram_greedy). */
+static int greedy_under(struct sched *s, const struct gram_match *m, int task, const float *l,
+                        int32_t *tok) {
     const int32_t t = smp_argmax(l, s->n_vocab);
     if (!(l[t] > -INFINITY)) return 0; /* nothing finite: the mask decides */
     if (tok_is_eog(s->vocab, t)) {
-        if (!gram_match_can_end(q->gm)) return 0;
+        if (!gram_match_can_end(m)) return 0;
     } else {
         const uint8_t *b;
         const int len = gram_vocab_token(s->gv, t, &b);
-        if (len <= 0 || gram_match_check(q->gm, s->gx[task], b, (size_t)len) != GRAM_OK) return 0;
+        if (len <= 0 || gram_match_check(m, s->gx[task], b, (size_t)len) != GRAM_OK) return 0;
     }
     *tok = t;
     return 1;
+}
+
+int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *l, int32_t *tok) {
+    return greedy_under(s, q->gm, task, l, tok);
+}
+
+void sched_gram_spec_verify(struct sched *s, struct seq *q, int task) {
+    struct spec_state *st = &q->spec;
+    const size_t nv = (size_t)s->n_vocab;
+    float *scratch = s->scratch + (size_t)task * nv;
+    struct gram_match *m = q->gm_spec;
+    int j = 0;
+    if (gram_match_copy(m, q->gm)) {
+        q->gram_err = "the grammar state could not be copied";
+        st->tok[0] = 0;
+        st->n_emit = 1;
+        return;
+    }
+    for (;; j++) {
+        const float *row = s->logits + ((size_t)q->logit_row + (size_t)j) * nv;
+        int32_t t;
+        if (!greedy_under(s, m, task, row, &t)) { /* the mask decides, on a copy of the row */
+            memcpy(scratch, row, nv * sizeof(float));
+            mask_row(s, q, m, task, scratch);
+            t = smp_argmax(scratch, s->n_vocab);
+        }
+        st->tok[j] = t;
+        if (q->gram_err || j == st->n_draft || t != q->hist[q->n_hist + j] ||
+            tok_is_eog(s->vocab, t))
+            break;
+        const uint8_t *b;
+        const int len = gram_vocab_token(s->gv, t, &b);
+        if (len <= 0 || gram_match_accept(m, s->gx[task], b, (size_t)len) ||
+            gram_match_done(m))
+            break; /* (a draft the grammar took; done: only the end may follow) */
+    }
+    st->n_emit = j + 1;
 }
 
 /* Dormant lazy grammar: append the token's bytes and start the matcher at the trigger. */
@@ -174,6 +218,7 @@ int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **
 
 void sched_gram_seq_free(struct seq *q) {
     gram_match_destroy(q->gm);
+    gram_match_destroy(q->gm_spec);
     gram_unref(q->gram);
     free(q->trig);
     free(q->trig_buf);

@@ -63,6 +63,7 @@ struct seq {
     int control_bytes;           /* sched_req.control_bytes */
     struct gram *gram;           /* the request's grammar (a reference) or NULL */
     struct gram_match *gm;       /* its matcher once active (sched_gram.c) */
+    struct gram_match *gm_spec;  /* a spare one, for verifying drafts (greedy, not lazy) */
     char *trig;                  /* lazy grammar: trigger text (NUL-terminated) or NULL */
     char *trig_buf;              /* [trig_cap] the output's last bytes while dormant */
     int trig_n, trig_cap;
@@ -176,6 +177,13 @@ void sched_gram_mask(struct sched *s, struct seq *q, int task, float *logits);
  * needed); 0 when the mask must decide. */
 int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *logits,
                       int32_t *tok);
+/* Sampling task `task`: verifies a greedy constrained sequence's drafts (spec_verify's job
+ * for it): at each position the greedy token under the grammar, the spare matcher advanced
+ * over the drafts accepted before it. Fills q->spec's tok and n_emit. */
+void sched_gram_spec_verify(struct sched *s, struct seq *q, int task);
+/* 1 when the request's sampling is plain greedy (temperature 0, no bias, penalties, banned
+ * ids or logprobs): its tokens are argmaxes of the raw (or grammar-masked) rows. */
+int sched_greedy_sampling(const struct seq *q);
 /* Scheduler thread, after sampling: advance the matcher (or watch for the trigger).
  * Returns 0, 1 when the grammar allows nothing more (finish), -1 with *msg on failure. */
 int sched_gram_accept(struct sched *s, struct seq *q, int32_t tok, const char **msg);

@@ -411,12 +411,16 @@ static void pool_hidden(struct sched *s, struct seq *q, int pos0) {
  * logits row (smp_sample changes nothing else for it: no bias, penalties, bans, logprobs,
  * prompt scoring), so fwd_run_greedy may return that id instead of the row. Any new
  * per-request change to the logits must make this 0. */
-static int greedy_rules(const struct seq *q) {
+int sched_greedy_sampling(const struct seq *q) {
     const struct sched_sampling *sp = &q->sp;
     return !(sp->temperature > 0) && sp->n_logit_bias == 0 && sp->presence_penalty == 0 &&
            sp->frequency_penalty == 0 &&
            !(sp->repetition_penalty > 0 && sp->repetition_penalty != 1.0f) &&
-           q->top_logprobs < 0 && !q->ignore_eos && q->lp_row0 < 0 &&
+           q->top_logprobs < 0 && !q->ignore_eos;
+}
+
+static int greedy_rules(const struct seq *q) {
+    return sched_greedy_sampling(q) && q->lp_row0 < 0 &&
            q->spec.n_draft == 0; /* verification samples every row of the drafts */
 }
 

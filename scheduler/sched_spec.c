@@ -52,6 +52,10 @@ void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
 }
 
 void sched_spec_sample(struct sched *s, struct seq *q, int task) {
+    if (q->gm) { /* a greedy constrained sequence (sched.c lets no other one draft) */
+        sched_gram_spec_verify(s, q, task);
+        return;
+    }
     const size_t nv = (size_t)s->n_vocab;
     struct spec_rows r = {.logits = s->logits + (size_t)q->logit_row * nv,
                           .n_vocab = s->n_vocab,

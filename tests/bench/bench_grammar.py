@@ -6,9 +6,10 @@
    `gemmad-cli grammar --check INSTANCE -m MODEL --bench` (one thread).
 2. Compile time of a large schema (JSON Schema to GBNF, GBNF to grammar).
 3. Decode throughput of build/gemmad with and without a schema, at 1 and 16 streams:
-   /v1/chat/completions, temperature 0, the same prompts; tok/s = completion tokens of all
-   requests / wall time. The schema lets outputs run long (an array of short strings), so
-   both runs generate about max_tokens per request.
+   /v1/chat/completions (streamed), temperature 0, the same prompts; end to end, tok/s =
+   completion tokens of all requests / wall time; and decode alone, per stream: the tokens
+   after each request's first / the time from its first token to its last, summed over the
+   requests (prefill and per-request costs left out: constrained answers can end earlier).
 
   python3 tests/bench/bench_grammar.py --model models/gemma-3-270m-q4_k_m.gguf
 """
@@ -83,7 +84,33 @@ def post(port, body, timeout=600):
         return json.loads(r.read())
 
 
+def post_stream(port, body, timeout=600):
+    """A streamed request: (completion tokens, seconds from its first content delta to its
+    last)."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    n, first, last = 0, None, None
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                n = ev["usage"]["completion_tokens"]
+            for ch in ev.get("choices") or []:
+                if (ch.get("delta") or {}).get("content"):
+                    last = time.time()
+                    first = first or last
+    return n, (last - first) if first else 0.0
+
+
 def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
+    """(end-to-end tok/s: all completion tokens / wall time, tokens, decode tok/s: the tokens
+    after each request's first / the time from its first token to its last, summed). The
+    second leaves out prefill and per-request costs, which weigh more on shorter answers."""
     def one(i):
         body = {"model": model_id, "temperature": 0, "max_tokens": gen,
                 "messages": [{"role": "user", "content": f"List {i} words as JSON."}]}
@@ -92,7 +119,7 @@ def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
         if schema:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "s", "schema": schema}}
-        return post(port, body)["usage"]["completion_tokens"]
+        return post_stream(port, body)
 
     # Warm-up, untimed: for the constrained run it builds the trie and fills the grammar
     # cache; at `conc` streams at once it also touches the KV pages that many sequences use.
@@ -100,8 +127,12 @@ def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
         list(ex.map(one, range(-conc, 0)))
     t0 = time.time()
     with cf.ThreadPoolExecutor(conc) as ex:
-        toks = sum(ex.map(one, range(1, n_req + 1)))
-    return toks / (time.time() - t0), toks
+        res = list(ex.map(one, range(1, n_req + 1)))
+    wall = time.time() - t0
+    toks = sum(n for n, _ in res)
+    dec_t = sum(dt for _, dt in res)
+    dec = sum(max(n - 1, 0) for n, _ in res) / dec_t if dec_t > 0 else 0.0
+    return toks / wall, toks, dec
 
 
 def main():
@@ -156,11 +187,13 @@ def main():
         # second pair turns drafting off for both: the grammar's own cost.
         for conc, n_req in ((1, 4), (16, 32)):
             for spec in (True, False):
-                free, nf = throughput(port, mid, conc, n_req, a.gen, None, spec)
-                cons, nc = throughput(port, mid, conc, n_req, a.gen, schema, spec)
+                free, nf, dfree = throughput(port, mid, conc, n_req, a.gen, None, spec)
+                cons, nc, dcons = throughput(port, mid, conc, n_req, a.gen, schema, spec)
                 print(f"  {conc:2d} streams, speculative {'on ' if spec else 'off'}: "
                       f"unconstrained {free:7.1f} ({nf} tokens), constrained {cons:7.1f} "
-                      f"({nc} tokens), ratio {cons / free:.2f}")
+                      f"({nc} tokens), ratio {cons / free:.2f}; decode after the first "
+                      f"token {dfree:6.1f} vs {dcons:6.1f} per stream, ratio "
+                      f"{dcons / dfree if dfree else 0:.2f}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)

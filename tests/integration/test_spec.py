@@ -6,6 +6,7 @@ lookup finds), so that drafting does not depend on this machine's step timings, 
 through /metrics that drafts were accepted while they ran, so no test passes because nothing
 was drafted; the adaptive default is compared too."""
 import concurrent.futures as cf
+import json
 
 import pytest
 
@@ -95,6 +96,35 @@ def test_greedy_quote_accepts_drafts(srv):
     off = complete(srv, QUOTE, False, max_tokens=48)
     same_choice(off, on)
     assert "return a + b" in on["choices"][0]["text"]
+
+
+ARRAY = {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 40}
+LIST = ("Repeat this list exactly: [\"alpha\", \"beta\", \"gamma\", \"delta\", \"alpha\", "
+        "\"beta\", \"gamma\", \"delta\"]\nHere it is: ")
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_schema",
+                                  "json_schema": {"name": "s", "schema": ARRAY}}], ids=["schema"])
+def test_constrained_greedy_drafts_same(srv, fmt):
+    """A greedy constrained request drafts too: each draft is checked under the grammar
+    (the greedy token of the masked row at its position), so the output is the same as
+    without drafting, and valid."""
+    kw = dict(max_tokens=64, response_format=fmt)
+    with Accepted(srv):
+        on = complete(srv, LIST, True, **kw)
+    off = complete(srv, LIST, False, **kw)
+    same_choice(off, on)
+    assert on["choices"][0]["finish_reason"] in ("stop", "length")
+    if on["choices"][0]["finish_reason"] == "stop":
+        json.loads(on["choices"][0]["text"])
+
+
+def test_constrained_sampled_does_not_draft(srv):
+    """Sampled constrained rows would need a masked rejection rule: they do not draft."""
+    before = spec_counts(srv)
+    complete(srv, LIST, True, max_tokens=32, temperature=0.8, seed=3,
+             response_format={"type": "json_object"})
+    assert spec_counts(srv)[0] == before[0]
 
 
 def test_logprobs_same(srv):
