@@ -259,7 +259,28 @@ int gram_emit_class(struct bld *b, int rule, struct cp_range *r, int n, int nega
     }
     /* Non-ASCII code points as exact UTF-8 (utf8_split): no overlong form, surrogate or
      * code point past U+10FFFF, so each match is one code point of valid UTF-8 (a looser
-     * lead-byte form would let three bytes decode to three U+FFFD and break maxLength). */
+     * lead-byte form would let three bytes decode to three U+FFFD and break maxLength).
+     * Every non-ASCII code point (negated classes such as a JSON string's) is one rule
+     * shared by the whole grammar, referenced, not copied: its 8 sequences cost once. */
+    int all = 0;
+    for (int i = 0; i < n; i++)
+        if (u[i].lo <= 0x80 && u[i].hi >= 0x10ffff) all = 1;
+    for (int i = 0; i + 1 < n && !all; i++)
+        if (u[i].lo <= 0x80 && u[i].hi >= 0xd7ff && u[i + 1].lo <= 0xe000 && u[i + 1].hi >= 0x10ffff)
+            all = 1;
+    if (all) {
+        if (!b->nonascii1) {
+            const int na = gram_new_rule(b, NULL, 0);
+            if (na < 0 || utf8_split(b, na, 0x80, 0xd7ff) || utf8_split(b, na, 0xe000, 0x10ffff) ||
+                gram_push(b, na, GE_END, 0))
+                return -1;
+            b->nonascii1 = na + 1;
+        }
+        if (b->rules[h].n > 0 && gram_push(b, h, GE_ALT, 0)) return -1;
+        if (gram_push(b, h, GE_REF, (uint32_t)(b->nonascii1 - 1))) return -1;
+        if (gram_push(b, h, GE_END, 0)) return -1;
+        return gram_push(b, rule, GE_REF, (uint32_t)h);
+    }
     for (int i = 0; i < n; i++) {
         uint32_t lo = u[i].lo < 0x80 ? 0x80 : u[i].lo, hi = u[i].hi;
         if (hi < 0x80) continue;

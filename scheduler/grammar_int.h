@@ -154,6 +154,7 @@ struct bld {
     int ht_cap;
     const char *p, *end, *start;
     int depth;             /* nested groups */
+    int nonascii1;         /* 1 + the shared rule of every non-ASCII code point, 0: none yet */
     char *err;
     size_t errlen;
     int status;
