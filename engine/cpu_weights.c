@@ -97,7 +97,9 @@ static void copy_visit(void *arg, const void **ptr, size_t bytes) {
  * lookup can read the LM head's panel (tied, Gemma 1-3), everything else the forward pass
  * reads is copied too and the file's pages are handed back to the kernel: the mapping is
  * not touched again, so memory stays the file's size instead of file + panels (touching
- * any byte of the mapping can map a whole large page-cache folio). */
+ * any byte of the mapping can map a whole large page-cache folio). Where only layers have
+ * panels (AVX2), the same is done for everything but the LM head, which is still read from
+ * the file. */
 int cpu_weights_init(struct cpu_ctx *c) {
     const struct model *m = c->m;
     const struct model_config *cfg = &m->cfg;
@@ -120,9 +122,14 @@ int cpu_weights_init(struct cpu_ctx *c) {
             allow_blas(c, ws[i]);
         }
     }
-    const int detach = c->output.panel && m->tok_embd.data == m->output.data &&
-                       cfg->n_embd_pl == 0 && m->gguf && m->gguf->map;
-    if (detach) {
+    const int tied = m->tok_embd.data == m->output.data && cfg->n_embd_pl == 0 && m->gguf &&
+                     m->gguf->map;
+    const int detach = tied && c->output.panel;
+    /* Layer panels but a head read from the file (AVX2: no Q8_0 panel kernel): the same
+     * copies, and every page but the head's handed back, so that faults on the head cannot
+     * map the repacked layers' pages back in. */
+    const int keep_head = tied && !c->output.panel && c->panel_bytes > 0;
+    if (detach || keep_head) {
         struct copy_ctx k = {NULL, 0};
         for (int l = 0; l < L; l++)
             layer_views(cfg, l, &c->lw[l], copy_visit, &k);
@@ -135,9 +142,19 @@ int cpu_weights_init(struct cpu_ctx *c) {
             layer_views(cfg, l, &c->lw[l], copy_visit, &k);
         c->output_norm = copy_into(k.base, &k.at, m->output_norm, ob);
         const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-        madvise((void *)((uintptr_t)m->gguf->map & ~(pg - 1)), m->gguf->map_size,
-                MADV_DONTNEED);
-        c->detached = 1;
+        const uintptr_t m0 = (uintptr_t)m->gguf->map & ~(pg - 1),
+                        m1 = (uintptr_t)m->gguf->map + m->gguf->map_size;
+        if (detach) {
+            madvise((void *)m0, m1 - m0, MADV_DONTNEED);
+            c->detached = 1;
+        } else { /* all but the head's pages (rounded outward: those stay) */
+            const uintptr_t h0 = (uintptr_t)c->output.data & ~(pg - 1);
+            const uintptr_t h1 = ((uintptr_t)c->output.data +
+                                  (uintptr_t)c->output.n_out * c->output.row_bytes + pg - 1) &
+                                 ~(pg - 1);
+            if (h0 > m0) madvise((void *)m0, h0 - m0, MADV_DONTNEED);
+            if (m1 > h1) madvise((void *)h1, m1 - h1, MADV_DONTNEED);
+        }
     }
     if (c->blas_weights)
         LOG_I("forward", 0,
