@@ -604,5 +604,6 @@ static int cf_be_set_profile(void *b, int on) {
 
 const struct be_ops be_cuda = {"cuda",          cf_fwd_available, cf_be_create,
                                cf_be_run,       cf_be_set_tap,    cf_be_destroy,
-                               cf_be_step_times, cf_be_set_profile, cf_be_run_rows};
+                               cf_be_step_times, cf_be_set_profile, cf_be_run_rows,
+                               NULL /* batch-invariant only with deterministic */};
 
