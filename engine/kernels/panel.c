@@ -39,6 +39,13 @@ struct pack_job {
     int64_t per; /* panels per task */
 };
 
+/* Block b of row r of w, or NULL past the last row or block (the panel's zero padding). */
+static const void *src_block(const struct kern_weight *w, int64_t r, int64_t b, int64_t nb) {
+    if (r >= w->n_out || b >= nb) return NULL;
+    return (const uint8_t *)w->data + (size_t)r * w->row_bytes +
+           (size_t)b * quant_row_size(w->type, 32);
+}
+
 static void pack_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct pack_job *j = arg;
@@ -57,12 +64,7 @@ static void pack_task(void *arg, int task, int n_tasks) {
             for (int i = 0; i < PANEL_ROWS; i++) {
                 const int64_t r = p * PANEL_ROWS + i;
                 if (w->type == QT_Q8_0) { /* the bulk (the LM head): words, not bytes */
-                    const struct block_q8_0 *blk =
-                        r < w->n_out && b < nb
-                            ? (const struct block_q8_0 *)((const uint8_t *)w->data +
-                                                          (size_t)r * w->row_bytes) +
-                                  b
-                            : NULL;
+                    const struct block_q8_0 *blk = src_block(w, r, b, nb);
                     sc[i] = blk ? blk->d : 0;
                     uint8_t *q = rec + 64 + h * 512 + i * 4;
                     for (int g = 0; g < 8; g++) {
@@ -74,12 +76,7 @@ static void pack_task(void *arg, int task, int n_tasks) {
                     continue;
                 }
                 if (w->type == QT_Q4_0) { /* the nibbles as they are: u = q + 8 */
-                    const struct block_q4_0 *blk =
-                        r < w->n_out && b < nb
-                            ? (const struct block_q4_0 *)((const uint8_t *)w->data +
-                                                          (size_t)r * w->row_bytes) +
-                                  b
-                            : NULL;
+                    const struct block_q4_0 *blk = src_block(w, r, b, nb);
                     sc[i] = blk ? blk->d : 0;
                     for (int g = 0; g < 4; g++) {
                         uint32_t v = 0x88888888u; /* q = 0 */
@@ -90,11 +87,7 @@ static void pack_task(void *arg, int task, int n_tasks) {
                 }
                 /* Q5_0: qs[j] holds element j (low nibble) and j + 16 (high), which is the
                  * nibble plane's byte order already; qh bit k is element k's high bit */
-                const struct block_q5_0 *blk =
-                    r < w->n_out && b < nb ? (const struct block_q5_0 *)((const uint8_t *)w->data +
-                                                                         (size_t)r * w->row_bytes) +
-                                                 b
-                                           : NULL;
+                const struct block_q5_0 *blk = src_block(w, r, b, nb);
                 uint32_t qh = 0xFFFFFFFFu; /* q = 0 is u = 16: high bit set, nibble 0 */
                 sc[i] = 0;
                 if (blk) {
