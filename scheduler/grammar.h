@@ -94,6 +94,11 @@ int gram_vocab_n(const struct gram_vocab *gv);
 int gram_vocab_max_len(const struct gram_vocab *gv);
 /* The bytes of token id (*b points into gv); 0 for tokens without text. */
 int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b);
+/* The longest token whose bytes are a prefix of b[0..n): its length (0: none) and id. Among
+ * tokens of equal bytes it picks a text piece over a byte token (gram_vocab_create).
+ * *extended (NULL: not asked) is 1 when a longer token starts with those bytes. */
+int gram_vocab_longest(const struct gram_vocab *gv, const uint8_t *b, int n, int32_t *id,
+                       int *extended);
 
 /* Per-thread working memory of matching and mask walks. */
 int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
@@ -116,6 +121,10 @@ int gram_match_copy(struct gram_match *dst, const struct gram_match *src);
 int gram_match_can_end(const struct gram_match *m);
 /* 1 when no more bytes can follow (only the end is allowed). */
 int gram_match_done(const struct gram_match *m);
+/* The bytes the grammar forces from here (exactly one byte allowed at each, and no end),
+ * up to max, written to out; returns how many (m is left as it is). */
+int gram_match_forced(const struct gram_match *m, struct gram_scratch *x, uint8_t *out,
+                      int max);
 /* mask[(n_vocab + 63) / 64]: bit t set iff token t's bytes are accepted from here.
  * *n_allowed receives the count. Returns 0 or a status (GRAM_EBUDGET). uncached = 1 walks
  * the whole vocabulary without the cache (tests, benchmarks). */

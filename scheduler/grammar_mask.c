@@ -24,6 +24,7 @@
 struct vsort {
     const uint8_t *b;
     int len;
+    int rank; /* among equal strings, lower ranks sort first (gram_vocab_longest's pick) */
     int32_t id;
 };
 
@@ -33,11 +34,12 @@ static int cmp_tok(const void *x, const void *y) {
     int c = memcmp(a->b, b->b, (size_t)n);
     if (c) return c;
     if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
-                          struct gram_vocab **out) {
+static int vocab_create(int n_vocab, const char *const *tok, const int *len,
+                        const uint8_t *rank, struct gram_vocab **out) {
     *out = NULL;
     struct gram_vocab *gv = calloc(1, sizeof(*gv));
     struct vsort *vs = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof(*vs));
@@ -52,7 +54,8 @@ int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
             gram_token_bytes(i, enc);
             if (len[i] != GRAM_TOK_BYTES || memcmp(tok[i], enc, GRAM_TOK_BYTES)) continue;
         }
-        vs[n++] = (struct vsort){(const uint8_t *)tok[i], len[i] > 255 ? 255 : len[i], i};
+        vs[n++] = (struct vsort){(const uint8_t *)tok[i], len[i] > 255 ? 255 : len[i],
+                                 rank ? rank[i] : 0, i};
         total += (size_t)vs[n - 1].len;
     }
     qsort(vs, (size_t)n, sizeof(*vs), cmp_tok);
@@ -89,13 +92,19 @@ fail:
     return GRAM_ENOMEM;
 }
 
+int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
+                          struct gram_vocab **out) {
+    return vocab_create(n_vocab, tok, len, NULL, out);
+}
+
 int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out) {
     *out = NULL;
     const int nv = tok_n_vocab(v);
     char **tok = calloc((size_t)nv, sizeof(char *));
     int *len = calloc((size_t)nv, sizeof(int));
+    uint8_t *rank = calloc((size_t)nv, 1); /* a byte token after a piece of the same text */
     int rc = GRAM_ENOMEM;
-    if (!tok || !len) goto done;
+    if (!tok || !len || !rank) goto done;
     for (int i = 0; i < nv; i++) {
         char buf[512];
         int k;
@@ -111,13 +120,15 @@ int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out) {
         if (!tok[i]) goto done;
         memcpy(tok[i], buf, (size_t)k);
         len[i] = k;
+        rank[i] = tok_type(v, i) == TOK_TYPE_BYTE;
     }
-    rc = gram_vocab_create_raw(nv, (const char *const *)tok, len, out);
+    rc = vocab_create(nv, (const char *const *)tok, len, rank, out);
 done:
     if (tok)
         for (int i = 0; i < nv; i++) free(tok[i]);
     free(tok);
     free(len);
+    free(rank);
     return rc;
 }
 
@@ -147,6 +158,30 @@ int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b)
     int s = gv->pos_of[id];
     *b = gv->bytes + gv->off[s];
     return (int)(gv->off[s + 1] - gv->off[s]);
+}
+
+int gram_vocab_longest(const struct gram_vocab *gv, const uint8_t *b, int n, int32_t *id,
+                       int *extended) {
+    for (int len = n < gv->max_len ? n : gv->max_len; len > 0; len--) {
+        int lo = 0, hi = gv->n; /* the first sorted string >= b[0..len) */
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            const int ml = (int)(gv->off[mid + 1] - gv->off[mid]);
+            int c = memcmp(gv->bytes + gv->off[mid], b, (size_t)(ml < len ? ml : len));
+            if (c == 0) c = ml - len;
+            if (c < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < gv->n && (int)(gv->off[lo + 1] - gv->off[lo]) == len &&
+            !memcmp(gv->bytes + gv->off[lo], b, (size_t)len)) {
+            *id = gv->ord[lo];
+            int j = lo + 1; /* past the other tokens of the same bytes */
+            while (j < gv->n && (int)(gv->off[j + 1] - gv->off[j]) == len && gv->lcp[j] >= len) j++;
+            if (extended) *extended = j < gv->n && gv->lcp[j] >= len;
+            return len;
+        }
+    }
+    return 0;
 }
 
 /* ---- walks -------------------------------------------------------------------------- */

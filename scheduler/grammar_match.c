@@ -271,15 +271,26 @@ void gram_match_destroy(struct gram_match *m) {
     free(m);
 }
 
-/* The stacks after bytes b[0..n) from m's, in x's sets (*out, *n_out; m's own for n = 0). */
-static int match_advance(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
-                         size_t n, const struct gnode *const **out, int *n_out) {
+/* Starts a walk from m's stacks in x: resets x's arena and budgets, and gives the two stack
+ * sets it alternates between and their capacity. */
+static int walk_begin(const struct gram_match *m, struct gram_scratch *x,
+                      const struct gnode **lv[2]) {
     const struct gram *g = m->g;
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
     x->n_nodes = 0;
     x->overflow = 0;
     x->depth_guard = 0;
-    const struct gnode **lv[2] = {x->sets, x->sets + cap};
+    lv[0] = x->sets;
+    lv[1] = x->sets + cap;
+    return cap;
+}
+
+/* The stacks after bytes b[0..n) from m's, in x's sets (*out, *n_out; m's own for n = 0). */
+static int match_advance(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
+                         size_t n, const struct gnode *const **out, int *n_out) {
+    const struct gram *g = m->g;
+    const struct gnode **lv[2];
+    const int cap = walk_begin(m, x, lv);
     const struct gnode *const *in = m->st;
     int n_in = m->n_st;
     for (size_t i = 0; i < n; i++) {
@@ -325,4 +336,35 @@ int gram_match_done(const struct gram_match *m) {
 int gram_match_copy(struct gram_match *dst, const struct gram_match *src) {
     if (dst->g != src->g) return GRAM_EINVAL;
     return match_store(dst, (const struct gnode *const *)src->st, src->n_st);
+}
+
+int gram_match_forced(const struct gram_match *m, struct gram_scratch *x, uint8_t *out,
+                      int max) {
+    const struct gram *g = m->g;
+    const struct gnode **lv[2];
+    const int cap = walk_begin(m, x, lv);
+    const struct gnode *const *in = m->st;
+    int n_in = m->n_st, n = 0;
+    while (n < max) {
+        struct gram_set u = {{0, 0, 0, 0}};
+        for (int i = 0; i < n_in; i++) {
+            if (!in[i]) return n; /* the sentence may end here: nothing is forced */
+            const struct gram_set *s = &g->sets[g->el[in[i]->pos].v];
+            for (int w = 0; w < 4; w++) u.w[w] |= s->w[w];
+        }
+        int c = -1;
+        for (int w = 0; w < 4; w++) {
+            if (!u.w[w]) continue;
+            if (c >= 0 || (u.w[w] & (u.w[w] - 1))) return n; /* two bytes or more */
+            c = w * 64 + __builtin_ctzll(u.w[w]);
+        }
+        if (c < 0) return n;
+        const struct gnode **o = lv[n & 1];
+        const int r = gram_advance(g, x, in, n_in, (unsigned)c, o, cap);
+        if (r <= 0) return n;
+        out[n++] = (uint8_t)c;
+        in = (const struct gnode *const *)o;
+        n_in = r;
+    }
+    return n;
 }

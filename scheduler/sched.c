@@ -431,6 +431,7 @@ void sched_stats(struct sched *s, struct sched_stats *out) {
     out->spec_draft_tokens = s->spec_total[0];
     out->spec_accepted_tokens = s->spec_total[1];
     out->spec_verify_steps = s->spec_total[2];
+    out->spec_grammar_tokens = s->spec_total[3];
     out->topk_rows = (uint64_t)s->topk_rows_done;
     out->pending = s->n_waiting + s->counts.running;
     out->loop_turns = s->loop_turns;

@@ -180,9 +180,10 @@ struct sched_stats {
     struct prom_hist batch_seqs;      /* sequences per step */
     struct prom_hist batch_tokens;    /* tokens per step */
     struct prom_hist step_s;          /* wall seconds per step */
-    uint64_t spec_draft_tokens;       /* tokens drafted by prompt lookup and verified */
+    uint64_t spec_draft_tokens;       /* tokens drafted (lookup or grammar) and verified */
     uint64_t spec_accepted_tokens;    /* drafts accepted (tokens gained over plain decode) */
     uint64_t spec_verify_steps;       /* sequence-steps that carried drafts */
+    uint64_t spec_grammar_tokens;     /* drafted tokens a grammar forced (of spec_draft_tokens) */
     uint64_t topk_rows;               /* tokens sampled from a row's top-k candidates only */
     /* Liveness: the thread's progress. pending counts the requests it owes work to (waiting,
      * including those submitted since it last published, plus running); progress_age_s is

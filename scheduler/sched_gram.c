@@ -166,6 +166,27 @@ void sched_gram_spec_verify(struct sched *s, struct seq *q, int task) {
     st->n_emit = j + 1;
 }
 
+#define SCHED_GRAM_FORCED 128 /* forced bytes looked at for one step's drafts */
+
+int sched_gram_draft(struct sched *s, struct seq *q, int k) {
+    if (!s->gv || !q->gm) return 0;
+    uint8_t fb[SCHED_GRAM_FORCED];
+    int32_t *d = q->hist + q->n_hist;
+    const int n = gram_match_forced(q->gm, s->gx[0], fb, (int)sizeof(fb));
+    int nd = 0;
+    for (int at = 0; nd < k && at < n;) {
+        int32_t id;
+        int ext = 0;
+        const int len = gram_vocab_longest(s->gv, fb + at, n - at, &id, &ext);
+        /* A token ending where the grammar branches, when a longer token starts with its bytes:
+         * the model may well take the longer one (`"` then `:` is often `":`), so stop. */
+        if (len <= 0 || (at + len == n && n < (int)sizeof(fb) && ext)) break;
+        d[nd++] = id;
+        at += len;
+    }
+    return nd;
+}
+
 /* Dormant lazy grammar: append the token's bytes and start the matcher at the trigger. */
 static int watch_trigger(struct sched *s, struct seq *q, const uint8_t *b, int len,
                          const char **msg) {

@@ -153,10 +153,11 @@ struct sched {
     uint64_t loop_turns;         /* scheduler-loop turns finished (the progress counter) */
     double progress_at;          /* CLOCK_MONOTONIC s: the last turn ended or the thread woke */
     int idle_wait;               /* 1 while the thread sleeps for want of work */
-    uint64_t spec_total[3];      /* draft tokens, accepted drafts, verified sequence-steps */
+    uint64_t spec_total[4];      /* draft tokens, accepted drafts, verified sequence-steps,
+                                  * draft tokens a grammar forced */
     /* Scheduler thread: */
     int spec_on;                 /* enum spec_mode in effect (OFF unless batch-invariant) */
-    uint64_t spec_pend[3];       /* this step's spec_total increments */
+    uint64_t spec_pend[4];       /* this step's spec_total increments */
     struct spec_cost spec_cost;  /* step seconds by rows (steps without prefill) */
     double pf_tok_s;             /* EMA: seconds one prefill token adds to a step (0: unknown) */
 };
@@ -181,6 +182,11 @@ int sched_gram_greedy(struct sched *s, struct seq *q, int task, const float *log
  * for it): at each position the greedy token under the grammar, the spare matcher advanced
  * over the drafts accepted before it. Fills q->spec's tok and n_emit. */
 void sched_gram_spec_verify(struct sched *s, struct seq *q, int task);
+/* Scheduler thread, planning a step: up to k drafts for a greedy constrained sequence, written
+ * after its history: the bytes its grammar forces from here (the rest of a key, punctuation,
+ * the rest of an enum value once only one fits), cut into tokens by longest match. 0 when
+ * the grammar forces nothing here (prompt lookup is tried instead). */
+int sched_gram_draft(struct sched *s, struct seq *q, int k);
 /* 1 when the request's sampling is plain greedy (temperature 0, no bias, penalties, banned
  * ids or logprobs): its tokens are argmaxes of the raw (or grammar-masked) rows. */
 int sched_greedy_sampling(const struct seq *q);

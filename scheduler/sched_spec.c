@@ -16,6 +16,7 @@ void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
     int prefilling = 0;
     for (int i = 0; i < s->n_run; i++) {
         s->run[i]->spec.n_draft = 0;
+        s->run[i]->spec.n_forced = 0;
         prefilling |= s->run[i]->n_hist - s->run[i]->n_kv > 1;
     }
     if (!s->spec_on) return;
@@ -31,12 +32,17 @@ void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
             continue;
         int room = q->max_tokens - q->n_out - 1; /* the last row's token must fit too */
         if (room > budget - used) room = budget - used;
-        int k = spec_budget(&q->spec, room);
-        if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+        int k = 0, forced = 0;
+        if (q->gm && q->spec.on && room > 0) /* the bytes its grammar forces, if any */
+            k = forced = sched_gram_draft(s, q, room < SPEC_MAX_DRAFT ? room : SPEC_MAX_DRAFT);
+        if (k == 0) {
+            k = spec_budget(&q->spec, room);
+            if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+        }
+        const double alpha = forced ? spec_alpha_forced(&q->spec) : spec_alpha(&q->spec);
         if (k > 0 && s->spec_on == SPEC_MODE_ALWAYS) {
-            tokens += k * spec_alpha(&q->spec);
+            tokens += k * alpha;
         } else if (k > 0) {
-            const double alpha = spec_alpha(&q->spec);
             int kc = spec_choose(&s->spec_cost, rows + used, tokens, alpha, k);
             if (kc == 0 && ++q->spec.idle >= SPEC_MAX_COOLDOWN) kc = 1; /* probe */
             if (kc > 0) q->spec.idle = 0;
@@ -44,6 +50,7 @@ void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
             for (int j = 0; j < kc; j++) tokens += (pw *= alpha);
             k = kc;
         }
+        q->spec.n_forced = forced > 0 && k > 0;
         q->spec.n_draft = k;
         used += k;
     }
@@ -76,10 +83,12 @@ int sched_spec_accept(struct sched *s, struct seq *q) {
     struct spec_state *st = &q->spec;
     if (st->n_draft == 0) return 1;
     int accepted = st->n_emit - 1;
-    spec_feedback(st, st->n_draft, accepted);
+    if (st->n_forced) spec_feedback_forced(st, st->n_draft, accepted);
+    else spec_feedback(st, st->n_draft, accepted);
     s->spec_pend[0] += (uint64_t)st->n_draft;
     s->spec_pend[1] += (uint64_t)accepted;
     s->spec_pend[2]++;
+    if (st->n_forced) s->spec_pend[3] += (uint64_t)st->n_draft;
     return st->n_emit;
 }
 
@@ -124,7 +133,7 @@ int sched_prefill_cap(const struct sched *s, int dec) {
 }
 
 void sched_spec_publish(struct sched *s) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         s->spec_total[i] += s->spec_pend[i];
         s->spec_pend[i] = 0;
     }

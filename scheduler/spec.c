@@ -40,6 +40,16 @@ double spec_alpha(const struct spec_state *st) {
     return (st->accepted + 1.2) / (st->tested + 2.0);
 }
 
+double spec_alpha_forced(const struct spec_state *st) {
+    return (st->faccepted + 1.8) / (st->ftested + 2.0);
+}
+
+void spec_feedback_forced(struct spec_state *st, int drafted, int accepted) {
+    if (drafted < 1) return;
+    st->ftested = 0.8 * st->ftested + (accepted < drafted ? accepted + 1 : drafted);
+    st->faccepted = 0.8 * st->faccepted + accepted;
+}
+
 void spec_cost_observe(struct spec_cost *c, int rows, double seconds) {
     if (rows < 1 || rows > SPEC_COST_ROWS || !(seconds > 0)) return;
     c->t[rows] = c->seen[rows] ? 0.8 * c->t[rows] + 0.2 * seconds : seconds;

@@ -38,8 +38,12 @@
  * SPEC_MAX_COOLDOWN steps, so its estimate can recover. A sequence with no match drafts
  * nothing and costs only the lookup (one pass over its history).
  *
- * Not drafted: prompt-logprob scoring, embeddings, requests that opted out, and requests
- * whose sampling is constrained (grammars): the scheduler decides in sched_submit. The
+ * Not drafted: prompt-logprob scoring, embeddings, requests that opted out, and constrained
+ * requests other than greedy ones with a grammar active from the start (sampled rows would
+ * need a masked rejection rule): the scheduler decides in sched_submit. A greedy constrained
+ * sequence first drafts the bytes its grammar forces (sched_gram_draft; their acceptance has
+ * its own estimate, spec_alpha_forced), and is verified under its grammar
+ * (sched_gram_spec_verify). The
  * scheduler's side (planning a step's drafts, reporting the accepted tokens) is
  * scheduler/sched_spec.c.
  *
@@ -77,8 +81,10 @@ struct spec_state {
     int idle;                  /* steps the cost model kept it from drafting (probe at
                                 * SPEC_MAX_COOLDOWN) */
     double tested, accepted;   /* decaying counts of draft tokens verified / accepted */
+    double ftested, faccepted; /* the same for drafts a grammar forced (sched_gram_draft) */
     /* per step */
     int n_draft;               /* drafts fed after the decode row (0: a plain decode row) */
+    int n_forced;              /* 1: they are bytes a grammar forced, not a lookup's */
     int n_emit;                /* tokens spec_verify sampled: accepted drafts + 1 */
     int32_t tok[SPEC_MAX_DRAFT + 1];                       /* the tokens sampled */
     float logprob[SPEC_MAX_DRAFT + 1];                     /* their logprobs (if asked) */
@@ -102,6 +108,10 @@ void spec_feedback(struct spec_state *st, int drafted, int accepted);
 
 /* The acceptance probability estimate of one draft token (a prior of 0.6 worth 2 tokens). */
 double spec_alpha(const struct spec_state *st);
+/* The same for drafts a grammar forced (a prior of 0.9 worth 2 tokens), and its update:
+ * forced drafts neither pause lookups nor change the length limit. */
+double spec_alpha_forced(const struct spec_state *st);
+void spec_feedback_forced(struct spec_state *st, int drafted, int accepted);
 
 /* Step seconds by rows, measured (scheduler thread). */
 struct spec_cost {

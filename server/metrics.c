@@ -98,8 +98,12 @@ static void metrics_render_sched(const struct sched_stats *st, struct strbuf *b)
                     "Submissions refused: queue full.", st->rejections);
     metrics_counter(b, "gemmad_sched_steps_total", "Scheduler steps (forward passes).", st->steps);
     metrics_counter(b, "gemmad_spec_draft_tokens_total",
-                    "Tokens drafted by prompt lookup and verified (speculative decoding).",
+                    "Tokens drafted and verified (speculative decoding): by prompt lookup, "
+                    "or forced by a grammar.",
                     st->spec_draft_tokens);
+    metrics_counter(b, "gemmad_spec_grammar_draft_tokens_total",
+                    "Drafted tokens that a grammar forced (part of gemmad_spec_draft_tokens_total).",
+                    st->spec_grammar_tokens);
     metrics_counter(b, "gemmad_spec_accepted_tokens_total",
                     "Drafted tokens accepted: tokens gained over plain decoding.",
                     st->spec_accepted_tokens);

@@ -339,6 +339,112 @@ static void test_mask_real_vocab(void) {
     model_free(md);
 }
 
+/* Every byte gram_match_forced returns is the only byte the grammar takes there (all 256
+ * tried) and the sentence cannot end before it; where it stops, the next position is not
+ * forced (two bytes or more, none, or the end allowed), unless max was reached. */
+static void check_forced(struct gram *g, struct gram_scratch *x, struct gram_match *m, int max) {
+    uint8_t fb[64];
+    const int n = gram_match_forced(m, x, fb, max);
+    T_ASSERT(n >= 0 && n <= max);
+    struct gram_match *c = NULL;
+    T_ASSERT(gram_match_create(g, x, &c) == 0);
+    T_ASSERT(gram_match_copy(c, m) == 0);
+    for (int i = 0;; i++) {
+        int ok = 0, only = -1;
+        for (int b = 0; b < 256; b++) {
+            const uint8_t by = (uint8_t)b;
+            if (gram_match_check(c, x, &by, 1) == GRAM_OK) {
+                ok++;
+                only = b;
+            }
+        }
+        const int forced = ok == 1 && !gram_match_can_end(c);
+        if (i == n) {
+            T_ASSERT(n == max || !forced);
+            break;
+        }
+        T_ASSERTF(forced && only == fb[i], "byte %d of %d not forced", i, n);
+        T_ASSERT(gram_match_accept(c, x, &fb[i], 1) == GRAM_OK);
+    }
+    gram_match_destroy(c);
+}
+
+static void test_forced(void) {
+    struct gram_scratch *x = scratch(16);
+    struct gram *g = compile("root ::= \"{\\\"key\\\": \" (\"true\" | \"false\" | [0-9]+) \"}\"\n");
+    struct gram_match *m = NULL;
+    T_ASSERT(gram_match_create(g, x, &m) == 0);
+    uint8_t fb[64];
+    int n = gram_match_forced(m, x, fb, 64);
+    T_ASSERT(n == 8 && !memcmp(fb, "{\"key\": ", 8));
+    T_ASSERT(gram_match_forced(m, x, fb, 3) == 3); /* max */
+    check_forced(g, x, m, 64);
+    T_ASSERT(gram_match_accept(m, x, fb, 8) == GRAM_OK);
+    T_ASSERT(gram_match_forced(m, x, fb, 64) == 0); /* t, f or a digit */
+    T_ASSERT(gram_match_accept(m, x, (const uint8_t *)"t", 1) == GRAM_OK);
+    n = gram_match_forced(m, x, fb, 64);
+    T_ASSERT(n == 4 && !memcmp(fb, "rue}", 4)); /* then only the end */
+    T_ASSERT(gram_match_accept(m, x, fb, 4) == GRAM_OK && gram_match_done(m));
+    T_ASSERT(gram_match_forced(m, x, fb, 64) == 0);
+    gram_match_destroy(m);
+    gram_unref(g);
+    /* JSON: along random valid texts, every state */
+    g = compile(JSONG);
+    const char *texts[] = {"{\"a\": [1, 2.5e3, true], \"bc\": {\"d\": null}}",
+                           "{\"q\": [\"x\\n\", false, {}]}", "{ \"k\" : \"v\" }"};
+    for (int t = 0; t < 3; t++) {
+        T_ASSERTF(accepts(g, x, texts[t]), "%s", texts[t]);
+        T_ASSERT(gram_match_create(g, x, &m) == 0);
+        const size_t len = strlen(texts[t]);
+        for (size_t i = 0; i <= len; i++) {
+            check_forced(g, x, m, 64);
+            check_forced(g, x, m, 2);
+            if (i < len) T_ASSERT(gram_match_accept(m, x, (const uint8_t *)texts[t] + i, 1) == 0);
+        }
+        gram_match_destroy(m);
+    }
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+/* Longest match over a vocabulary, and whether a longer token starts with the match. */
+static void test_vocab_longest(void) {
+    static const char *toks[] = {"a", "ab", "abc", "b", "\"", "\":", "ab", "x"};
+    int len[8];
+    for (int i = 0; i < 8; i++) len[i] = (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(8, toks, len, &gv) == 0);
+    int32_t id = -1;
+    int ext = -1;
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"abd", 3, &id, &ext) == 2);
+    T_ASSERT((id == 1 || id == 6) && ext == 1); /* "abc" starts with "ab" */
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"abc", 3, &id, &ext) == 3);
+    T_ASSERT(id == 2 && ext == 0);
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"abc", 2, &id, NULL) == 2);
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"\"}", 2, &id, &ext) == 1);
+    T_ASSERT(id == 4 && ext == 1);
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"xa", 2, &id, &ext) == 1);
+    T_ASSERT(id == 7 && ext == 0);
+    T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"q", 1, &id, &ext) == 0);
+    gram_vocab_destroy(gv);
+    /* Gemma's: a text piece wins over the byte token of the same bytes */
+    struct model *md = t_model_or_skip();
+    T_ASSERT(gram_vocab_create(md->vocab, &gv) == 0);
+    int pieces = 0;
+    for (int c = 0x21; c < 0x7f; c++) {
+        const char b = (char)c;
+        const int32_t piece = tok_lookup(md->vocab, &b, 1);
+        T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)&b, 1, &id, NULL) == 1);
+        if (piece >= 0 && tok_type(md->vocab, piece) != TOK_TYPE_BYTE) {
+            T_ASSERTF(tok_type(md->vocab, id) != TOK_TYPE_BYTE, "byte token for '%c'", c);
+            pieces++;
+        }
+    }
+    T_ASSERT(pieces > 50);
+    gram_vocab_destroy(gv);
+    model_free(md);
+}
+
 static void test_budget(void) {
     /* an ambiguous grammar whose stack set doubles per byte must fail, not hang */
     struct gram_limits lim;
@@ -405,7 +511,8 @@ int main(int argc, char **argv) {
         T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
         T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
         T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
-        T_CASE(test_budget), T_CASE(test_lru), {0},
+        T_CASE(test_budget), T_CASE(test_lru), T_CASE(test_forced),
+        T_CASE(test_vocab_longest), {0},
     };
     return t_main(argc, argv, cases);
 }
