@@ -10,6 +10,8 @@
    completion tokens of all requests / wall time; and decode alone, per stream: the tokens
    after each request's first / the time from its first token to its last, summed over the
    requests (prefill and per-request costs left out: constrained answers can end earlier).
+   The two sides write different text there, and drafting gains more on the unconstrained
+   one (it repeats itself), so a last pair makes both write the same text (same_text).
 
   python3 tests/bench/bench_grammar.py --model models/gemma-3-270m-q4_k_m.gguf
 """
@@ -84,11 +86,11 @@ def post(port, body, timeout=600):
         return json.loads(r.read())
 
 
-def post_stream(port, body, timeout=600):
+def post_stream(port, body, timeout=600, path="/v1/chat/completions", text=None):
     """A streamed request: (completion tokens, seconds from its first content delta to its
-    last)."""
+    last). text: a list the streamed text is appended to."""
     body = dict(body, stream=True, stream_options={"include_usage": True})
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
                                  data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
     n, first, last = 0, None, None
@@ -101,10 +103,57 @@ def post_stream(port, body, timeout=600):
             if ev.get("usage"):
                 n = ev["usage"]["completion_tokens"]
             for ch in ev.get("choices") or []:
-                if (ch.get("delta") or {}).get("content"):
+                piece = (ch.get("delta") or {}).get("content") or ch.get("text")
+                if piece:
                     last = time.time()
                     first = first or last
+                    if text is not None:
+                        text.append(piece)
     return n, (last - first) if first else 0.0
+
+
+# The same-text pair: a few-shot prompt after which the model's own greedy answer is JSON
+# that fits SAME_SCHEMA, so the constrained request writes exactly the tokens of the
+# unconstrained one (checked) and the ratio is the grammar's cost alone, drafting included.
+SAME_WORDS = ["apple", "river", "stone", "cloud", "maple", "tiger", "piano", "lemon", "orbit",
+              "candle", "forest", "silver", "garden", "rocket", "window", "pepper", "harbor",
+              "violet", "marble", "falcon", "copper", "meadow", "lantern", "thunder"]
+SAME_SCHEMA = {"type": "object", "properties": {
+    "items": {"type": "array", "items": {"type": "string"}}, "count": {"type": "integer"}},
+    "required": ["items", "count"], "additionalProperties": False}
+
+
+def same_prompt(i):
+    w = SAME_WORDS[i % 11:] + SAME_WORDS[:i % 11]
+    return ('Text: red, green, blue\nJSON:\n{"items": ["red", "green", "blue"], "count": 3}\n'
+            'Text: cat, dog\nJSON:\n{"items": ["cat", "dog"], "count": 2}\n'
+            "Text: " + ", ".join(w) + "\nJSON:\n")
+
+
+def same_text(port, conc, n_req, gen):
+    """(unconstrained, constrained) decode tok/s after the first token over the requests
+    whose two texts are the same, and the number of requests whose texts differ."""
+    def one(i, cons):
+        body = {"prompt": same_prompt(i), "temperature": 0, "max_tokens": gen, "stop": ["\n"]}
+        if cons:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "s", "schema": SAME_SCHEMA}}
+        text = []
+        n, dt = post_stream(port, body, path="/v1/completions", text=text)
+        return n, dt, "".join(text)
+
+    out = []
+    for cons in (False, True):
+        with cf.ThreadPoolExecutor(conc) as ex:  # warm-up, as in throughput()
+            list(ex.map(lambda i: one(i, cons), range(-n_req, 0)))
+        with cf.ThreadPoolExecutor(conc) as ex:
+            out.append(list(ex.map(lambda i: one(i, cons), range(1, n_req + 1))))
+    # Only the requests whose two answers are the same count (where the model's own answer
+    # does not fit the schema, the constrained one differs from there on).
+    same = [(a, b) for a, b in zip(*out) if a[2] == b[2]]
+    rate = [sum(max(p[k][0] - 1, 0) for p in same) / max(sum(p[k][1] for p in same), 1e-9)
+            for k in (0, 1)]
+    return rate[0], rate[1], len(out[0]) - len(same)
 
 
 def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
@@ -197,6 +246,13 @@ def main():
                       f"({nc} tokens), ratio {cons / free:.2f}; decode after the first "
                       f"token {dfree:6.1f} vs {dcons:6.1f} per stream, ratio "
                       f"{dcons / dfree if dfree else 0:.2f}")
+        print(f"same text, {2 * a.gen} tokens at most per request (the constrained answer must "
+              f"equal the unconstrained one; speculative on):")
+        for conc, n_req in ((1, 4), (16, 32)):
+            free, cons, differ = same_text(port, conc, n_req, 2 * a.gen)
+            print(f"  {conc:2d} streams: decode after the first token {free:6.1f} vs {cons:6.1f} "
+                  f"per stream, ratio {cons / free if free else 0:.2f}; texts differ in "
+                  f"{differ} of {n_req} (left out)")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
