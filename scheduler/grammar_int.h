@@ -98,8 +98,8 @@ struct gram_scratch {
     int n_isets;
     int *sh;                       /* [GRAM_SH_CAP] set hash: id + 1 (empty between walks) */
     int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
-    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next set id, -1 unknown */
-    int *level_sid;                /* [max_len + 2] */
+    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next walk state, -1 unknown */
+    int32_t *level_sid;            /* [max_len + 2] walk state per depth (grammar_mask.c) */
 };
 
 #define GRAM_MAX_SETS 1024
@@ -107,6 +107,7 @@ struct gram_scratch {
 #define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
 #define GRAM_SF_LIVE 1                /* a stack that can take a byte */
 #define GRAM_SF_SENT 2                /* the sentinel */
+#define GRAM_SF_ANY 4                 /* not empty: a token ending here is accepted */
 
 struct gram_match {
     struct gram *g;
@@ -125,6 +126,7 @@ struct gram_vocab {
     uint32_t *off;                 /* [n + 1] byte offsets into bytes, sorted order */
     uint8_t *bytes;
     int32_t *pos_of;               /* [n_vocab] sorted index of each id, -1 if no bytes */
+    int32_t *next_shorter;         /* [n] first j > i with lcp[j] < lcp[i], else n */
     int max_len;
 };
 

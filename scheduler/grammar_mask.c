@@ -62,7 +62,9 @@ int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
     gv->off = malloc((size_t)(n + 1) * sizeof(uint32_t));
     gv->bytes = malloc(total + 1);
     gv->pos_of = malloc((size_t)(n_vocab + 1) * sizeof(int32_t));
-    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of) goto fail;
+    gv->next_shorter = malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of || !gv->next_shorter)
+        goto fail;
     for (int i = 0; i < n_vocab; i++) gv->pos_of[i] = -1;
     uint32_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -80,7 +82,19 @@ int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
         gv->lcp[i] = (uint8_t)l;
     }
     gv->off[n] = at;
+    /* next_shorter[i]: the first j > i with lcp[j] < lcp[i] (n: none), with a stack of the
+     * indexes still waiting for theirs (lcp non-decreasing from bottom to top) */
     free(vs);
+    vs = NULL;
+    int32_t *stk = malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (!stk) goto fail;
+    int top = 0;
+    for (int i = 0; i <= n; i++) {
+        const int l = i < n ? gv->lcp[i] : -1;
+        while (top > 0 && l < gv->lcp[stk[top - 1]]) gv->next_shorter[stk[--top]] = i;
+        stk[top++] = i;
+    }
+    free(stk);
     *out = gv;
     return GRAM_OK;
 fail:
@@ -133,6 +147,7 @@ void gram_vocab_destroy(struct gram_vocab *gv) {
     free(gv->off);
     free(gv->bytes);
     free(gv->pos_of);
+    free(gv->next_shorter);
     free(gv);
 }
 
@@ -151,17 +166,13 @@ int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b)
 
 /* ---- walks -------------------------------------------------------------------------- */
 
-/* First sorted index j > i whose token does not start with the d bytes p. */
-static int subtree_end(const struct gram_vocab *V, int i, const uint8_t *p, int d) {
-    int lo = i + 1, hi = V->n; /* answer in [lo, hi] */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        int len = (int)(V->off[mid + 1] - V->off[mid]);
-        int has = len >= d && memcmp(V->bytes + V->off[mid], p, (size_t)d) == 0;
-        if (has) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
+/* First sorted index j > i whose token does not share token i's first d bytes: the first
+ * j with lcp[j] < d. Jumping by next_shorter (each jump only passes entries whose lcp is at
+ * least the current one's, so at least d) needs a few steps at most, one per trie level. */
+static int subtree_end(const struct gram_vocab *V, int i, int d) {
+    int j = i + 1;
+    while (j < V->n && V->lcp[j] >= d) j = V->next_shorter[j];
+    return j;
 }
 
 static int level_has(const struct gram_scratch *x, int d, int cap, const struct gnode *what,
@@ -186,7 +197,16 @@ static int cmp_ptr(const void *a, const void *b) {
 
 /* The id of the set v[0..n) (sorted in place), added when new; -1 when the tables are full. */
 static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
-    qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    if (n > 16) {
+        qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    } else { /* most sets are a few stacks: no call per comparison */
+        for (int i = 1; i < n; i++) {
+            const struct gnode *t = v[i];
+            int j = i;
+            for (; j > 0 && (uintptr_t)v[j - 1] > (uintptr_t)t; j--) v[j] = v[j - 1];
+            v[j] = t;
+        }
+    }
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)v[i]) * 1099511628211ull;
     int slot = (int)((h >> 7) & (GRAM_SH_CAP - 1));
@@ -202,7 +222,7 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
     x->set_len[id] = n;
     memcpy(x->ss + x->ss_n, v, (size_t)n * sizeof(*v));
     x->ss_n += n;
-    uint8_t f = 0;
+    uint8_t f = n > 0 ? GRAM_SF_ANY : 0;
     for (int i = 0; i < n; i++)
         f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
     x->set_flags[id] = f;
@@ -221,6 +241,41 @@ static void intern_clear(struct gram_scratch *x) {
     x->intern = 0;
 }
 
+/* A walk's state at a trie depth, one int: the interned set's id << GRAM_SV_SHIFT, its
+ * GRAM_SF_* flags, and GRAM_SV_UNC when a set on the path before this depth held the
+ * sentinel (a token ending below is then uncertain). The memo holds states without UNC. */
+#define GRAM_SV_SHIFT 4
+#define GRAM_SV_UNC 8
+
+/* The state after byte c from interned set cur, on a memo miss: advance, intern, and store
+ * the result for c and for every byte the set's stacks cannot tell from c (the same stacks
+ * take it, and the closure after a byte does not depend on the byte), so a set costs one
+ * advance per byte class (inside a JSON string: a handful) instead of one per byte seen.
+ * Returns -1 when a table overflows. */
+static int32_t memo_fill(const struct gram *g, struct gram_scratch *x, int cur, unsigned c,
+                         const struct gnode **tmp, int cap) {
+    const struct gnode *const *in = x->ss + x->set_off[cur];
+    const int n = x->set_len[cur];
+    const int r = gram_advance(g, x, in, n, c, tmp, cap);
+    if (r < 0) return -1;
+    const int nx = intern_set(x, tmp, r);
+    if (nx < 0) return -1;
+    const int32_t v = (int32_t)((nx << GRAM_SV_SHIFT) | x->set_flags[nx]);
+    /* same[w]: bytes that each live stack takes exactly when it takes c */
+    uint64_t same[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+    for (int i = 0; i < n; i++) {
+        const struct gnode *st = in[i];
+        if (!st || st == &gram_sent) continue;
+        const struct gram_set *bs = &g->sets[g->el[st->pos].v];
+        const uint64_t flip = gram_set_has(bs, c) ? 0 : ~0ull;
+        for (int w = 0; w < 4; w++) same[w] &= bs->w[w] ^ flip;
+    }
+    int32_t *row = x->memo + (size_t)cur * 256;
+    for (int w = 0; w < 4; w++)
+        for (uint64_t m = same[w]; m; m &= m - 1) row[w * 64 + __builtin_ctzll(m)] = v;
+    return v;
+}
+
 /* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
  * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
  * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
@@ -237,39 +292,37 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
     memcpy(tmp, x->sets, (size_t)x->set_n[0] * sizeof(*tmp));
     int sid = intern_set(x, tmp, x->set_n[0]);
     if (sid < 0) goto overflow;
-    x->level_sid[0] = sid;
-    x->unc[0] = 0;
+    int32_t *const lv = x->level_sid;
+    const int32_t *const memo = x->memo;
+    const uint8_t *const bytes = V->bytes, *const lcp = V->lcp;
+    const uint32_t *const off = V->off;
+    const int32_t *const ord = V->ord;
+    uint64_t *const acc = o->acc;
+    lv[0] = (int32_t)((sid << GRAM_SV_SHIFT) | x->set_flags[sid]);
     int valid = 0;
     for (int i = 0; i < V->n;) {
-        const uint8_t *b = V->bytes + V->off[i];
-        const int len = (int)(V->off[i + 1] - V->off[i]);
-        int d = i == 0 ? 0 : V->lcp[i];
+        const uint8_t *b = bytes + off[i];
+        const int len = (int)(off[i + 1] - off[i]);
+        int d = i == 0 ? 0 : lcp[i];
         if (d > valid) d = valid;
-        while (d < len) {
-            const int cur = x->level_sid[d];
-            if (!(x->set_flags[cur] & GRAM_SF_LIVE)) break;
-            int nx = x->memo[(size_t)cur * 256 + b[d]];
-            if (nx < 0) {
-                const int r = gram_advance(g, x, x->ss + x->set_off[cur], x->set_len[cur], b[d],
-                                           tmp, cap);
-                if (r < 0 || (nx = intern_set(x, tmp, r)) < 0) goto overflow;
-                x->memo[(size_t)cur * 256 + b[d]] = nx;
-            }
-            x->level_sid[d + 1] = nx;
-            x->unc[d + 1] = (uint8_t)(x->unc[d] | ((x->set_flags[cur] & GRAM_SF_SENT) != 0));
-            d++;
+        int32_t cur = lv[d];
+        while (d < len && (cur & GRAM_SF_LIVE)) {
+            int32_t nx = memo[(size_t)(cur >> GRAM_SV_SHIFT) * 256 + b[d]];
+            if (nx < 0 && (nx = memo_fill(g, x, cur >> GRAM_SV_SHIFT, b[d], tmp, cap)) < 0)
+                goto overflow;
+            cur = nx | ((cur & (GRAM_SF_SENT | GRAM_SV_UNC)) ? GRAM_SV_UNC : 0);
+            lv[++d] = cur;
         }
         valid = d;
-        const int at = x->level_sid[d];
-        if (d == len && x->set_len[at] > 0) {
-            const int32_t id = V->ord[i];
-            o->acc[id >> 6] |= 1ull << (id & 63);
+        if (d == len && (cur & GRAM_SF_ANY)) {
+            const int32_t id = ord[i];
+            acc[id >> 6] |= 1ull << (id & 63);
             i++;
-        } else if (x->unc[d] || (x->set_flags[at] & GRAM_SF_SENT)) {
+        } else if (cur & (GRAM_SF_SENT | GRAM_SV_UNC)) {
             if (o->unc) o->unc[o->n_unc++] = i;
             i++;
         } else if (d < len) {
-            i = subtree_end(V, i, b, d);
+            i = subtree_end(V, i, d);
         } else {
             i++;
         }
@@ -325,7 +378,7 @@ static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_
             if (o->unc) o->unc[o->n_unc++] = s;
             i++;
         } else if (!list && d < len) {
-            i = subtree_end(V, i, b, d); /* every longer token with this prefix dies too */
+            i = subtree_end(V, i, d); /* every longer token with this prefix dies too */
         } else {
             i++;
         }
