@@ -118,6 +118,13 @@ struct gram_match {
     int n_st;
 };
 
+/* A trie node (struct gram_vocab): what a whole-vocabulary walk reads at every node. */
+struct gram_tnode {
+    int32_t id;                    /* the token id ending here, or -1 */
+    uint8_t byte;                  /* the node's last byte */
+    uint8_t depth;                 /* its prefix length, 1.. */
+};
+
 struct gram_vocab {
     int n_vocab;
     int n;                         /* tokens with at least one byte */
@@ -127,6 +134,14 @@ struct gram_vocab {
     uint8_t *bytes;
     int32_t *pos_of;               /* [n_vocab] sorted index of each id, -1 if no bytes */
     int32_t *next_shorter;         /* [n] first j > i with lcp[j] < lcp[i], else n */
+    /* The trie as nodes in depth-first (byte) order, for whole-vocabulary walks: node k is
+     * the prefix of tn[k].depth bytes ending with tn[k].byte; its parent is the nearest node
+     * before it of depth tn[k].depth - 1, its subtree the nodes up to tn_end[k]. */
+    int n_tnodes;
+    struct gram_tnode *tn;         /* [n_tnodes] */
+    int32_t *tn_end;               /* [n_tnodes] first node after k's subtree */
+    int32_t *tn_first;             /* [n_tnodes + 1] sorted index of the first token ending at
+                                    * node k or after it */
     int max_len;
 };
 

@@ -36,6 +36,46 @@ static int cmp_tok(const void *x, const void *y) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* The trie's nodes in depth-first order (see struct gram_vocab): token i adds one node per
+ * byte past its common prefix with token i - 1, the last one ending it; a token equal to the
+ * previous one (a byte-fallback token and a one-byte token) repeats the previous token's
+ * last node, so every node ends at most one token. */
+static int build_nodes(struct gram_vocab *gv) {
+    int nn = 0;
+    for (int i = 0; i < gv->n; i++) {
+        const int len = (int)(gv->off[i + 1] - gv->off[i]);
+        nn += len > gv->lcp[i] ? len - gv->lcp[i] : 1;
+    }
+    gv->n_tnodes = nn;
+    gv->tn = malloc(((size_t)nn + 1) * sizeof(*gv->tn));
+    gv->tn_end = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    gv->tn_first = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    int32_t *stk = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    if (!gv->tn || !gv->tn_end || !gv->tn_first || !stk) {
+        free(stk);
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < gv->n; i++) {
+        const uint8_t *b = gv->bytes + gv->off[i];
+        const int len = (int)(gv->off[i + 1] - gv->off[i]);
+        for (int d = len > gv->lcp[i] ? gv->lcp[i] : len - 1; d < len; d++, k++) {
+            gv->tn[k] = (struct gram_tnode){d == len - 1 ? gv->ord[i] : -1, b[d], (uint8_t)(d + 1)};
+            gv->tn_first[k] = i;
+        }
+    }
+    gv->tn_first[nn] = gv->n;
+    /* tn_end[k]: the first node after k of depth <= k's, with a stack of waiting nodes */
+    int top = 0;
+    for (int j = 0; j <= nn; j++) {
+        const int dep = j < nn ? gv->tn[j].depth : 0;
+        while (top > 0 && dep <= gv->tn[stk[top - 1]].depth) gv->tn_end[stk[--top]] = j;
+        stk[top++] = j;
+    }
+    free(stk);
+    return 0;
+}
+
 int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
                           struct gram_vocab **out) {
     *out = NULL;
@@ -95,6 +135,7 @@ int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
         stk[top++] = i;
     }
     free(stk);
+    if (build_nodes(gv)) goto fail;
     *out = gv;
     return GRAM_OK;
 fail:
@@ -148,6 +189,9 @@ void gram_vocab_destroy(struct gram_vocab *gv) {
     free(gv->bytes);
     free(gv->pos_of);
     free(gv->next_shorter);
+    free(gv->tn);
+    free(gv->tn_end);
+    free(gv->tn_first);
     free(gv);
 }
 
@@ -243,8 +287,12 @@ static void intern_clear(struct gram_scratch *x) {
 
 /* A walk's state at a trie depth, one int: the interned set's id << GRAM_SV_SHIFT, its
  * GRAM_SF_* flags, and GRAM_SV_UNC when a set on the path before this depth held the
- * sentinel (a token ending below is then uncertain). The memo holds states without UNC. */
-#define GRAM_SV_SHIFT 4
+ * sentinel (a token ending below is then uncertain). The memo holds states without UNC.
+ * The shift makes state & ~GRAM_SV_LOW the byte offset of the set's memo row (256 int32),
+ * one AND on the chain of dependent loads a walk is. */
+#define GRAM_SV_SHIFT 10
+#define GRAM_SV_LOW ((1 << GRAM_SV_SHIFT) - 1)
+_Static_assert((int64_t)GRAM_MAX_SETS << GRAM_SV_SHIFT <= INT32_MAX, "walk states fit an int32");
 #define GRAM_SV_UNC 8
 
 /* The state after byte c from interned set cur, on a memo miss: advance, intern, and store
@@ -276,6 +324,45 @@ static int32_t memo_fill(const struct gram *g, struct gram_scratch *x, int cur, 
     return v;
 }
 
+/* Walks the trie's nodes from node k while the memo knows every step; returns the node
+ * whose step it does not know (or n_tnodes at the end). The parent of a node visited is
+ * live (a node with no live stack skips its subtree), so a node costs one memo lookup, and
+ * accepting its token is a branch-free OR (at nodes that end no token: 0 into word 0). No
+ * call inside, so the loop keeps its pointers in registers. */
+__attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo, int32_t *lv,
+                      struct walk_out *o, int k) {
+    const struct gram_tnode *const tn = V->tn;
+    const int nt = V->n_tnodes;
+    uint64_t *const acc = o->acc;
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
+    for (; k < nt;) {
+        const int d = tn[k].depth;
+        const int32_t up = lv[d - 1];
+        int32_t cur = *(const int32_t *)((const char *)memo + (up & ~GRAM_SV_LOW) +
+                                         sizeof(int32_t) * tn[k].byte);
+        if (cur < 0) break;
+        cur |= (up & uncf) ? GRAM_SV_UNC : 0;
+        lv[d] = cur;
+        const int32_t id = tn[k].id;
+        const int32_t at = id & ~(id >> 31); /* 0 for -1 */
+        const uint64_t ok = (uint64_t)((id >= 0) & ((cur & GRAM_SF_ANY) != 0));
+        acc[at >> 6] |= ok << (at & 63);
+        if (__builtin_expect(id >= 0 && !(cur & GRAM_SF_ANY) && (cur & uncf) && o->unc, 0))
+            o->unc[o->n_unc++] = V->tn_first[k];
+        if (__builtin_expect(cur & GRAM_SF_LIVE, 1)) {
+            k++;
+            continue;
+        }
+        /* no byte can follow: the longer tokens below are uncertain or refused */
+        const int e = V->tn_end[k];
+        if ((cur & uncf) && o->unc)
+            for (int i = V->tn_first[k] + (id >= 0); i < V->tn_first[e]; i++)
+                o->unc[o->n_unc++] = i;
+        k = e;
+    }
+    return k;
+}
+
 /* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
  * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
  * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
@@ -293,40 +380,21 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
     int sid = intern_set(x, tmp, x->set_n[0]);
     if (sid < 0) goto overflow;
     int32_t *const lv = x->level_sid;
-    const int32_t *const memo = x->memo;
-    const uint8_t *const bytes = V->bytes, *const lcp = V->lcp;
-    const uint32_t *const off = V->off;
-    const int32_t *const ord = V->ord;
-    uint64_t *const acc = o->acc;
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
     lv[0] = (int32_t)((sid << GRAM_SV_SHIFT) | x->set_flags[sid]);
-    int valid = 0;
-    for (int i = 0; i < V->n;) {
-        const uint8_t *b = bytes + off[i];
-        const int len = (int)(off[i + 1] - off[i]);
-        int d = i == 0 ? 0 : lcp[i];
-        if (d > valid) d = valid;
-        int32_t cur = lv[d];
-        while (d < len && (cur & GRAM_SF_LIVE)) {
-            int32_t nx = memo[(size_t)(cur >> GRAM_SV_SHIFT) * 256 + b[d]];
-            if (nx < 0 && (nx = memo_fill(g, x, cur >> GRAM_SV_SHIFT, b[d], tmp, cap)) < 0)
-                goto overflow;
-            cur = nx | ((cur & (GRAM_SF_SENT | GRAM_SV_UNC)) ? GRAM_SV_UNC : 0);
-            lv[++d] = cur;
-        }
-        valid = d;
-        if (d == len && (cur & GRAM_SF_ANY)) {
-            const int32_t id = ord[i];
-            acc[id >> 6] |= 1ull << (id & 63);
-            i++;
-        } else if (cur & (GRAM_SF_SENT | GRAM_SV_UNC)) {
-            if (o->unc) o->unc[o->n_unc++] = i;
-            i++;
-        } else if (d < len) {
-            i = subtree_end(V, i, d);
-        } else {
-            i++;
-        }
+    if (!(lv[0] & GRAM_SF_LIVE)) { /* no byte at all: every token uncertain or refused */
+        if (o->unc && (lv[0] & uncf))
+            for (int i = 0; i < V->n; i++) o->unc[o->n_unc++] = i;
+        goto done;
     }
+    for (int k = 0;;) {
+        k = walk_nodes(V, x->memo, lv, o, k);
+        if (k >= V->n_tnodes) break;
+        const struct gram_tnode *t = &V->tn[k]; /* a memo miss */
+        if (memo_fill(g, x, lv[t->depth - 1] >> GRAM_SV_SHIFT, t->byte, tmp, cap) < 0)
+            goto overflow;
+    }
+done:
     intern_clear(x);
     return GRAM_OK;
 overflow:

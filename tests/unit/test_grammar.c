@@ -212,6 +212,7 @@ static void test_mask_small_vocab(void) {
         "1", "12", "-", "-1", ".", ".5", "e", "E+", "true", "tr", "ue", "false", "null", "nul",
         "l", " ", "\n", "\n  ", "[", "]", "[]", "{}", "\\", "\\n", "\\u", "00", "e9", "\xc3",
         "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "x\"}", "\"}", "\"]", "1,", "\": {\"", "",
+        "a", "\"}", /* the same bytes as another token (byte-fallback tokens in Gemma's) */
     };
     const int n = (int)(sizeof toks / sizeof toks[0]);
     int len[64];
@@ -240,6 +241,29 @@ static void test_mask_small_vocab(void) {
         T_ASSERTF(gv->next_shorter[i] == j, "next_shorter[%d] %d, want %d", i,
                   gv->next_shorter[i], j);
     }
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+}
+
+/* Stacks deeper than the cache key: tokens that run past the key's frames (the sentinel)
+ * are uncertain, among them longer tokens below a trie node after which only the sentinel
+ * is left, and the mask finishes them against the real stack. */
+static void test_mask_deep_stacks(void) {
+    static const char *toks[] = {
+        "a", "ab", "b", "b>", "b>}", "b>})]", "ab>", "ab>})]", ">", ">}", ">})]", ">})]x", "}",
+        "})", ")", ")]", "]", "[", "(", "{", "<", "[(", "[({<", "<a", "<ab>", "z", "}z", ">x",
+        "b\"", "\"", "\">", "\">}",
+    };
+    const int n = (int)(sizeof toks / sizeof toks[0]);
+    int len[64];
+    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    struct gram *g = compile("root ::= \"[\" p \"]\"\np ::= \"(\" c \")\"\nc ::= \"{\" t \"}\"\n"
+                             "t ::= \"<\" w \">\"\nw ::= [ab] w | [ab] | \"\\\"\" w\n");
+    for (uint64_t seed = 1; seed <= 12; seed++) check_masks(g, gv, x, 12, seed * 31, 0);
+    gram_unref(g);
     gram_scratch_destroy(x);
     gram_vocab_destroy(gv);
 }
@@ -413,7 +437,8 @@ static void test_lru(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
-        T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
+        T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_deep_stacks),
+        T_CASE(test_mask_real_vocab),
         T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
         T_CASE(test_budget), T_CASE(test_lru), {0},
     };
