@@ -3,8 +3,9 @@
  *
  * A walk visits tokens in byte order keeping one stack set per depth: a token reuses the
  * sets of the prefix it shares with the previous one (lcp) and computes only the rest.
- * When no stack survives a prefix, the whole subtree of tokens sharing it is skipped with a
- * binary search (whole-vocabulary walks) or costs O(1) per token (walks over a list).
+ * When no stack survives a prefix, the whole subtree of tokens sharing it is skipped (a
+ * whole-vocabulary walk goes over the trie's nodes, each knowing its subtree's end; the plain
+ * walk jumps by next_shorter) or costs O(1) per token (walks over a list).
  *
  * The cache (see grammar.h) is filled by a walk in "sentinel" mode: the stack is the key's
  * frames over gram_sent, and a path that pops into the sentinel with bytes left marks the
