@@ -10,7 +10,8 @@
  * byte advances a set by pushing a few nodes. A mask walks the vocabulary in byte-sorted
  * order, which is a depth-first walk of its trie: the stack set after a prefix is computed
  * once for every token sharing it, and a prefix no stack accepts skips its whole subtree
- * (binary search to the subtree's end). On top of that a per-grammar cache, in the spirit
+ * (the trie is stored as nodes in that order, each with its subtree's end; within a walk
+ * stack sets are interned and (set, byte) -> set memoised, one advance per byte class). On top of that a per-grammar cache, in the spirit
  * of XGrammar's adaptive token mask cache, stores for each key (the top GRAM_CACHE_DEPTH
  * positions of a stack) the tokens accepted whatever lies below those positions, and the
  * few tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask

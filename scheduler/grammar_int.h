@@ -98,8 +98,8 @@ struct gram_scratch {
     int n_isets;
     int *sh;                       /* [GRAM_SH_CAP] set hash: id + 1 (empty between walks) */
     int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
-    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next set id, -1 unknown */
-    int *level_sid;                /* [max_len + 2] */
+    int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next walk state, -1 unknown */
+    int32_t *level_sid;            /* [max_len + 2] walk state per depth (grammar_mask.c) */
 };
 
 #define GRAM_MAX_SETS 1024
@@ -107,6 +107,7 @@ struct gram_scratch {
 #define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
 #define GRAM_SF_LIVE 1                /* a stack that can take a byte */
 #define GRAM_SF_SENT 2                /* the sentinel */
+#define GRAM_SF_ANY 4                 /* not empty: a token ending here is accepted */
 
 struct gram_match {
     struct gram *g;
@@ -117,6 +118,13 @@ struct gram_match {
     int n_st;
 };
 
+/* A trie node (struct gram_vocab): what a whole-vocabulary walk reads at every node. */
+struct gram_tnode {
+    int32_t id;                    /* the token id ending here, or -1 */
+    uint8_t byte;                  /* the node's last byte */
+    uint8_t depth;                 /* its prefix length, 1.. */
+};
+
 struct gram_vocab {
     int n_vocab;
     int n;                         /* tokens with at least one byte */
@@ -125,6 +133,15 @@ struct gram_vocab {
     uint32_t *off;                 /* [n + 1] byte offsets into bytes, sorted order */
     uint8_t *bytes;
     int32_t *pos_of;               /* [n_vocab] sorted index of each id, -1 if no bytes */
+    int32_t *next_shorter;         /* [n] first j > i with lcp[j] < lcp[i], else n */
+    /* The trie as nodes in depth-first (byte) order, for whole-vocabulary walks: node k is
+     * the prefix of tn[k].depth bytes ending with tn[k].byte; its parent is the nearest node
+     * before it of depth tn[k].depth - 1, its subtree the nodes up to tn_end[k]. */
+    int n_tnodes;
+    struct gram_tnode *tn;         /* [n_tnodes] */
+    int32_t *tn_end;               /* [n_tnodes] first node after k's subtree */
+    int32_t *tn_first;             /* [n_tnodes + 1] sorted index of the first token ending at
+                                    * node k or after it */
     int max_len;
 };
 

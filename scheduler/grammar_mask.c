@@ -3,8 +3,9 @@
  *
  * A walk visits tokens in byte order keeping one stack set per depth: a token reuses the
  * sets of the prefix it shares with the previous one (lcp) and computes only the rest.
- * When no stack survives a prefix, the whole subtree of tokens sharing it is skipped with a
- * binary search (whole-vocabulary walks) or costs O(1) per token (walks over a list).
+ * When no stack survives a prefix, the whole subtree of tokens sharing it is skipped (a
+ * whole-vocabulary walk goes over the trie's nodes, each knowing its subtree's end; the plain
+ * walk jumps by next_shorter) or costs O(1) per token (walks over a list).
  *
  * The cache (see grammar.h) is filled by a walk in "sentinel" mode: the stack is the key's
  * frames over gram_sent, and a path that pops into the sentinel with bytes left marks the
@@ -38,6 +39,46 @@ static int cmp_tok(const void *x, const void *y) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* The trie's nodes in depth-first order (see struct gram_vocab): token i adds one node per
+ * byte past its common prefix with token i - 1, the last one ending it; a token equal to the
+ * previous one (a byte-fallback token and a one-byte token) repeats the previous token's
+ * last node, so every node ends at most one token. */
+static int build_nodes(struct gram_vocab *gv) {
+    int nn = 0;
+    for (int i = 0; i < gv->n; i++) {
+        const int len = (int)(gv->off[i + 1] - gv->off[i]);
+        nn += len > gv->lcp[i] ? len - gv->lcp[i] : 1;
+    }
+    gv->n_tnodes = nn;
+    gv->tn = malloc(((size_t)nn + 1) * sizeof(*gv->tn));
+    gv->tn_end = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    gv->tn_first = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    int32_t *stk = malloc(((size_t)nn + 1) * sizeof(int32_t));
+    if (!gv->tn || !gv->tn_end || !gv->tn_first || !stk) {
+        free(stk);
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < gv->n; i++) {
+        const uint8_t *b = gv->bytes + gv->off[i];
+        const int len = (int)(gv->off[i + 1] - gv->off[i]);
+        for (int d = len > gv->lcp[i] ? gv->lcp[i] : len - 1; d < len; d++, k++) {
+            gv->tn[k] = (struct gram_tnode){d == len - 1 ? gv->ord[i] : -1, b[d], (uint8_t)(d + 1)};
+            gv->tn_first[k] = i;
+        }
+    }
+    gv->tn_first[nn] = gv->n;
+    /* tn_end[k]: the first node after k of depth <= k's, with a stack of waiting nodes */
+    int top = 0;
+    for (int j = 0; j <= nn; j++) {
+        const int dep = j < nn ? gv->tn[j].depth : 0;
+        while (top > 0 && dep <= gv->tn[stk[top - 1]].depth) gv->tn_end[stk[--top]] = j;
+        stk[top++] = j;
+    }
+    free(stk);
+    return 0;
+}
+
 static int vocab_create(int n_vocab, const char *const *tok, const int *len,
                         const uint8_t *rank, struct gram_vocab **out) {
     *out = NULL;
@@ -65,7 +106,9 @@ static int vocab_create(int n_vocab, const char *const *tok, const int *len,
     gv->off = malloc((size_t)(n + 1) * sizeof(uint32_t));
     gv->bytes = malloc(total + 1);
     gv->pos_of = malloc((size_t)(n_vocab + 1) * sizeof(int32_t));
-    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of) goto fail;
+    gv->next_shorter = malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of || !gv->next_shorter)
+        goto fail;
     for (int i = 0; i < n_vocab; i++) gv->pos_of[i] = -1;
     uint32_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -83,7 +126,20 @@ static int vocab_create(int n_vocab, const char *const *tok, const int *len,
         gv->lcp[i] = (uint8_t)l;
     }
     gv->off[n] = at;
+    /* next_shorter[i]: the first j > i with lcp[j] < lcp[i] (n: none), with a stack of the
+     * indexes still waiting for theirs (lcp non-decreasing from bottom to top) */
     free(vs);
+    vs = NULL;
+    int32_t *stk = malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (!stk) goto fail;
+    int top = 0;
+    for (int i = 0; i <= n; i++) {
+        const int l = i < n ? gv->lcp[i] : -1;
+        while (top > 0 && l < gv->lcp[stk[top - 1]]) gv->next_shorter[stk[--top]] = i;
+        stk[top++] = i;
+    }
+    free(stk);
+    if (build_nodes(gv)) goto fail;
     *out = gv;
     return GRAM_OK;
 fail:
@@ -144,6 +200,10 @@ void gram_vocab_destroy(struct gram_vocab *gv) {
     free(gv->off);
     free(gv->bytes);
     free(gv->pos_of);
+    free(gv->next_shorter);
+    free(gv->tn);
+    free(gv->tn_end);
+    free(gv->tn_first);
     free(gv);
 }
 
@@ -186,17 +246,13 @@ int gram_vocab_longest(const struct gram_vocab *gv, const uint8_t *b, int n, int
 
 /* ---- walks -------------------------------------------------------------------------- */
 
-/* First sorted index j > i whose token does not start with the d bytes p. */
-static int subtree_end(const struct gram_vocab *V, int i, const uint8_t *p, int d) {
-    int lo = i + 1, hi = V->n; /* answer in [lo, hi] */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        int len = (int)(V->off[mid + 1] - V->off[mid]);
-        int has = len >= d && memcmp(V->bytes + V->off[mid], p, (size_t)d) == 0;
-        if (has) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
+/* First sorted index j > i whose token does not share token i's first d bytes: the first
+ * j with lcp[j] < d. Jumping by next_shorter (each jump only passes entries whose lcp is at
+ * least the current one's, so at least d) needs a few steps at most, one per trie level. */
+static int subtree_end(const struct gram_vocab *V, int i, int d) {
+    int j = i + 1;
+    while (j < V->n && V->lcp[j] >= d) j = V->next_shorter[j];
+    return j;
 }
 
 static int level_has(const struct gram_scratch *x, int d, int cap, const struct gnode *what,
@@ -221,7 +277,16 @@ static int cmp_ptr(const void *a, const void *b) {
 
 /* The id of the set v[0..n) (sorted in place), added when new; -1 when the tables are full. */
 static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
-    qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    if (n > 16) {
+        qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
+    } else { /* most sets are a few stacks: no call per comparison */
+        for (int i = 1; i < n; i++) {
+            const struct gnode *t = v[i];
+            int j = i;
+            for (; j > 0 && (uintptr_t)v[j - 1] > (uintptr_t)t; j--) v[j] = v[j - 1];
+            v[j] = t;
+        }
+    }
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)v[i]) * 1099511628211ull;
     int slot = (int)((h >> 7) & (GRAM_SH_CAP - 1));
@@ -237,7 +302,7 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
     x->set_len[id] = n;
     memcpy(x->ss + x->ss_n, v, (size_t)n * sizeof(*v));
     x->ss_n += n;
-    uint8_t f = 0;
+    uint8_t f = n > 0 ? GRAM_SF_ANY : 0;
     for (int i = 0; i < n; i++)
         f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
     x->set_flags[id] = f;
@@ -256,6 +321,84 @@ static void intern_clear(struct gram_scratch *x) {
     x->intern = 0;
 }
 
+/* A walk's state at a trie depth, one int: the interned set's id << GRAM_SV_SHIFT, its
+ * GRAM_SF_* flags, and GRAM_SV_UNC when a set on the path before this depth held the
+ * sentinel (a token ending below is then uncertain). The memo holds states without UNC.
+ * The shift makes state & ~GRAM_SV_LOW the byte offset of the set's memo row (256 int32),
+ * one AND on the chain of dependent loads a walk is. */
+#define GRAM_SV_SHIFT 10
+#define GRAM_SV_LOW ((1 << GRAM_SV_SHIFT) - 1)
+_Static_assert((int64_t)GRAM_MAX_SETS << GRAM_SV_SHIFT <= INT32_MAX, "walk states fit an int32");
+#define GRAM_SV_UNC 8
+
+/* The state after byte c from interned set cur, on a memo miss: advance, intern, and store
+ * the result for c and for every byte the set's stacks cannot tell from c (the same stacks
+ * take it, and the closure after a byte does not depend on the byte), so a set costs one
+ * advance per byte class (inside a JSON string: a handful) instead of one per byte seen.
+ * Returns -1 when a table overflows. */
+static int32_t memo_fill(const struct gram *g, struct gram_scratch *x, int cur, unsigned c,
+                         const struct gnode **tmp, int cap) {
+    const struct gnode *const *in = x->ss + x->set_off[cur];
+    const int n = x->set_len[cur];
+    const int r = gram_advance(g, x, in, n, c, tmp, cap);
+    if (r < 0) return -1;
+    const int nx = intern_set(x, tmp, r);
+    if (nx < 0) return -1;
+    const int32_t v = (int32_t)((nx << GRAM_SV_SHIFT) | x->set_flags[nx]);
+    /* same[w]: bytes that each live stack takes exactly when it takes c */
+    uint64_t same[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+    for (int i = 0; i < n; i++) {
+        const struct gnode *st = in[i];
+        if (!st || st == &gram_sent) continue;
+        const struct gram_set *bs = &g->sets[g->el[st->pos].v];
+        const uint64_t flip = gram_set_has(bs, c) ? 0 : ~0ull;
+        for (int w = 0; w < 4; w++) same[w] &= bs->w[w] ^ flip;
+    }
+    int32_t *row = x->memo + (size_t)cur * 256;
+    for (int w = 0; w < 4; w++)
+        for (uint64_t m = same[w]; m; m &= m - 1) row[w * 64 + __builtin_ctzll(m)] = v;
+    return v;
+}
+
+/* Walks the trie's nodes from node k while the memo knows every step; returns the node
+ * whose step it does not know (or n_tnodes at the end). The parent of a node visited is
+ * live (a node with no live stack skips its subtree), so a node costs one memo lookup, and
+ * accepting its token is a branch-free OR (at nodes that end no token: 0 into word 0). No
+ * call inside, so the loop keeps its pointers in registers. */
+__attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo, int32_t *lv,
+                      struct walk_out *o, int k) {
+    const struct gram_tnode *const tn = V->tn;
+    const int nt = V->n_tnodes;
+    uint64_t *const acc = o->acc;
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
+    for (; k < nt;) {
+        const int d = tn[k].depth;
+        const int32_t up = lv[d - 1];
+        int32_t cur = *(const int32_t *)((const char *)memo + (up & ~GRAM_SV_LOW) +
+                                         sizeof(int32_t) * tn[k].byte);
+        if (cur < 0) break;
+        cur |= (up & uncf) ? GRAM_SV_UNC : 0;
+        lv[d] = cur;
+        const int32_t id = tn[k].id;
+        const int32_t at = id & ~(id >> 31); /* 0 for -1 */
+        const uint64_t ok = (uint64_t)((id >= 0) & ((cur & GRAM_SF_ANY) != 0));
+        acc[at >> 6] |= ok << (at & 63);
+        if (__builtin_expect(id >= 0 && !(cur & GRAM_SF_ANY) && (cur & uncf) && o->unc, 0))
+            o->unc[o->n_unc++] = V->tn_first[k];
+        if (__builtin_expect(cur & GRAM_SF_LIVE, 1)) {
+            k++;
+            continue;
+        }
+        /* no byte can follow: the longer tokens below are uncertain or refused */
+        const int e = V->tn_end[k];
+        if ((cur & uncf) && o->unc)
+            for (int i = V->tn_first[k] + (id >= 0); i < V->tn_first[e]; i++)
+                o->unc[o->n_unc++] = i;
+        k = e;
+    }
+    return k;
+}
+
 /* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
  * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
  * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
@@ -272,43 +415,22 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
     memcpy(tmp, x->sets, (size_t)x->set_n[0] * sizeof(*tmp));
     int sid = intern_set(x, tmp, x->set_n[0]);
     if (sid < 0) goto overflow;
-    x->level_sid[0] = sid;
-    x->unc[0] = 0;
-    int valid = 0;
-    for (int i = 0; i < V->n;) {
-        const uint8_t *b = V->bytes + V->off[i];
-        const int len = (int)(V->off[i + 1] - V->off[i]);
-        int d = i == 0 ? 0 : V->lcp[i];
-        if (d > valid) d = valid;
-        while (d < len) {
-            const int cur = x->level_sid[d];
-            if (!(x->set_flags[cur] & GRAM_SF_LIVE)) break;
-            int nx = x->memo[(size_t)cur * 256 + b[d]];
-            if (nx < 0) {
-                const int r = gram_advance(g, x, x->ss + x->set_off[cur], x->set_len[cur], b[d],
-                                           tmp, cap);
-                if (r < 0 || (nx = intern_set(x, tmp, r)) < 0) goto overflow;
-                x->memo[(size_t)cur * 256 + b[d]] = nx;
-            }
-            x->level_sid[d + 1] = nx;
-            x->unc[d + 1] = (uint8_t)(x->unc[d] | ((x->set_flags[cur] & GRAM_SF_SENT) != 0));
-            d++;
-        }
-        valid = d;
-        const int at = x->level_sid[d];
-        if (d == len && x->set_len[at] > 0) {
-            const int32_t id = V->ord[i];
-            o->acc[id >> 6] |= 1ull << (id & 63);
-            i++;
-        } else if (x->unc[d] || (x->set_flags[at] & GRAM_SF_SENT)) {
-            if (o->unc) o->unc[o->n_unc++] = i;
-            i++;
-        } else if (d < len) {
-            i = subtree_end(V, i, b, d);
-        } else {
-            i++;
-        }
+    int32_t *const lv = x->level_sid;
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
+    lv[0] = (int32_t)((sid << GRAM_SV_SHIFT) | x->set_flags[sid]);
+    if (!(lv[0] & GRAM_SF_LIVE)) { /* no byte at all: every token uncertain or refused */
+        if (o->unc && (lv[0] & uncf))
+            for (int i = 0; i < V->n; i++) o->unc[o->n_unc++] = i;
+        goto done;
     }
+    for (int k = 0;;) {
+        k = walk_nodes(V, x->memo, lv, o, k);
+        if (k >= V->n_tnodes) break;
+        const struct gram_tnode *t = &V->tn[k]; /* a memo miss */
+        if (memo_fill(g, x, lv[t->depth - 1] >> GRAM_SV_SHIFT, t->byte, tmp, cap) < 0)
+            goto overflow;
+    }
+done:
     intern_clear(x);
     return GRAM_OK;
 overflow:
@@ -360,7 +482,7 @@ static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_
             if (o->unc) o->unc[o->n_unc++] = s;
             i++;
         } else if (!list && d < len) {
-            i = subtree_end(V, i, b, d); /* every longer token with this prefix dies too */
+            i = subtree_end(V, i, d); /* every longer token with this prefix dies too */
         } else {
             i++;
         }

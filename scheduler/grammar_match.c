@@ -159,7 +159,7 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->nh_used = malloc((size_t)x->lim.max_nodes * sizeof(int));
     x->set_slot = malloc(GRAM_MAX_SETS * sizeof(int));
     x->memo = malloc((size_t)GRAM_MAX_SETS * 256 * sizeof(int32_t));
-    x->level_sid = calloc(levels, sizeof(int));
+    x->level_sid = calloc(levels, sizeof(*x->level_sid));
     if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
         !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
         !x->nh_used || !x->set_slot) {

@@ -212,6 +212,7 @@ static void test_mask_small_vocab(void) {
         "1", "12", "-", "-1", ".", ".5", "e", "E+", "true", "tr", "ue", "false", "null", "nul",
         "l", " ", "\n", "\n  ", "[", "]", "[]", "{}", "\\", "\\n", "\\u", "00", "e9", "\xc3",
         "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "x\"}", "\"}", "\"]", "1,", "\": {\"", "",
+        "a", "\"}", /* the same bytes as another token (byte-fallback tokens in Gemma's) */
     };
     const int n = (int)(sizeof toks / sizeof toks[0]);
     int len[64];
@@ -224,12 +225,45 @@ static void test_mask_small_vocab(void) {
         "root ::= \"{\\\"a\\\": \" (\"true\" | \"false\" | [0-9]+) \"}\"\n",
         "root ::= ([^\"] | \"\\\\n\")* \"\\\"\"\n",
         "root ::= \"ab\"{1,3} c\nc ::= \"\" | \"c\" c\n",
+        /* stacks whose byte sets overlap: the memo shares an advance between two bytes only
+         * where every stack takes both or neither ('b' and 'c' differ from 'a' and 'd') */
+        "root ::= ([a-c] \"b\"? | [b-e] \"\\\"\" | [^a\"] \"1\" | \"{\" [ab] | [\\x80-\\xff]+)*\n",
     };
-    for (int gi = 0; gi < 4; gi++) {
+    for (int gi = 0; gi < 5; gi++) {
         struct gram *g = compile(grams[gi]);
         for (uint64_t seed = 1; seed <= 6; seed++) check_masks(g, gv, x, 24, seed * 7919 + (uint64_t)gi, 0);
         gram_unref(g);
     }
+    /* next_shorter (subtree skips) against its definition */
+    for (int i = 0; i < gv->n; i++) {
+        int j = i + 1;
+        while (j < gv->n && gv->lcp[j] >= gv->lcp[i]) j++;
+        T_ASSERTF(gv->next_shorter[i] == j, "next_shorter[%d] %d, want %d", i,
+                  gv->next_shorter[i], j);
+    }
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+}
+
+/* Stacks deeper than the cache key: tokens that run past the key's frames (the sentinel)
+ * are uncertain, among them longer tokens below a trie node after which only the sentinel
+ * is left, and the mask finishes them against the real stack. */
+static void test_mask_deep_stacks(void) {
+    static const char *toks[] = {
+        "a", "ab", "b", "b>", "b>}", "b>})]", "ab>", "ab>})]", ">", ">}", ">})]", ">})]x", "}",
+        "})", ")", ")]", "]", "[", "(", "{", "<", "[(", "[({<", "<a", "<ab>", "z", "}z", ">x",
+        "b\"", "\"", "\">", "\">}",
+    };
+    const int n = (int)(sizeof toks / sizeof toks[0]);
+    int len[64];
+    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    struct gram *g = compile("root ::= \"[\" p \"]\"\np ::= \"(\" c \")\"\nc ::= \"{\" t \"}\"\n"
+                             "t ::= \"<\" w \">\"\nw ::= [ab] w | [ab] | \"\\\"\" w\n");
+    for (uint64_t seed = 1; seed <= 12; seed++) check_masks(g, gv, x, 12, seed * 31, 0);
+    gram_unref(g);
     gram_scratch_destroy(x);
     gram_vocab_destroy(gv);
 }
@@ -509,7 +543,8 @@ static void test_lru(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
-        T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_real_vocab),
+        T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_deep_stacks),
+        T_CASE(test_mask_real_vocab),
         T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
         T_CASE(test_budget), T_CASE(test_lru), T_CASE(test_forced),
         T_CASE(test_vocab_longest), {0},
