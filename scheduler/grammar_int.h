@@ -100,6 +100,7 @@ struct gram_scratch {
     int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
     int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next walk state, -1 unknown */
     int32_t *level_sid;            /* [max_len + 2] walk state per depth (grammar_mask.c) */
+    uint8_t *set_gok;              /* [GRAM_MAX_SETS] GRAM_G_* groups the set loops on */
 };
 
 #define GRAM_MAX_SETS 1024
@@ -123,7 +124,24 @@ struct gram_tnode {
     int32_t id;                    /* the token id ending here, or -1 */
     uint8_t byte;                  /* the node's last byte */
     uint8_t depth;                 /* its prefix length, 1.. */
+    uint8_t sub;                   /* GRAM_G_* of the bytes below it; GRAM_G_BAD when its own
+                                    * prefix or a token below is not whole, valid UTF-8, or
+                                    * when the subtree is too small to be worth skipping */
 };
+
+/* Byte groups, for skipping subtrees in a walk: where a set S returns to itself after every
+ * byte of some ASCII groups and after every valid non-ASCII character (a string's inside,
+ * typically), the tokens below a node whose state is S and whose subtree holds only those
+ * are all accepted, and the walk takes them without visiting their nodes (grammar_mask.c). */
+#define GRAM_G_ALNUM 1                /* [0-9A-Za-z] */
+#define GRAM_G_SPACE 2
+#define GRAM_G_PUNCT 4                /* other printable ASCII but " and backslash */
+#define GRAM_G_QUOTE 8
+#define GRAM_G_BSL 16
+#define GRAM_G_CTRL 32                /* 0x00-0x1F, 0x7F */
+#define GRAM_G_NONASCII 64            /* bytes of valid non-ASCII characters */
+#define GRAM_G_BAD 128
+#define GRAM_GOK_UNKNOWN 0xff         /* set_gok: not computed yet */
 
 struct gram_vocab {
     int n_vocab;

@@ -39,6 +39,69 @@ static int cmp_tok(const void *x, const void *y) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+static uint8_t byte_group(uint8_t c) {
+    if (c >= 0x80) return GRAM_G_NONASCII;
+    if (c < 0x20 || c == 0x7f) return GRAM_G_CTRL;
+    if (c == '"') return GRAM_G_QUOTE;
+    if (c == '\\') return GRAM_G_BSL;
+    if (c == ' ') return GRAM_G_SPACE;
+    if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'))
+        return GRAM_G_ALNUM;
+    return GRAM_G_PUNCT;
+}
+
+/* 1 when b[0..n) is whole, valid UTF-8 (no overlong form, surrogate or code point past
+ * U+10FFFF, no character cut off). */
+static int utf8_whole(const uint8_t *b, int n) {
+    for (int i = 0; i < n;) {
+        const uint8_t c = b[i];
+        int k;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c < 0x80) k = 0;
+        else if (c >= 0xc2 && c <= 0xdf) k = 1;
+        else if (c >= 0xe0 && c <= 0xef) k = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        else if (c >= 0xf0 && c <= 0xf4) k = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        else return 0;
+        if (i + k >= n + (k == 0)) return 0;
+        for (int j = 1; j <= k; j++) {
+            const uint8_t t = b[i + j];
+            if (t < (j == 1 ? lo : 0x80) || t > (j == 1 ? hi : 0xbf)) return 0;
+        }
+        i += k + 1;
+    }
+    return 1;
+}
+
+#define GRAM_SKIP_MIN 16 /* nodes in a subtree (its root included) worth taking whole */
+
+/* tn[k].sub for every node: the groups of the bytes below it, GRAM_G_BAD for a token below
+ * that is not whole UTF-8, and GRAM_G_BAD when its own prefix is not (then its state is
+ * inside a character). Children come after their parent: one reverse pass. */
+static int build_sub(struct gram_vocab *gv) {
+    const int nn = gv->n_tnodes;
+    uint8_t *bad = malloc((size_t)nn + 1), *desc = calloc((size_t)nn + 1, 1);
+    if (!bad || !desc) {
+        free(bad);
+        free(desc);
+        return -1;
+    }
+    for (int k = 0; k < nn; k++) /* the prefix through node k is token tn_first[k]'s */
+        bad[k] = !utf8_whole(gv->bytes + gv->off[gv->tn_first[k]], gv->tn[k].depth);
+    for (int k = nn - 1; k >= 0; k--) {
+        uint8_t below = 0;
+        for (int c = k + 1; c < gv->tn_end[k]; c = gv->tn_end[c])
+            below |= byte_group(gv->tn[c].byte) | desc[c] |
+                     (gv->tn[c].id >= 0 && bad[c] ? GRAM_G_BAD : 0);
+        desc[k] = below;
+        /* A small subtree is walked: leaving the walk's loop for it would cost more. */
+        const int small = gv->tn_end[k] - k <= GRAM_SKIP_MIN;
+        gv->tn[k].sub = (uint8_t)(below | (bad[k] || small ? GRAM_G_BAD : 0));
+    }
+    free(bad);
+    free(desc);
+    return 0;
+}
+
 /* The trie's nodes in depth-first order (see struct gram_vocab): token i adds one node per
  * byte past its common prefix with token i - 1, the last one ending it; a token equal to the
  * previous one (a byte-fallback token and a one-byte token) repeats the previous token's
@@ -63,7 +126,7 @@ static int build_nodes(struct gram_vocab *gv) {
         const uint8_t *b = gv->bytes + gv->off[i];
         const int len = (int)(gv->off[i + 1] - gv->off[i]);
         for (int d = len > gv->lcp[i] ? gv->lcp[i] : len - 1; d < len; d++, k++) {
-            gv->tn[k] = (struct gram_tnode){d == len - 1 ? gv->ord[i] : -1, b[d], (uint8_t)(d + 1)};
+            gv->tn[k] = (struct gram_tnode){d == len - 1 ? gv->ord[i] : -1, b[d], (uint8_t)(d + 1), 0};
             gv->tn_first[k] = i;
         }
     }
@@ -76,7 +139,7 @@ static int build_nodes(struct gram_vocab *gv) {
         stk[top++] = j;
     }
     free(stk);
-    return 0;
+    return build_sub(gv);
 }
 
 static int vocab_create(int n_vocab, const char *const *tok, const int *len,
@@ -306,6 +369,7 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
     for (int i = 0; i < n; i++)
         f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
     x->set_flags[id] = f;
+    x->set_gok[id] = GRAM_GOK_UNKNOWN;
     memset(x->memo + (size_t)id * 256, 0xff, 256 * sizeof(int32_t));
     x->sh[slot] = id + 1;
     x->set_slot[id] = slot;
@@ -360,13 +424,116 @@ static int32_t memo_fill(const struct gram *g, struct gram_scratch *x, int cur, 
     return v;
 }
 
+/* The walk state after byte c from interned set s, filling the memo on a miss; -1 on
+ * overflow. */
+static int32_t memo_next(const struct gram *g, struct gram_scratch *x, int s, unsigned c,
+                         const struct gnode **tmp, int cap) {
+    const int32_t v = x->memo[(size_t)s * 256 + c];
+    return v >= 0 ? v : memo_fill(g, x, s, c, tmp, cap);
+}
+
+/* UTF-8 decoding states inside a character: the bytes the next one may take, and the state
+ * after it (0: the character is whole). */
+static const struct {
+    uint8_t lo, hi, next;
+} utf8_st[8] = {
+    {0, 0, 0},          /* 0: between characters (lead bytes: utf8_lead) */
+    {0x80, 0xbf, 0},    /* 1: one continuation byte left */
+    {0x80, 0xbf, 1},    /* 2: two left */
+    {0xa0, 0xbf, 1},    /* 3: after E0 */
+    {0x80, 0x9f, 1},    /* 4: after ED */
+    {0x80, 0xbf, 2},    /* 5: three left */
+    {0x90, 0xbf, 2},    /* 6: after F0 */
+    {0x80, 0x8f, 2},    /* 7: after F4 */
+};
+static int utf8_lead(unsigned c) {
+    if (c >= 0xc2 && c <= 0xdf) return 1;
+    if (c == 0xe0) return 3;
+    if (c == 0xed) return 4;
+    if (c >= 0xe1 && c <= 0xef) return 2;
+    if (c == 0xf0) return 6;
+    if (c == 0xf4) return 7;
+    if (c >= 0xf1 && c <= 0xf3) return 5;
+    return -1;
+}
+
+/* 1 when every valid non-ASCII character takes interned set s back to s, through live sets
+ * inside the character: an exploration of (decoding state, set) pairs, each pair's bytes
+ * once. 0 when not (or too many pairs to tell), -1 on overflow. */
+#define GRAM_LOOP_PAIRS 64
+static int loops_utf8(const struct gram *g, struct gram_scratch *x, int s,
+                      const struct gnode **tmp, int cap) {
+    int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0, done = 0;
+    for (unsigned c = 0xc2; c <= 0xf4; c++) {
+        const int32_t v = memo_next(g, x, s, c, tmp, cap);
+        if (v < 0) return -1;
+        if (!(v & GRAM_SF_LIVE)) return 0;
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) seen = pu[i] == utf8_lead(c) && ps[i] == v >> GRAM_SV_SHIFT;
+        if (seen) continue;
+        if (n == GRAM_LOOP_PAIRS) return 0;
+        pu[n] = utf8_lead(c);
+        ps[n++] = v >> GRAM_SV_SHIFT;
+    }
+    for (; done < n; done++) {
+        const int u = pu[done], cs = ps[done];
+        for (unsigned c = utf8_st[u].lo; c <= utf8_st[u].hi; c++) {
+            const int32_t v = memo_next(g, x, cs, c, tmp, cap);
+            if (v < 0) return -1;
+            const int nu = utf8_st[u].next;
+            if (nu == 0) {
+                if ((v >> GRAM_SV_SHIFT) != s) return 0;
+                continue;
+            }
+            if (!(v & GRAM_SF_LIVE)) return 0;
+            int seen = 0;
+            for (int i = 0; i < n && !seen; i++) seen = pu[i] == nu && ps[i] == v >> GRAM_SV_SHIFT;
+            if (seen) continue;
+            if (n == GRAM_LOOP_PAIRS) return 0;
+            pu[n] = nu;
+            ps[n++] = v >> GRAM_SV_SHIFT;
+        }
+    }
+    return 1;
+}
+
+/* x->set_gok[s]: the byte groups after each of whose bytes (GRAM_G_NONASCII: characters)
+ * set s is s again. Letters and digits first: a set that does not loop on all of them
+ * (nearly every set outside a string) costs a lookup or two and gets 0. -1 on overflow. */
+static int set_loops(const struct gram *g, struct gram_scratch *x, int s,
+                     const struct gnode **tmp, int cap) {
+    static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    x->set_gok[s] = 0;
+    for (const char *p = alnum; *p; p++) {
+        const int32_t v = memo_next(g, x, s, (unsigned char)*p, tmp, cap);
+        if (v < 0) return -1;
+        if ((v >> GRAM_SV_SHIFT) != s) return 0;
+    }
+    uint8_t fail = 0; /* the other ASCII groups: all or nothing */
+    for (unsigned c = 0; c < 0x80; c++) {
+        const uint8_t gr = byte_group((uint8_t)c);
+        if (gr == GRAM_G_ALNUM || (fail & gr)) continue;
+        const int32_t v = memo_next(g, x, s, c, tmp, cap);
+        if (v < 0) return -1;
+        if ((v >> GRAM_SV_SHIFT) != s) fail |= gr;
+    }
+    uint8_t gk = (uint8_t)((GRAM_G_ALNUM | GRAM_G_SPACE | GRAM_G_PUNCT | GRAM_G_QUOTE |
+                            GRAM_G_BSL | GRAM_G_CTRL) & ~fail);
+    const int r = loops_utf8(g, x, s, tmp, cap);
+    if (r < 0) return -1;
+    if (r) gk |= GRAM_G_NONASCII;
+    x->set_gok[s] = gk;
+    return 0;
+}
+
 /* Walks the trie's nodes from node k while the memo knows every step; returns the node
  * whose step it does not know (or n_tnodes at the end). The parent of a node visited is
  * live (a node with no live stack skips its subtree), so a node costs one memo lookup, and
  * accepting its token is a branch-free OR (at nodes that end no token: 0 into word 0). No
  * call inside, so the loop keeps its pointers in registers. */
-__attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo, int32_t *lv,
-                      struct walk_out *o, int k) {
+__attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo,
+                                                const uint8_t *gok, int32_t *lv,
+                                                struct walk_out *o, int k) {
     const struct gram_tnode *const tn = V->tn;
     const int nt = V->n_tnodes;
     uint64_t *const acc = o->acc;
@@ -386,6 +553,9 @@ __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, cons
         if (__builtin_expect(id >= 0 && !(cur & GRAM_SF_ANY) && (cur & uncf) && o->unc, 0))
             o->unc[o->n_unc++] = V->tn_first[k];
         if (__builtin_expect(cur & GRAM_SF_LIVE, 1)) {
+            /* The set loops on every byte below (or its loops are not known yet: GRAM_GOK_UNKNOWN
+             * has every bit): the caller takes the subtree (or computes them). */
+            if (__builtin_expect(!(tn[k].sub & ~gok[cur >> GRAM_SV_SHIFT]), 0)) break;
             k++;
             continue;
         }
@@ -424,11 +594,28 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
         goto done;
     }
     for (int k = 0;;) {
-        k = walk_nodes(V, x->memo, lv, o, k);
+        k = walk_nodes(V, x->memo, x->set_gok, lv, o, k);
         if (k >= V->n_tnodes) break;
-        const struct gram_tnode *t = &V->tn[k]; /* a memo miss */
-        if (memo_fill(g, x, lv[t->depth - 1] >> GRAM_SV_SHIFT, t->byte, tmp, cap) < 0)
-            goto overflow;
+        const struct gram_tnode *t = &V->tn[k];
+        const int up = lv[t->depth - 1] >> GRAM_SV_SHIFT;
+        const int32_t cur = x->memo[(size_t)up * 256 + t->byte];
+        if (cur < 0) { /* a memo miss (node k is visited again) */
+            if (memo_fill(g, x, up, t->byte, tmp, cap) < 0) goto overflow;
+            continue;
+        }
+        const int s = cur >> GRAM_SV_SHIFT;
+        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* loops not known yet (visited again) */
+            if (set_loops(g, x, s, tmp, cap) < 0) goto overflow;
+            continue;
+        }
+        /* Node k's state loops on every byte below it: each token below comes back to that
+         * live set at every character's end and stays live inside characters, so all are
+         * accepted, whatever the sentinel flags (a token is uncertain only when its set is
+         * empty). Node k itself was counted by walk_nodes. */
+        const int e = V->tn_end[k];
+        for (int i = V->tn_first[k] + (t->id >= 0); i < V->tn_first[e]; i++)
+            o->acc[V->ord[i] >> 6] |= 1ull << (V->ord[i] & 63);
+        k = e;
     }
 done:
     intern_clear(x);

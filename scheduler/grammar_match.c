@@ -160,9 +160,10 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->set_slot = malloc(GRAM_MAX_SETS * sizeof(int));
     x->memo = malloc((size_t)GRAM_MAX_SETS * 256 * sizeof(int32_t));
     x->level_sid = calloc(levels, sizeof(*x->level_sid));
+    x->set_gok = malloc(GRAM_MAX_SETS);
     if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
         !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
-        !x->nh_used || !x->set_slot) {
+        !x->nh_used || !x->set_slot || !x->set_gok) {
         gram_scratch_destroy(x);
         return GRAM_ENOMEM;
     }
@@ -181,6 +182,7 @@ void gram_scratch_destroy(struct gram_scratch *x) {
     free(x->ss);
     free(x->set_off);
     free(x->set_len);
+    free(x->set_gok);
     free(x->set_flags);
     free(x->sh);
     free(x->nh_used);

@@ -373,6 +373,31 @@ static void test_mask_real_vocab(void) {
     model_free(md);
 }
 
+/* Inside strings, where a walk takes whole subtrees of the trie at sets that loop on some
+ * byte groups (grammar_mask.c, set_loops): masks against the plain walk and brute force on
+ * Gemma's vocabulary, for classes that loop on every group, on some, or on no non-ASCII. */
+static void test_mask_loops_real_vocab(void) {
+    struct model *md = t_model_or_skip();
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create(md->vocab, &gv) == 0);
+    struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
+    const char *grams[] = {
+        "root ::= \"\\\"\" [^\"\\\\\\x7F\\x00-\\x1F]* \"\\\"\"\n",          /* JSON's */
+        "root ::= \"\\\"\" [^\"\\\\#\\x00-\\x1F]* \"\\\"\" \"!\"\n",         /* no '#' */
+        "root ::= \"\\\"\" [^\"\\u00e9]* \"\\\"\"\n",                        /* no U+00E9 */
+        "root ::= \"\\\"\" ([a-zA-Z0-9 ] | \"\\u00e9\")* \"\\\"\"\n",        /* ASCII loops */
+        "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,40} \"\\\"\"\n",           /* bounded */
+    };
+    for (int gi = 0; gi < 5; gi++) {
+        struct gram *g = compile(grams[gi]);
+        check_masks(g, gv, x, 3, 1000 + (uint64_t)gi, 4096);
+        gram_unref(g);
+    }
+    gram_scratch_destroy(x);
+    gram_vocab_destroy(gv);
+    model_free(md);
+}
+
 /* Every byte gram_match_forced returns is the only byte the grammar takes there (all 256
  * tried) and the sentence cannot end before it; where it stops, the next position is not
  * forced (two bytes or more, none, or the end allowed), unless max was reached. */
@@ -547,6 +572,7 @@ int main(int argc, char **argv) {
         T_CASE(test_mask_real_vocab),
         T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
         T_CASE(test_budget), T_CASE(test_lru), T_CASE(test_forced),
+        T_CASE(test_mask_loops_real_vocab),
         T_CASE(test_vocab_longest), {0},
     };
     return t_main(argc, argv, cases);
