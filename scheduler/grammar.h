@@ -11,7 +11,10 @@
  * order, which is a depth-first walk of its trie: the stack set after a prefix is computed
  * once for every token sharing it, and a prefix no stack accepts skips its whole subtree
  * (the trie is stored as nodes in that order, each with its subtree's end; within a walk
- * stack sets are interned and (set, byte) -> set memoised, one advance per byte class). On top of that a per-grammar cache, in the spirit
+ * stack sets are interned and (set, byte) -> set memoised, one advance per byte class; a
+ * node whose set comes back to itself after every byte below it, as inside a string, takes
+ * its whole subtree as accepted without visiting it: each node records the byte groups
+ * below it). On top of that a per-grammar cache, in the spirit
  * of XGrammar's adaptive token mask cache, stores for each key (the top GRAM_CACHE_DEPTH
  * positions of a stack) the tokens accepted whatever lies below those positions, and the
  * few tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask
