@@ -11,6 +11,14 @@ benchmark and point --data at its maskbench/data folder.
 
     python3 tools/maskbench.py --data PATH/maskbench/data [--jobs 2] [--limit N] [--json OUT]
         [--spec-keys]
+    python3 tools/maskbench.py --data PATH/maskbench/data --mask-times N [--model GGUF]
+
+--mask-times N times the masks instead, as the published figures do (mask time per token):
+N schemas drawn at random (seeded) among those that compile, each with its first valid
+instance that the grammar accepts, run token by token through Gemma's vocabulary masks with
+`gemmad-cli grammar -m MODEL --times`, each schema with a fresh grammar (so its cache starts
+cold); it prints p50 / p99 / max over all tokens of the first pass (cold cache: what a new
+grammar costs) and of a second pass over the same tokens (warm cache).
 
 --spec-keys runs `gemmad-cli grammar --spec-keys`: an absent additionalProperties lets other
 keys follow the declared ones, and keys come in any order, as JSON Schema says (the server's
@@ -73,6 +81,69 @@ def one(cli, path, tmp, timeout, extra=()):
     return res
 
 
+def mask_times(a, files, extra):
+    """--mask-times: per-token mask times over N schemas (see the module text)."""
+    import random
+    rng = random.Random(1)
+    files = list(files)
+    rng.shuffle(files)
+    cold, warm, used, skipped = [], [], 0, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        def timed(path):
+            name = os.path.basename(path)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                return None
+            sfile = os.path.join(tmp, name + ".schema.json")
+            with open(sfile, "w", encoding="utf-8") as f:
+                json.dump(doc["schema"], f)
+            out = None
+            for i, t in enumerate(doc.get("tests", [])):
+                if not t["valid"]:
+                    continue
+                ifile = os.path.join(tmp, f"{name}.{i}.json")
+                tfile = ifile + ".times"
+                with open(ifile, "w", encoding="utf-8") as f:
+                    f.write(json.dumps(t["data"], ensure_ascii=False))
+                rc, _ = run(a.cli, ["--schema", sfile, "--check", ifile, "-m", a.model,
+                                    "--times", tfile], a.timeout, extra)
+                os.unlink(ifile)
+                if rc == 2 or rc == "timeout":  # does not compile: no instance will do
+                    break
+                if rc == 0:
+                    with open(tfile) as f:
+                        out = [tuple(map(float, ln.split())) for ln in f if ln.strip()]
+                    os.unlink(tfile)
+                    break
+            os.unlink(sfile)
+            return out
+
+        at = 0
+        with cf.ThreadPoolExecutor(a.jobs) as ex:
+            while used < a.mask_times and at < len(files):
+                batch = files[at:at + 2 * a.jobs]  # a few at a time: stop at N
+                at += len(batch)
+                for r in ex.map(timed, batch):
+                    if not r:
+                        skipped += 1
+                    elif used < a.mask_times:
+                        used += 1
+                        cold += [c for c, _ in r]
+                        warm += [w for _, w in r]
+
+    def pct(v, q):
+        v = sorted(v)
+        return v[min(len(v) - 1, int(q * (len(v) - 1)))] if v else 0.0
+    print(f"mask time per token, {used} schemas ({skipped} passed over: not compiled or no "
+          f"accepted valid instance), {len(cold)} tokens, one thread:")
+    for what, v in (("cold cache (a new grammar)", cold), ("warm cache", warm)):
+        print(f"  {what}: p50 {pct(v, 0.5):.0f} us, p99 {pct(v, 0.99):.0f} us, "
+              f"max {max(v) if v else 0:.0f} us")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
@@ -84,6 +155,9 @@ def main():
     ap.add_argument("--only", help="a file of schema file names to run (one a line)")
     ap.add_argument("--spec-keys", action="store_true",
                     help="gemmad-cli grammar --spec-keys (JSON Schema's additionalProperties)")
+    ap.add_argument("--mask-times", type=int, default=0,
+                    help="time the masks of N schemas instead (see the module text)")
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
     a = ap.parse_args()
     files = sorted(os.path.join(a.data, f) for f in os.listdir(a.data) if f.endswith(".json"))
     if a.only:
@@ -92,6 +166,8 @@ def main():
         files = [p for p in files if os.path.basename(p) in keep]
     if a.limit:
         files = files[:a.limit]
+    if a.mask_times:
+        return mask_times(a, files, ["--spec-keys"] if a.spec_keys else [])
     results = []
     with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(a.jobs) as ex:
         extra = ["--spec-keys"] if a.spec_keys else []

@@ -154,3 +154,30 @@ def test_kvmem_sliding_window_ring():
     q8 = json.loads(run("kvmem", "-m", MODEL, "--kv-type", "q8_0").stdout)
     # q8_0: 34 bytes per 32 values instead of 64
     assert q8["without_ring_mib"] == pytest.approx(576.0 * 34 / 64)
+
+
+@pytest.mark.skipif(not os.path.exists(MODEL), reason="model not present")
+def test_grammar_token_run_times(tmp_path):
+    """grammar -m MODEL --check I --times T: the instance's tokens go through the vocabulary
+    masks; T gets a line per token (cold and warm mask time, microseconds); a rejected
+    instance exits 1 and writes no times."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                               "n": {"type": "integer"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    sf, inf, bad, tf = (tmp_path / "s.json", tmp_path / "i.json", tmp_path / "b.json",
+                        tmp_path / "t.txt")
+    sf.write_text(json.dumps(schema))
+    text = json.dumps({"name": "Ada Lovelace", "n": 36})
+    inf.write_text(text)
+    bad.write_text(json.dumps({"name": "Ada", "n": "x"}))
+    p = run("grammar", "--schema", str(sf), "--check", str(inf), "-m", MODEL, "--times", str(tf))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "accepted"
+    rows = [list(map(float, ln.split())) for ln in tf.read_text().splitlines()]
+    ids = json.loads(run("tokenize", "-m", MODEL, text).stdout)
+    assert len(rows) == len(ids) - 1  # the tokenizer's BOS is not part of the instance
+    assert all(len(r) == 2 and r[0] > 0 and r[1] > 0 for r in rows)
+    tf.unlink()
+    p = run("grammar", "--schema", str(sf), "--check", str(bad), "-m", MODEL, "--times", str(tf))
+    assert p.returncode == 1 and "rejected" in p.stdout
+    assert not tf.exists()

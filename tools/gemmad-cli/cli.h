@@ -53,6 +53,7 @@ struct cli_opts {
     const char *gbnf;        /* grammar: GBNF file */
     const char *check;       /* grammar: instance file to run through the matcher */
     int bench;               /* grammar: timings */
+    const char *times;       /* grammar: with -m, each token's mask time written here */
     int print;               /* grammar: print the GBNF */
     int spec_keys;           /* grammar: jschema_opts.extra_keys and any_order (JSON Schema's
                               * meaning of an absent additionalProperties and of key order) */

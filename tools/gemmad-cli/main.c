@@ -9,6 +9,7 @@
  *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1] [--deterministic]
  *   gemmad-cli kvmem    -m MODEL [--ctx 32768] [--block-size 16]
  *   gemmad-cli grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE] [-m MODEL] [--bench]
+ *                       [--times FILE]
  * Common: -t/--threads N, --kv-type f16|q8_0|f32, --device cpu|cuda|auto, --batch N,
  *         --isa ref|avx2|avx512|amx|auto (kernels), --log-level L.
  *
@@ -62,7 +63,9 @@ static const struct cli_cmd cli_cmds[] = {
      "           through the vocabulary masks); --bench: compile and mask times; --print: the\n"
      "           GBNF; --spec-keys: an absent additionalProperties lets other keys follow the\n"
      "           declared ones, and keys come in any order, as JSON Schema says (the\n"
-     "           server's json_schema_extra_keys and json_schema_any_order)\n"},
+     "           server's json_schema_extra_keys and json_schema_any_order); --times FILE\n"
+     "           (with -m and --check): each token's mask time in microseconds, a line per\n"
+     "           token, the first pass (cold cache) and the second (warm)\n"},
 };
 #define CLI_N_CMDS (int)(sizeof cli_cmds / sizeof cli_cmds[0])
 
@@ -166,6 +169,7 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         else if (!strcmp(a, "--gbnf")) o->gbnf = NEXT();
         else if (!strcmp(a, "--check")) o->check = NEXT();
         else if (!strcmp(a, "--bench")) o->bench = 1;
+        else if (!strcmp(a, "--times")) o->times = NEXT();
         else if (!strcmp(a, "--print")) o->print = 1;
         else if (!strcmp(a, "--spec-keys")) o->spec_keys = 1;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
