@@ -187,14 +187,46 @@ def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
     return toks / wall, toks, dec
 
 
+# Forced drafts: a schema whose keys are long, so most of an answer's key bytes are forced
+# once the key's first bytes are written (sched_gram_draft drafts them).
+LONG_KEYS = {"type": "object", "properties": {
+    f"customer_shipping_address_line_{i}": {"type": "string", "maxLength": 20} for i in range(6)},
+    "required": [f"customer_shipping_address_line_{i}" for i in range(6)],
+    "additionalProperties": False}
+
+
+def forced_drafts(port, gen, rounds=5):
+    """Greedy constrained requests with drafting on and off, alternating (one untimed round
+    first): (median decode tok/s after the first token on, off, the per-round figures)."""
+    import statistics
+    res = {True: [], False: []}
+    for r in range(rounds + 1):
+        for spec in (True, False):
+            body = {"temperature": 0, "max_tokens": gen, "messages": [
+                {"role": "user", "content": "Write the customer shipping address as JSON."}],
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "s", "schema": LONG_KEYS}}}
+            if not spec:
+                body["speculative"] = False
+            n, dt = post_stream(port, body)
+            if r > 0 and dt > 0:
+                res[spec].append((n - 1) / dt)
+    return statistics.median(res[True]), statistics.median(res[False]), res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--skip-server", action="store_true")
+    ap.add_argument("--forced-only", action="store_true",
+                    help="only the forced-drafts pair (drafting on / off on long keys)")
+    ap.add_argument("--gemmad", default=GEMMAD, help="the server binary (another build)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        if a.forced_only:
+            SCHEMAS.clear()
         print("mask time per token (gemmad-cli grammar --bench, one thread):")
         for name, (schema, inst) in SCHEMAS.items():
             rc, out = cli_bench(a.model, schema, inst, tmp)
@@ -203,7 +235,7 @@ def main():
                     print(f"  {name:10s} {line}")
             if rc != 0:
                 print(f"  {name}: the instance was rejected (rc {rc})")
-        rc, out = cli_bench(None, large_schema(), {}, tmp)
+        rc, out = cli_bench(None, large_schema(), {}, tmp) if SCHEMAS else (0, "")
         m = re.search(r"compile: schema to GBNF ([\d.]+) ms, GBNF to grammar ([\d.]+) ms "
                       r"\((\d+) rules, (\d+) elements\)", out)
         if m:
@@ -215,7 +247,7 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = [GEMMAD, "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
+    argv = [a.gemmad, "--model", a.model, "--host", "127.0.0.1", "--port", str(port),
             "--max-seqs", "16", "--ctx-size", "2048",
             # Every run sends the same prompts: without this, the first run of a level
             # would prefill them and the later ones would find them cached.
@@ -233,6 +265,14 @@ def main():
                 time.sleep(0.2)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models") as r:
             mid = json.loads(r.read())["data"][0]["id"]
+        on, off, res = forced_drafts(port, 2 * a.gen)
+        print(f"forced drafts (six 32-byte keys, {2 * a.gen} tokens, greedy, medians of 5 "
+              f"alternating): decode after the first token, drafting on {on:.1f} tok/s, off "
+              f"{off:.1f}, ratio {on / off if off else 0:.2f} (on: "
+              f"{', '.join(f'{x:.0f}' for x in res[True])}; off: "
+              f"{', '.join(f'{x:.0f}' for x in res[False])})")
+        if a.forced_only:
+            return 0
         schema = {"type": "array", "items": {"type": "string", "maxLength": 12}}
         print(f"decode throughput, {a.gen} tokens per request (tok/s):")
         # Drafting depends on the text (unconstrained output repeats itself more), so the
