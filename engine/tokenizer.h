@@ -75,6 +75,12 @@ int tok_encode_spans(const struct tok_vocab *v, const char *text, size_t len, in
                      int parse_special, const struct tok_span *text_only, int n_text_only,
                      int32_t *ids, int cap);
 
+/* Length of the UTF-8 sequence starting at s[0] (n >= 1 bytes available):
+ * > 0: a complete valid sequence of that many bytes (no overlong form, surrogate or code
+ * point past U+10FFFF); 0: a valid but unfinished prefix (all n bytes belong to it);
+ * < 0: invalid; -k means the first k bytes form the maximal invalid subpart. */
+int tok_utf8_seq(const uint8_t *s, int n);
+
 /* Bytes of one token's text: NORMAL pieces with U+2581 -> ' ', BYTE tokens -> the raw byte,
  * CONTROL tokens only when `special` (else empty). Writes at most cap bytes; returns the
  * full length, or < 0 for an id out of range. */

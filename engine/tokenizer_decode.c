@@ -90,11 +90,7 @@ int tok_decode(const struct tok_vocab *v, const int32_t *ids, int n, int special
 
 /* ---- streaming -------------------------------------------------------------------------- */
 
-/* Length of the UTF-8 sequence starting at s[0] (n bytes available):
- * > 0: a complete valid sequence of that many bytes;
- * 0: a valid but unfinished prefix (all n bytes belong to it);
- * < 0: invalid; -k means the first k bytes form the maximal invalid subpart. */
-static int utf8_seq(const uint8_t *s, int n) {
+int tok_utf8_seq(const uint8_t *s, int n) {
     uint8_t c = s[0];
     int need;
     uint8_t lo = 0x80, hi = 0xBF;
@@ -140,7 +136,7 @@ int tok_stream_push(struct tok_stream *s, const struct tok_vocab *v, int32_t id,
     if (k > (int)sizeof(in) - np) return TOK_ESPACE;
     int n = np + k, w = 0, i = 0;
     while (i < n) {
-        int r = utf8_seq(in + i, n - i);
+        int r = tok_utf8_seq(in + i, n - i);
         if (r == 0) break; /* unfinished tail: keep it */
         const uint8_t *src = in + i;
         int len = r;

@@ -50,25 +50,10 @@ static uint8_t byte_group(uint8_t c) {
     return GRAM_G_PUNCT;
 }
 
-/* 1 when b[0..n) is whole, valid UTF-8 (no overlong form, surrogate or code point past
- * U+10FFFF, no character cut off). */
+/* 1 when b[0..n) is whole, valid UTF-8 (no character cut off). */
 static int utf8_whole(const uint8_t *b, int n) {
-    for (int i = 0; i < n;) {
-        const uint8_t c = b[i];
-        int k;
-        uint8_t lo = 0x80, hi = 0xbf;
-        if (c < 0x80) k = 0;
-        else if (c >= 0xc2 && c <= 0xdf) k = 1;
-        else if (c >= 0xe0 && c <= 0xef) k = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-        else if (c >= 0xf0 && c <= 0xf4) k = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-        else return 0;
-        if (i + k >= n + (k == 0)) return 0;
-        for (int j = 1; j <= k; j++) {
-            const uint8_t t = b[i + j];
-            if (t < (j == 1 ? lo : 0x80) || t > (j == 1 ? hi : 0xbf)) return 0;
-        }
-        i += k + 1;
-    }
+    for (int i = 0, r; i < n; i += r)
+        if ((r = tok_utf8_seq(b + i, n - i)) <= 0) return 0;
     return 1;
 }
 

@@ -39,6 +39,16 @@ static struct gram_scratch *scratch(int max_len) {
     return x;
 }
 
+/* A vocabulary of the NUL-terminated strings toks[0..n) (token i is toks[i]). */
+static struct gram_vocab *vocab_of(const char *const *toks, int n) {
+    int len[64];
+    T_ASSERT(n <= 64);
+    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
+    struct gram_vocab *gv = NULL;
+    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    return gv;
+}
+
 static const char *JSONG =
     "root   ::= object\n"
     "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
@@ -214,11 +224,7 @@ static void test_mask_small_vocab(void) {
         "\xa9", "\xc3\xa9", "\xe2\x82", "\xac", "x\"}", "\"}", "\"]", "1,", "\": {\"", "",
         "a", "\"}", /* the same bytes as another token (byte-fallback tokens in Gemma's) */
     };
-    const int n = (int)(sizeof toks / sizeof toks[0]);
-    int len[64];
-    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
-    struct gram_vocab *gv = NULL;
-    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    struct gram_vocab *gv = vocab_of(toks, (int)(sizeof toks / sizeof toks[0]));
     struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
     const char *grams[] = {
         JSONG,
@@ -254,11 +260,7 @@ static void test_mask_deep_stacks(void) {
         "})", ")", ")]", "]", "[", "(", "{", "<", "[(", "[({<", "<a", "<ab>", "z", "}z", ">x",
         "b\"", "\"", "\">", "\">}",
     };
-    const int n = (int)(sizeof toks / sizeof toks[0]);
-    int len[64];
-    for (int i = 0; i < n; i++) len[i] = (int)strlen(toks[i]);
-    struct gram_vocab *gv = NULL;
-    T_ASSERT(gram_vocab_create_raw(n, toks, len, &gv) == 0);
+    struct gram_vocab *gv = vocab_of(toks, (int)(sizeof toks / sizeof toks[0]));
     struct gram_scratch *x = scratch(gram_vocab_max_len(gv));
     struct gram *g = compile("root ::= \"[\" p \"]\"\np ::= \"(\" c \")\"\nc ::= \"{\" t \"}\"\n"
                              "t ::= \"<\" w \">\"\nw ::= [ab] w | [ab] | \"\\\"\" w\n");
@@ -469,10 +471,7 @@ static void test_forced(void) {
 /* Longest match over a vocabulary, and whether a longer token starts with the match. */
 static void test_vocab_longest(void) {
     static const char *toks[] = {"a", "ab", "abc", "b", "\"", "\":", "ab", "x"};
-    int len[8];
-    for (int i = 0; i < 8; i++) len[i] = (int)strlen(toks[i]);
-    struct gram_vocab *gv = NULL;
-    T_ASSERT(gram_vocab_create_raw(8, toks, len, &gv) == 0);
+    struct gram_vocab *gv = vocab_of(toks, 8);
     int32_t id = -1;
     int ext = -1;
     T_ASSERT(gram_vocab_longest(gv, (const uint8_t *)"abd", 3, &id, &ext) == 2);
