@@ -10,15 +10,17 @@
  * byte advances a set by pushing a few nodes. A mask walks the vocabulary in byte-sorted
  * order, which is a depth-first walk of its trie: the stack set after a prefix is computed
  * once for every token sharing it, and a prefix no stack accepts skips its whole subtree
- * (the trie is stored as nodes in that order, each with its subtree's end; within a walk
- * stack sets are interned and (set, byte) -> set memoised, one advance per byte class; a
- * node whose set comes back to itself after every byte below it, as inside a string, takes
- * its whole subtree as accepted without visiting it: each node records the byte groups
- * below it). On top of that a per-grammar cache, in the spirit
- * of XGrammar's adaptive token mask cache, stores for each key (the top GRAM_CACHE_DEPTH
- * positions of a stack) the tokens accepted whatever lies below those positions, and the
- * few tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask
- * is then one bitmap OR per stack plus a walk over the uncertain tokens only.
+ * (the trie is stored as nodes in that order, each with its subtree's end and depth; within
+ * a walk stack sets are interned and (set, byte) -> set memoised, one advance per byte class;
+ * a node whose set goes on to one same set after every character below it, for as many
+ * characters as lie below, takes its whole subtree as accepted without visiting it: inside
+ * a string the set comes back to itself, or, under minLength / maxLength, steps through the
+ * count). On top of that a per-grammar cache, in the spirit of XGrammar's adaptive token
+ * mask cache, keyed by the matcher's state as the top GRAM_CACHE_DEPTH positions of each of
+ * its stacks, stores the tokens accepted whatever lies below those positions, and the few
+ * tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask is
+ * then one bitmap copy plus a walk over the uncertain tokens only, both filled by one walk
+ * from all the state's stacks together.
  *
  * Libraries looked at: llama.cpp's llama-grammar (C++, inside libllama, no stable API and
  * no trie or cache), XGrammar and LLGuidance (C++/Rust, not packaged for Debian), PCRE2

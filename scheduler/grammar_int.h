@@ -1,8 +1,8 @@
 /*
  * grammar_int — the grammar module's private structures, shared by grammar_gbnf.c (the GBNF
  * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure,
- * matcher) and grammar_mask.c (vocabulary trie, mask walks, the cache). Nothing outside
- * scheduler/grammar*.c includes it (tests aside).
+ * matcher), grammar_vocab.c (the vocabulary's trie) and grammar_mask.c (mask walks, the
+ * cache). Nothing outside scheduler/grammar*.c includes it (tests aside).
  */
 #ifndef GEMMAD_GRAMMAR_INT_H
 #define GEMMAD_GRAMMAR_INT_H
@@ -30,12 +30,18 @@ static inline int gram_set_has(const struct gram_set *s, unsigned b) {
     return (int)((s->w[b >> 6] >> (b & 63)) & 1);
 }
 
-/* Positions kept per cache key (the top frames of a stack). */
+/* Positions kept per stack in a cache key (the top frames of each stack). */
 #define GRAM_CACHE_DEPTH 4
+#define GRAM_KEY_W (GRAM_CACHE_DEPTH + 1) /* int32s per stack in a key */
 #define GRAM_CACHE_MAX 256    /* entries per grammar; beyond: walks without the cache */
 
+/* One entry per matcher state as the cache sees it: the sorted, distinct top frames of its
+ * stacks. */
 struct gram_centry {
-    int32_t key[GRAM_CACHE_DEPTH + 1]; /* positions, then -1 (stack ends) or -2 (cut), 0s */
+    uint64_t hash;
+    int32_t *key;                  /* [n_keys * GRAM_KEY_W] per stack: positions, then -1
+                                    * (stack ends) or -2 (cut), then 0s */
+    int n_keys;
     uint64_t *acc;                 /* [n_vocab / 64] accepted whatever is below */
     int32_t *unc;                  /* [n_unc] sorted-vocabulary indexes, undecided */
     uint8_t *unc_lcp;              /* [n_unc] common prefix with the previous entry */
@@ -57,7 +63,7 @@ struct gram {
     /* mask cache (guarded by lock); built for one vocabulary (cache_vocab) */
     pthread_mutex_t lock;
     const struct gram_vocab *cache_vocab;
-    struct gram_centry *cache;     /* [GRAM_CACHE_MAX] open addressing by key hash */
+    struct gram_centry *cache;     /* [GRAM_CACHE_MAX] */
     int n_cache;
     long long lookups, hits;
 };
@@ -100,7 +106,11 @@ struct gram_scratch {
     int *set_slot;                 /* [GRAM_MAX_SETS] its slot in sh */
     int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next walk state, -1 unknown */
     int32_t *level_sid;            /* [max_len + 2] walk state per depth (grammar_mask.c) */
-    uint8_t *set_gok;              /* [GRAM_MAX_SETS] GRAM_G_* groups the set loops on */
+    uint8_t *set_gok;              /* [GRAM_MAX_SETS] GRAM_G_* groups of the set's chain */
+    uint8_t *set_reach;            /* [GRAM_MAX_SETS] characters the chain holds for (255: ever) */
+    int32_t *set_succ;             /* [GRAM_MAX_SETS] the set after one of those characters */
+    int32_t *keys;                 /* [max_stacks * GRAM_KEY_W] a mask's cache key */
+    int32_t *posbuf;               /* [max_nodes] gram_canon's positions */
 };
 
 #define GRAM_MAX_SETS 1024
@@ -127,12 +137,16 @@ struct gram_tnode {
     uint8_t sub;                   /* GRAM_G_* of the bytes below it; GRAM_G_BAD when its own
                                     * prefix or a token below is not whole, valid UTF-8, or
                                     * when the subtree is too small to be worth skipping */
+    uint8_t below;                 /* the most bytes below it (its deepest token's length
+                                    * minus its depth) */
 };
 
-/* Byte groups, for skipping subtrees in a walk: where a set S returns to itself after every
- * byte of some ASCII groups and after every valid non-ASCII character (a string's inside,
- * typically), the tokens below a node whose state is S and whose subtree holds only those
- * are all accepted, and the walk takes them without visiting their nodes (grammar_mask.c). */
+/* Byte groups, for skipping subtrees in a walk: where a set S goes to one same set T after
+ * every byte of some ASCII groups and after every valid non-ASCII character, and T does the
+ * same with those groups, and so on for as many characters as a subtree is deep (a string's
+ * inside, typically: T is S again, or, under minLength / maxLength, the next count), the
+ * tokens below a node whose state is S and whose subtree holds only those are all accepted,
+ * and the walk takes them without visiting their nodes (grammar_mask.c). */
 #define GRAM_G_ALNUM 1                /* [0-9A-Za-z] */
 #define GRAM_G_SPACE 2
 #define GRAM_G_PUNCT 4                /* other printable ASCII but " and backslash */
@@ -141,7 +155,17 @@ struct gram_tnode {
 #define GRAM_G_CTRL 32                /* 0x00-0x1F, 0x7F */
 #define GRAM_G_NONASCII 64            /* bytes of valid non-ASCII characters */
 #define GRAM_G_BAD 128
-#define GRAM_GOK_UNKNOWN 0xff         /* set_gok: not computed yet */
+static inline uint8_t gram_byte_group(uint8_t c) {
+    if (c >= 0x80) return GRAM_G_NONASCII;
+    if (c < 0x20 || c == 0x7f) return GRAM_G_CTRL;
+    if (c == '"') return GRAM_G_QUOTE;
+    if (c == '\\') return GRAM_G_BSL;
+    if (c == ' ') return GRAM_G_SPACE;
+    if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'))
+        return GRAM_G_ALNUM;
+    return GRAM_G_PUNCT;
+}
+#define GRAM_GOK_UNKNOWN 0xff         /* set_gok: not computed yet (set_reach 255 then) */
 
 struct gram_vocab {
     int n_vocab;
@@ -225,6 +249,10 @@ int gram_closure(const struct gram *g, struct gram_scratch *x, const struct gnod
 int gram_advance(const struct gram *g, struct gram_scratch *x, const struct gnode *const *in,
                  int n_in, unsigned c, const struct gnode **out, int cap);
 const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct gnode *up);
+/* With x->intern on: the interned copy of stack st (every node through gram_node), so that
+ * stacks built from it are equal exactly when they are the same pointer. NULL with
+ * x->overflow set when the arena is full. */
+const struct gnode *gram_canon(struct gram_scratch *x, const struct gnode *st);
 
 /* grammar_mask.c */
 void gram_cache_free(struct gram *g);

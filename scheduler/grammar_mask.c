@@ -1,5 +1,6 @@
 /*
- * grammar_mask — the vocabulary as a sorted trie, mask walks, and the per-grammar cache.
+ * grammar_mask — mask walks over the vocabulary's trie (grammar_vocab.c), and the
+ * per-grammar cache.
  *
  * A walk visits tokens in byte order keeping one stack set per depth: a token reuses the
  * sets of the prefix it shares with the previous one (lcp) and computes only the rest.
@@ -17,280 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "engine/tokenizer.h"
-
-/* ---- vocabulary --------------------------------------------------------------------- */
-
-struct vsort {
-    const uint8_t *b;
-    int len;
-    int rank; /* among equal strings, lower ranks sort first (gram_vocab_longest's pick) */
-    int32_t id;
-};
-
-static int cmp_tok(const void *x, const void *y) {
-    const struct vsort *a = x, *b = y;
-    int n = a->len < b->len ? a->len : b->len;
-    int c = memcmp(a->b, b->b, (size_t)n);
-    if (c) return c;
-    if (a->len != b->len) return a->len < b->len ? -1 : 1;
-    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static uint8_t byte_group(uint8_t c) {
-    if (c >= 0x80) return GRAM_G_NONASCII;
-    if (c < 0x20 || c == 0x7f) return GRAM_G_CTRL;
-    if (c == '"') return GRAM_G_QUOTE;
-    if (c == '\\') return GRAM_G_BSL;
-    if (c == ' ') return GRAM_G_SPACE;
-    if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'))
-        return GRAM_G_ALNUM;
-    return GRAM_G_PUNCT;
-}
-
-/* 1 when b[0..n) is whole, valid UTF-8 (no character cut off). */
-static int utf8_whole(const uint8_t *b, int n) {
-    for (int i = 0, r; i < n; i += r)
-        if ((r = tok_utf8_seq(b + i, n - i)) <= 0) return 0;
-    return 1;
-}
-
-#define GRAM_SKIP_MIN 16 /* nodes in a subtree (its root included) worth taking whole */
-
-/* tn[k].sub for every node: the groups of the bytes below it, GRAM_G_BAD for a token below
- * that is not whole UTF-8, and GRAM_G_BAD when its own prefix is not (then its state is
- * inside a character). Children come after their parent: one reverse pass. */
-static int build_sub(struct gram_vocab *gv) {
-    const int nn = gv->n_tnodes;
-    uint8_t *bad = malloc((size_t)nn + 1), *desc = calloc((size_t)nn + 1, 1);
-    if (!bad || !desc) {
-        free(bad);
-        free(desc);
-        return -1;
-    }
-    for (int k = 0; k < nn; k++) /* the prefix through node k is token tn_first[k]'s */
-        bad[k] = !utf8_whole(gv->bytes + gv->off[gv->tn_first[k]], gv->tn[k].depth);
-    for (int k = nn - 1; k >= 0; k--) {
-        uint8_t below = 0;
-        for (int c = k + 1; c < gv->tn_end[k]; c = gv->tn_end[c])
-            below |= byte_group(gv->tn[c].byte) | desc[c] |
-                     (gv->tn[c].id >= 0 && bad[c] ? GRAM_G_BAD : 0);
-        desc[k] = below;
-        /* A small subtree is walked: leaving the walk's loop for it would cost more. */
-        const int small = gv->tn_end[k] - k <= GRAM_SKIP_MIN;
-        gv->tn[k].sub = (uint8_t)(below | (bad[k] || small ? GRAM_G_BAD : 0));
-    }
-    free(bad);
-    free(desc);
-    return 0;
-}
-
-/* The trie's nodes in depth-first order (see struct gram_vocab): token i adds one node per
- * byte past its common prefix with token i - 1, the last one ending it; a token equal to the
- * previous one (a byte-fallback token and a one-byte token) repeats the previous token's
- * last node, so every node ends at most one token. */
-static int build_nodes(struct gram_vocab *gv) {
-    int nn = 0;
-    for (int i = 0; i < gv->n; i++) {
-        const int len = (int)(gv->off[i + 1] - gv->off[i]);
-        nn += len > gv->lcp[i] ? len - gv->lcp[i] : 1;
-    }
-    gv->n_tnodes = nn;
-    gv->tn = malloc(((size_t)nn + 1) * sizeof(*gv->tn));
-    gv->tn_end = malloc(((size_t)nn + 1) * sizeof(int32_t));
-    gv->tn_first = malloc(((size_t)nn + 1) * sizeof(int32_t));
-    int32_t *stk = malloc(((size_t)nn + 1) * sizeof(int32_t));
-    if (!gv->tn || !gv->tn_end || !gv->tn_first || !stk) {
-        free(stk);
-        return -1;
-    }
-    int k = 0;
-    for (int i = 0; i < gv->n; i++) {
-        const uint8_t *b = gv->bytes + gv->off[i];
-        const int len = (int)(gv->off[i + 1] - gv->off[i]);
-        for (int d = len > gv->lcp[i] ? gv->lcp[i] : len - 1; d < len; d++, k++) {
-            gv->tn[k] = (struct gram_tnode){d == len - 1 ? gv->ord[i] : -1, b[d], (uint8_t)(d + 1), 0};
-            gv->tn_first[k] = i;
-        }
-    }
-    gv->tn_first[nn] = gv->n;
-    /* tn_end[k]: the first node after k of depth <= k's, with a stack of waiting nodes */
-    int top = 0;
-    for (int j = 0; j <= nn; j++) {
-        const int dep = j < nn ? gv->tn[j].depth : 0;
-        while (top > 0 && dep <= gv->tn[stk[top - 1]].depth) gv->tn_end[stk[--top]] = j;
-        stk[top++] = j;
-    }
-    free(stk);
-    return build_sub(gv);
-}
-
-static int vocab_create(int n_vocab, const char *const *tok, const int *len,
-                        const uint8_t *rank, struct gram_vocab **out) {
-    *out = NULL;
-    struct gram_vocab *gv = calloc(1, sizeof(*gv));
-    struct vsort *vs = malloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof(*vs));
-    if (!gv || !vs) goto fail;
-    gv->n_vocab = n_vocab;
-    size_t total = 0;
-    int n = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        if (len[i] <= 0) continue;
-        if ((uint8_t)tok[i][0] == 0xff) { /* reserved: only token i's own control encoding */
-            uint8_t enc[GRAM_TOK_BYTES];
-            gram_token_bytes(i, enc);
-            if (len[i] != GRAM_TOK_BYTES || memcmp(tok[i], enc, GRAM_TOK_BYTES)) continue;
-        }
-        vs[n++] = (struct vsort){(const uint8_t *)tok[i], len[i] > 255 ? 255 : len[i],
-                                 rank ? rank[i] : 0, i};
-        total += (size_t)vs[n - 1].len;
-    }
-    qsort(vs, (size_t)n, sizeof(*vs), cmp_tok);
-    gv->n = n;
-    gv->ord = malloc((size_t)(n + 1) * sizeof(int32_t));
-    gv->lcp = malloc((size_t)(n + 1));
-    gv->off = malloc((size_t)(n + 1) * sizeof(uint32_t));
-    gv->bytes = malloc(total + 1);
-    gv->pos_of = malloc((size_t)(n_vocab + 1) * sizeof(int32_t));
-    gv->next_shorter = malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (!gv->ord || !gv->lcp || !gv->off || !gv->bytes || !gv->pos_of || !gv->next_shorter)
-        goto fail;
-    for (int i = 0; i < n_vocab; i++) gv->pos_of[i] = -1;
-    uint32_t at = 0;
-    for (int i = 0; i < n; i++) {
-        gv->ord[i] = vs[i].id;
-        gv->pos_of[vs[i].id] = i;
-        gv->off[i] = at;
-        memcpy(gv->bytes + at, vs[i].b, (size_t)vs[i].len);
-        at += (uint32_t)vs[i].len;
-        if (vs[i].len > gv->max_len) gv->max_len = vs[i].len;
-        int l = 0;
-        if (i > 0) {
-            int m = vs[i].len < vs[i - 1].len ? vs[i].len : vs[i - 1].len;
-            while (l < m && vs[i].b[l] == vs[i - 1].b[l]) l++;
-        }
-        gv->lcp[i] = (uint8_t)l;
-    }
-    gv->off[n] = at;
-    /* next_shorter[i]: the first j > i with lcp[j] < lcp[i] (n: none), with a stack of the
-     * indexes still waiting for theirs (lcp non-decreasing from bottom to top) */
-    free(vs);
-    vs = NULL;
-    int32_t *stk = malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (!stk) goto fail;
-    int top = 0;
-    for (int i = 0; i <= n; i++) {
-        const int l = i < n ? gv->lcp[i] : -1;
-        while (top > 0 && l < gv->lcp[stk[top - 1]]) gv->next_shorter[stk[--top]] = i;
-        stk[top++] = i;
-    }
-    free(stk);
-    if (build_nodes(gv)) goto fail;
-    *out = gv;
-    return GRAM_OK;
-fail:
-    free(vs);
-    gram_vocab_destroy(gv);
-    return GRAM_ENOMEM;
-}
-
-int gram_vocab_create_raw(int n_vocab, const char *const *tok, const int *len,
-                          struct gram_vocab **out) {
-    return vocab_create(n_vocab, tok, len, NULL, out);
-}
-
-int gram_vocab_create(const struct tok_vocab *v, struct gram_vocab **out) {
-    *out = NULL;
-    const int nv = tok_n_vocab(v);
-    char **tok = calloc((size_t)nv, sizeof(char *));
-    int *len = calloc((size_t)nv, sizeof(int));
-    uint8_t *rank = calloc((size_t)nv, 1); /* a byte token after a piece of the same text */
-    int rc = GRAM_ENOMEM;
-    if (!tok || !len || !rank) goto done;
-    for (int i = 0; i < nv; i++) {
-        char buf[512];
-        int k;
-        if (tok_type(v, i) == TOK_TYPE_CONTROL && i <= GRAM_TOK_MAX_ID) {
-            gram_token_bytes(i, (uint8_t *)buf);
-            k = GRAM_TOK_BYTES;
-        } else {
-            k = tok_token_to_bytes(v, i, 0, buf, (int)sizeof buf);
-        }
-        if (k <= 0) continue;
-        if (k > (int)sizeof buf) k = (int)sizeof buf;
-        tok[i] = malloc((size_t)k);
-        if (!tok[i]) goto done;
-        memcpy(tok[i], buf, (size_t)k);
-        len[i] = k;
-        rank[i] = tok_type(v, i) == TOK_TYPE_BYTE;
-    }
-    rc = vocab_create(nv, (const char *const *)tok, len, rank, out);
-done:
-    if (tok)
-        for (int i = 0; i < nv; i++) free(tok[i]);
-    free(tok);
-    free(len);
-    free(rank);
-    return rc;
-}
-
-void gram_token_bytes(int32_t id, uint8_t out[GRAM_TOK_BYTES]) {
-    out[0] = 0xff;
-    for (int i = 0; i < 4; i++) out[1 + i] = (uint8_t)(0x80 | ((id >> (6 * (3 - i))) & 0x3f));
-}
-
-void gram_vocab_destroy(struct gram_vocab *gv) {
-    if (!gv) return;
-    free(gv->ord);
-    free(gv->lcp);
-    free(gv->off);
-    free(gv->bytes);
-    free(gv->pos_of);
-    free(gv->next_shorter);
-    free(gv->tn);
-    free(gv->tn_end);
-    free(gv->tn_first);
-    free(gv);
-}
-
-int gram_vocab_n(const struct gram_vocab *gv) { return gv->n_vocab; }
-int gram_vocab_max_len(const struct gram_vocab *gv) { return gv->max_len; }
-
-int gram_vocab_token(const struct gram_vocab *gv, int32_t id, const uint8_t **b) {
-    if (id < 0 || id >= gv->n_vocab || gv->pos_of[id] < 0) {
-        *b = NULL;
-        return 0;
-    }
-    int s = gv->pos_of[id];
-    *b = gv->bytes + gv->off[s];
-    return (int)(gv->off[s + 1] - gv->off[s]);
-}
-
-int gram_vocab_longest(const struct gram_vocab *gv, const uint8_t *b, int n, int32_t *id,
-                       int *extended) {
-    for (int len = n < gv->max_len ? n : gv->max_len; len > 0; len--) {
-        int lo = 0, hi = gv->n; /* the first sorted string >= b[0..len) */
-        while (lo < hi) {
-            const int mid = lo + (hi - lo) / 2;
-            const int ml = (int)(gv->off[mid + 1] - gv->off[mid]);
-            int c = memcmp(gv->bytes + gv->off[mid], b, (size_t)(ml < len ? ml : len));
-            if (c == 0) c = ml - len;
-            if (c < 0) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo < gv->n && (int)(gv->off[lo + 1] - gv->off[lo]) == len &&
-            !memcmp(gv->bytes + gv->off[lo], b, (size_t)len)) {
-            *id = gv->ord[lo];
-            int j = lo + 1; /* past the other tokens of the same bytes */
-            while (j < gv->n && (int)(gv->off[j + 1] - gv->off[j]) == len && gv->lcp[j] >= len) j++;
-            if (extended) *extended = j < gv->n && gv->lcp[j] >= len;
-            return len;
-        }
-    }
-    return 0;
-}
 
 /* ---- walks -------------------------------------------------------------------------- */
 
@@ -355,6 +82,7 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
         f |= v[i] == &gram_sent ? GRAM_SF_SENT : v[i] ? GRAM_SF_LIVE : 0;
     x->set_flags[id] = f;
     x->set_gok[id] = GRAM_GOK_UNKNOWN;
+    x->set_reach[id] = 255;
     memset(x->memo + (size_t)id * 256, 0xff, 256 * sizeof(int32_t));
     x->sh[slot] = id + 1;
     x->set_slot[id] = slot;
@@ -442,72 +170,118 @@ static int utf8_lead(unsigned c) {
     return -1;
 }
 
-/* 1 when every valid non-ASCII character takes interned set s back to s, through live sets
+/* 1 when every valid non-ASCII character takes interned set s to set t, through live sets
  * inside the character: an exploration of (decoding state, set) pairs, each pair's bytes
  * once. 0 when not (or too many pairs to tell), -1 on overflow. */
 #define GRAM_LOOP_PAIRS 64
-static int loops_utf8(const struct gram *g, struct gram_scratch *x, int s,
+/* Adds pair (u, cs) to pu/ps unless there; 1 when full. */
+static int pair_add(int *pu, int *ps, int *n, int u, int cs) {
+    for (int i = 0; i < *n; i++)
+        if (pu[i] == u && ps[i] == cs) return 0;
+    if (*n == GRAM_LOOP_PAIRS) return 1;
+    pu[*n] = u;
+    ps[(*n)++] = cs;
+    return 0;
+}
+
+static int loops_utf8(const struct gram *g, struct gram_scratch *x, int s, int t,
                       const struct gnode **tmp, int cap) {
-    int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0, done = 0;
+    int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0;
+    int32_t last = -1; /* consecutive bytes mostly lead to the same pair: look it up once */
+    int last_u = -1;
     for (unsigned c = 0xc2; c <= 0xf4; c++) {
         const int32_t v = memo_next(g, x, s, c, tmp, cap);
         if (v < 0) return -1;
         if (!(v & GRAM_SF_LIVE)) return 0;
-        int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = pu[i] == utf8_lead(c) && ps[i] == v >> GRAM_SV_SHIFT;
-        if (seen) continue;
-        if (n == GRAM_LOOP_PAIRS) return 0;
-        pu[n] = utf8_lead(c);
-        ps[n++] = v >> GRAM_SV_SHIFT;
+        const int u = utf8_lead(c);
+        if (v == last && u == last_u) continue;
+        last = v;
+        last_u = u;
+        if (pair_add(pu, ps, &n, u, v >> GRAM_SV_SHIFT)) return 0;
     }
-    for (; done < n; done++) {
-        const int u = pu[done], cs = ps[done];
+    for (int done = 0; done < n; done++) {
+        const int u = pu[done], cs = ps[done], nu = utf8_st[u].next;
+        last = -1;
         for (unsigned c = utf8_st[u].lo; c <= utf8_st[u].hi; c++) {
             const int32_t v = memo_next(g, x, cs, c, tmp, cap);
             if (v < 0) return -1;
-            const int nu = utf8_st[u].next;
+            if (v == last) continue;
+            last = v;
             if (nu == 0) {
-                if ((v >> GRAM_SV_SHIFT) != s) return 0;
+                if ((v >> GRAM_SV_SHIFT) != t) return 0;
                 continue;
             }
             if (!(v & GRAM_SF_LIVE)) return 0;
-            int seen = 0;
-            for (int i = 0; i < n && !seen; i++) seen = pu[i] == nu && ps[i] == v >> GRAM_SV_SHIFT;
-            if (seen) continue;
-            if (n == GRAM_LOOP_PAIRS) return 0;
-            pu[n] = nu;
-            ps[n++] = v >> GRAM_SV_SHIFT;
+            if (pair_add(pu, ps, &n, nu, v >> GRAM_SV_SHIFT)) return 0;
         }
     }
     return 1;
 }
 
-/* x->set_gok[s]: the byte groups after each of whose bytes (GRAM_G_NONASCII: characters)
- * set s is s again. Letters and digits first: a set that does not loop on all of them
- * (nearly every set outside a string) costs a lookup or two and gets 0. -1 on overflow. */
-static int set_loops(const struct gram *g, struct gram_scratch *x, int s,
-                     const struct gnode **tmp, int cap) {
+/* x->set_gok[s] and x->set_succ[s]: the byte groups after each of whose bytes
+ * (GRAM_G_NONASCII: characters) set s is one same set, not empty, and that set. Letters and
+ * digits first: a set that does not go to one set after all of them (nearly every set
+ * outside a string) costs a lookup or two and gets 0. -1 on overflow. */
+static int set_groups(const struct gram *g, struct gram_scratch *x, int s,
+                      const struct gnode **tmp, int cap) {
     static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     x->set_gok[s] = 0;
-    for (const char *p = alnum; *p; p++) {
+    x->set_succ[s] = -1;
+    const int32_t v0 = memo_next(g, x, s, '0', tmp, cap);
+    if (v0 < 0) return -1;
+    if (!(v0 & GRAM_SF_ANY)) return 0;
+    const int t = v0 >> GRAM_SV_SHIFT;
+    for (const char *p = alnum + 1; *p; p++) {
         const int32_t v = memo_next(g, x, s, (unsigned char)*p, tmp, cap);
         if (v < 0) return -1;
-        if ((v >> GRAM_SV_SHIFT) != s) return 0;
+        if ((v >> GRAM_SV_SHIFT) != t) return 0;
     }
     uint8_t fail = 0; /* the other ASCII groups: all or nothing */
     for (unsigned c = 0; c < 0x80; c++) {
-        const uint8_t gr = byte_group((uint8_t)c);
+        const uint8_t gr = gram_byte_group((uint8_t)c);
         if (gr == GRAM_G_ALNUM || (fail & gr)) continue;
         const int32_t v = memo_next(g, x, s, c, tmp, cap);
         if (v < 0) return -1;
-        if ((v >> GRAM_SV_SHIFT) != s) fail |= gr;
+        if ((v >> GRAM_SV_SHIFT) != t) fail |= gr;
     }
     uint8_t gk = (uint8_t)((GRAM_G_ALNUM | GRAM_G_SPACE | GRAM_G_PUNCT | GRAM_G_QUOTE |
                             GRAM_G_BSL | GRAM_G_CTRL) & ~fail);
-    const int r = loops_utf8(g, x, s, tmp, cap);
+    const int r = loops_utf8(g, x, s, t, tmp, cap);
     if (r < 0) return -1;
     if (r) gk |= GRAM_G_NONASCII;
     x->set_gok[s] = gk;
+    x->set_succ[s] = t;
+    return 0;
+}
+
+/* set_groups for s and the sets its chain goes through (at most max_len characters: no
+ * subtree is deeper), then x->set_reach of each, last to first: how many characters of the
+ * chain's groups keep to the chain (255: it loops). -1 on overflow. */
+static int set_chain(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                     int s, const struct gnode **tmp, int cap) {
+    int chain[256], n = 0;
+    for (int c = s;;) {
+        if (set_groups(g, x, c, tmp, cap) < 0) return -1;
+        chain[n++] = c;
+        const int t = x->set_succ[c];
+        if (!x->set_gok[c] || t == c || n > V->max_len || n == 256 ||
+            x->set_gok[t] != GRAM_GOK_UNKNOWN || x->n_isets > GRAM_MAX_SETS / 2)
+            break; /* (the last: a shorter chain rather than a walk that overflows) */
+        c = t;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        const int c = chain[i], t = x->set_succ[c];
+        const uint8_t gk = x->set_gok[c];
+        int r = 0;
+        if (gk && t == c) {
+            r = 255;
+        } else if (gk) {
+            const int known = x->set_gok[t] != GRAM_GOK_UNKNOWN;
+            r = 1 + (known && !(gk & ~x->set_gok[t]) ? x->set_reach[t] : 0);
+            if (r > 254) r = 254;
+        }
+        x->set_reach[c] = (uint8_t)r;
+    }
     return 0;
 }
 
@@ -517,7 +291,8 @@ static int set_loops(const struct gram *g, struct gram_scratch *x, int s,
  * accepting its token is a branch-free OR (at nodes that end no token: 0 into word 0). No
  * call inside, so the loop keeps its pointers in registers. */
 __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo,
-                                                const uint8_t *gok, int32_t *lv,
+                                                const uint8_t *gok, const uint8_t *reach,
+                                                int32_t *lv,
                                                 struct walk_out *o, int k) {
     const struct gram_tnode *const tn = V->tn;
     const int nt = V->n_tnodes;
@@ -538,9 +313,12 @@ __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, cons
         if (__builtin_expect(id >= 0 && !(cur & GRAM_SF_ANY) && (cur & uncf) && o->unc, 0))
             o->unc[o->n_unc++] = V->tn_first[k];
         if (__builtin_expect(cur & GRAM_SF_LIVE, 1)) {
-            /* The set loops on every byte below (or its loops are not known yet: GRAM_GOK_UNKNOWN
-             * has every bit): the caller takes the subtree (or computes them). */
-            if (__builtin_expect(!(tn[k].sub & ~gok[cur >> GRAM_SV_SHIFT]), 0)) break;
+            /* The set's chain takes every byte below, as deep as they go (or it is not known
+             * yet: GRAM_GOK_UNKNOWN has every bit, reach 255): the caller takes the subtree
+             * (or computes the chain). */
+            if (__builtin_expect(!(tn[k].sub & ~gok[cur >> GRAM_SV_SHIFT]), 0) &&
+                tn[k].below <= reach[cur >> GRAM_SV_SHIFT])
+                break;
             k++;
             continue;
         }
@@ -552,6 +330,20 @@ __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, cons
         k = e;
     }
     return k;
+}
+
+/* The start set (level 0 of x->sets) into tmp with interned stacks; -1 on overflow. */
+static int canon_root(struct gram_scratch *x, const struct gnode **tmp) {
+    for (int i = 0; i < x->set_n[0]; i++) {
+        tmp[i] = gram_canon(x, x->sets[i]);
+        if (x->overflow) return -1;
+    }
+    return 0;
+}
+
+/* Accepts the tokens of sorted indexes [i, end). */
+static void take_range(uint64_t *restrict acc, const int32_t *restrict ord, int i, int end) {
+    for (; i < end; i++) acc[ord[i] >> 6] |= 1ull << (ord[i] & 63);
 }
 
 /* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
@@ -567,7 +359,7 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
     x->ss_n = 0;
     x->intern = 1;
     const struct gnode **tmp = x->sets + cap; /* level 0 keeps the root */
-    memcpy(tmp, x->sets, (size_t)x->set_n[0] * sizeof(*tmp));
+    if (canon_root(x, tmp)) goto overflow;
     int sid = intern_set(x, tmp, x->set_n[0]);
     if (sid < 0) goto overflow;
     int32_t *const lv = x->level_sid;
@@ -579,7 +371,7 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
         goto done;
     }
     for (int k = 0;;) {
-        k = walk_nodes(V, x->memo, x->set_gok, lv, o, k);
+        k = walk_nodes(V, x->memo, x->set_gok, x->set_reach, lv, o, k);
         if (k >= V->n_tnodes) break;
         const struct gram_tnode *t = &V->tn[k];
         const int up = lv[t->depth - 1] >> GRAM_SV_SHIFT;
@@ -589,20 +381,67 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
             continue;
         }
         const int s = cur >> GRAM_SV_SHIFT;
-        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* loops not known yet (visited again) */
-            if (set_loops(g, x, s, tmp, cap) < 0) goto overflow;
+        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* chain not known yet (visited again) */
+            if (set_chain(g, x, V, s, tmp, cap) < 0) goto overflow;
             continue;
         }
-        /* Node k's state loops on every byte below it: each token below comes back to that
-         * live set at every character's end and stays live inside characters, so all are
-         * accepted, whatever the sentinel flags (a token is uncertain only when its set is
-         * empty). Node k itself was counted by walk_nodes. */
+        /* Node k's state keeps to its chain for every byte below it: each token below is at a
+         * set of the chain, not empty, at every character's end and at live sets inside
+         * characters, so all are accepted, whatever the sentinel flags (a token is uncertain
+         * only when its set is empty). Node k itself was counted by walk_nodes. */
         const int e = V->tn_end[k];
-        for (int i = V->tn_first[k] + (t->id >= 0); i < V->tn_first[e]; i++)
-            o->acc[V->ord[i] >> 6] |= 1ull << (V->ord[i] & 63);
+        take_range(o->acc, V->ord, V->tn_first[k] + (t->id >= 0), V->tn_first[e]);
         k = e;
     }
 done:
+    intern_clear(x);
+    return GRAM_OK;
+overflow:
+    intern_clear(x);
+    x->overflow = 0;
+    x->n_nodes = nodes0;
+    o->n_unc = n_unc0;
+    return 1;
+}
+
+/* walk_interned's way over a sorted list of tokens (llcp: each one's common prefix with the
+ * one before): a state per depth, one memo lookup per byte past that prefix. Returns 1 on
+ * overflow, as walk_interned. */
+static int walk_list_interned(const struct gram *g, struct gram_scratch *x,
+                              const struct gram_vocab *V, const int32_t *list,
+                              const uint8_t *llcp, int n, struct walk_out *o) {
+    const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
+    const int n_unc0 = o->n_unc, nodes0 = x->n_nodes;
+    x->n_nh_used = 0;
+    x->n_isets = 0;
+    x->ss_n = 0;
+    x->intern = 1;
+    const struct gnode **tmp = x->sets + cap;
+    if (canon_root(x, tmp)) goto overflow;
+    const int sid = intern_set(x, tmp, x->set_n[0]);
+    if (sid < 0) goto overflow;
+    int32_t *const lv = x->level_sid;
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
+    lv[0] = (int32_t)((sid << GRAM_SV_SHIFT) | x->set_flags[sid]);
+    int valid = 0;
+    for (int i = 0; i < n; i++) {
+        const int s = list[i];
+        const uint8_t *b = V->bytes + V->off[s];
+        const int len = (int)(V->off[s + 1] - V->off[s]);
+        int d = i == 0 ? 0 : llcp[i];
+        if (d > valid) d = valid;
+        for (; d < len && (lv[d] & GRAM_SF_LIVE); d++) {
+            const int32_t v = memo_next(g, x, lv[d] >> GRAM_SV_SHIFT, b[d], tmp, cap);
+            if (v < 0) goto overflow;
+            lv[d + 1] = v | ((lv[d] & uncf) ? GRAM_SV_UNC : 0);
+        }
+        valid = d;
+        if (d == len && (lv[d] & GRAM_SF_ANY)) {
+            o->acc[V->ord[s] >> 6] |= 1ull << (V->ord[s] & 63);
+        } else if ((lv[d] & uncf) && o->unc) {
+            o->unc[o->n_unc++] = s;
+        }
+    }
     intern_clear(x);
     return GRAM_OK;
 overflow:
@@ -617,8 +456,8 @@ overflow:
 static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
                 const int32_t *list, const uint8_t *llcp, int n, struct walk_out *o) {
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
-    if (!list && !x->no_intern) {
-        const int rc = walk_interned(g, x, V, o);
+    if (!x->no_intern) {
+        const int rc = list ? walk_list_interned(g, x, V, list, llcp, n, o) : walk_interned(g, x, V, o);
         if (rc != 1) return rc;
     }
     int valid = 0;
@@ -671,25 +510,68 @@ static void make_key(const struct gnode *st, int32_t *key) {
     for (int j = i + 1; j <= GRAM_CACHE_DEPTH; j++) key[j] = 0;
 }
 
-/* Fill an entry for key (outside the lock). */
-static int fill(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
-                const int32_t *key, struct gram_centry *e) {
+static int cmp_key(const void *a, const void *b) {
+    const int32_t *p = a, *q = b;
+    for (int i = 0; i < GRAM_KEY_W; i++)
+        if (p[i] != q[i]) return p[i] < q[i] ? -1 : 1;
+    return 0;
+}
+
+/* The cache key of the stacks st[0..n) into x->keys: each live stack's top frames, sorted,
+ * without repeats. Returns how many. */
+static int make_keys(struct gram_scratch *x, const struct gnode *const *st, int n) {
+    int nk = 0;
+    for (int i = 0; i < n; i++)
+        if (st[i]) make_key(st[i], x->keys + (size_t)nk++ * GRAM_KEY_W);
+    if (nk > 1) qsort(x->keys, (size_t)nk, GRAM_KEY_W * sizeof(int32_t), cmp_key);
+    int w = nk > 0;
+    for (int i = 1; i < nk; i++)
+        if (cmp_key(x->keys + (size_t)i * GRAM_KEY_W, x->keys + (size_t)(w - 1) * GRAM_KEY_W))
+            memmove(x->keys + (size_t)w++ * GRAM_KEY_W, x->keys + (size_t)i * GRAM_KEY_W,
+                    GRAM_KEY_W * sizeof(int32_t));
+    return w;
+}
+
+static uint64_t key_hash(const int32_t *key, int nk) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < (size_t)nk * GRAM_KEY_W; i++) h = (h ^ (uint32_t)key[i]) * 1099511628211ull;
+    return h;
+}
+
+static void centry_free(struct gram_centry *e) {
+    free(e->key);
+    free(e->acc);
+    free(e->unc);
+    free(e->unc_lcp);
     memset(e, 0, sizeof(*e));
-    memcpy(e->key, key, sizeof(e->key));
+}
+
+/* Fill an entry for the key in x->keys (nk stacks), outside the lock: one walk from all the
+ * key's stacks at once, each its frames over the sentinel. */
+static int fill(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                int nk, uint64_t hash, struct gram_centry *e) {
+    memset(e, 0, sizeof(*e));
+    e->hash = hash;
+    e->n_keys = nk;
     const size_t words = ((size_t)V->n_vocab + 63) / 64;
+    e->key = malloc((size_t)nk * GRAM_KEY_W * sizeof(int32_t));
     e->acc = calloc(words, sizeof(uint64_t));
     int32_t *unc = malloc((size_t)(V->n + 1) * sizeof(int32_t));
-    if (!e->acc || !unc) goto fail;
+    if (!e->key || !e->acc || !unc) goto fail;
+    memcpy(e->key, x->keys, (size_t)nk * GRAM_KEY_W * sizeof(int32_t));
     x->n_nodes = 0;
     x->overflow = 0;
     x->depth_guard = 0;
-    int nk = 0;
-    while (nk <= GRAM_CACHE_DEPTH && key[nk] >= 0) nk++;
-    const struct gnode *st = key[nk] == -2 ? &gram_sent : NULL;
-    for (int i = nk - 1; i >= 0; i--) st = gram_node(x, key[i], st);
+    for (int k = 0; k < nk; k++) {
+        const int32_t *key = e->key + (size_t)k * GRAM_KEY_W;
+        int d = 0;
+        while (d <= GRAM_CACHE_DEPTH && key[d] >= 0) d++;
+        const struct gnode *st = key[d] == -2 ? &gram_sent : NULL;
+        for (int i = d - 1; i >= 0; i--) st = gram_node(x, key[i], st);
+        x->sets[k] = st;
+    }
     if (x->overflow) goto fail;
-    x->sets[0] = st;
-    x->set_n[0] = 1;
+    x->set_n[0] = nk;
     struct walk_out o = {e->acc, unc, 0};
     if (walk(g, x, V, NULL, NULL, V->n, &o)) goto fail;
     e->n_unc = o.n_unc;
@@ -712,36 +594,41 @@ static int fill(const struct gram *g, struct gram_scratch *x, const struct gram_
     return GRAM_OK;
 fail:
     free(unc);
-    free(e->acc);
-    free(e->unc);
-    free(e->unc_lcp);
-    memset(e, 0, sizeof(*e));
+    centry_free(e);
     return x->overflow ? GRAM_EBUDGET : GRAM_ENOMEM;
 }
 
-/* The entry for key, filled on first use; NULL when the cache cannot hold it. */
+static const struct gram_centry *cache_find(const struct gram *g, const int32_t *key, int nk,
+                                            uint64_t hash) {
+    for (int i = 0; i < g->n_cache; i++) {
+        const struct gram_centry *e = &g->cache[i];
+        if (e->hash == hash && e->n_keys == nk &&
+            memcmp(e->key, key, (size_t)nk * GRAM_KEY_W * sizeof(int32_t)) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* The entry for the key in x->keys, filled on first use; NULL when the cache cannot hold
+ * it. */
 static const struct gram_centry *cache_get(struct gram *g, struct gram_scratch *x,
-                                           const struct gram_vocab *V, const int32_t *key,
-                                           int *rc) {
+                                           const struct gram_vocab *V, int nk, int *rc) {
     *rc = GRAM_OK;
+    const uint64_t hash = key_hash(x->keys, nk);
     pthread_mutex_lock(&g->lock);
     g->lookups++;
     if (!g->cache_vocab) g->cache_vocab = V;
-    const struct gram_centry *hit = NULL;
-    if (g->cache_vocab == V)
-        for (int i = 0; i < g->n_cache && !hit; i++)
-            if (memcmp(g->cache[i].key, key, sizeof(g->cache[i].key)) == 0) hit = &g->cache[i];
+    const struct gram_centry *hit = g->cache_vocab == V ? cache_find(g, x->keys, nk, hash) : NULL;
     int room = g->cache_vocab == V && g->n_cache < GRAM_CACHE_MAX;
     if (hit) g->hits++;
     pthread_mutex_unlock(&g->lock);
     if (hit || !room) return hit;
     struct gram_centry e;
-    *rc = fill(g, x, V, key, &e);
+    *rc = fill(g, x, V, nk, hash, &e);
     if (*rc) return NULL;
     pthread_mutex_lock(&g->lock);
     if (!g->cache) g->cache = calloc(GRAM_CACHE_MAX, sizeof(*g->cache));
-    for (int i = 0; i < g->n_cache && !hit; i++)
-        if (memcmp(g->cache[i].key, key, sizeof(g->cache[i].key)) == 0) hit = &g->cache[i];
+    hit = cache_find(g, e.key, nk, hash);
     int stored = 0;
     if (!hit && g->cache && g->n_cache < GRAM_CACHE_MAX) {
         g->cache[g->n_cache] = e;
@@ -749,20 +636,12 @@ static const struct gram_centry *cache_get(struct gram *g, struct gram_scratch *
         stored = 1;
     }
     pthread_mutex_unlock(&g->lock);
-    if (!stored) {
-        free(e.acc);
-        free(e.unc);
-        free(e.unc_lcp);
-    }
+    if (!stored) centry_free(&e);
     return hit;
 }
 
 void gram_cache_free(struct gram *g) {
-    for (int i = 0; i < g->n_cache; i++) {
-        free(g->cache[i].acc);
-        free(g->cache[i].unc);
-        free(g->cache[i].unc_lcp);
-    }
+    for (int i = 0; i < g->n_cache; i++) centry_free(&g->cache[i]);
     free(g->cache);
     g->cache = NULL;
     g->n_cache = 0;
@@ -785,29 +664,23 @@ int gram_match_mask(struct gram_match *m, struct gram_scratch *x, const struct g
     memset(mask, 0, words * sizeof(uint64_t));
     if (V->max_len > x->max_len) return GRAM_EINVAL;
     int rc = GRAM_OK;
-    for (int i = 0; i < m->n_st && !rc; i++) {
-        const struct gnode *st = m->st[i];
-        if (!st) continue;
-        const struct gram_centry *e = NULL;
-        if (!uncached) {
-            int32_t key[GRAM_CACHE_DEPTH + 1];
-            make_key(st, key);
-            e = cache_get(g, x, V, key, &rc);
-            if (rc) break;
-        }
+    const struct gram_centry *e = NULL;
+    const int nk = make_keys(x, m->st, m->n_st);
+    if (nk > 0 && !uncached) e = cache_get(g, x, V, nk, &rc);
+    if (nk > 0 && !rc && (!e || e->n_unc)) {
+        /* the uncertain tokens (or, past the cache's room, all) from the real stacks */
         x->n_nodes = 0;
         x->overflow = 0;
         x->depth_guard = 0;
-        x->sets[0] = st;
-        x->set_n[0] = 1;
+        int n = 0;
+        for (int i = 0; i < m->n_st; i++)
+            if (m->st[i]) x->sets[n++] = m->st[i];
+        x->set_n[0] = n;
         struct walk_out o = {mask, NULL, 0};
-        if (!e) {
-            rc = walk(g, x, V, NULL, NULL, V->n, &o);
-            continue;
-        }
-        for (size_t w = 0; w < words; w++) mask[w] |= e->acc[w];
-        if (e->n_unc) rc = walk(g, x, V, e->unc, e->unc_lcp, e->n_unc, &o);
+        rc = e ? walk(g, x, V, e->unc, e->unc_lcp, e->n_unc, &o) : walk(g, x, V, NULL, NULL, V->n, &o);
     }
+    if (e)
+        for (size_t w = 0; w < words; w++) mask[w] |= e->acc[w];
     int cnt = 0;
     for (size_t w = 0; w < words; w++) cnt += __builtin_popcountll(mask[w]);
     if (n_allowed) *n_allowed = cnt;

@@ -51,6 +51,23 @@ const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct 
     return n;
 }
 
+const struct gnode *gram_canon(struct gram_scratch *x, const struct gnode *st) {
+    int n = 0;
+    const struct gnode *up = st;
+    for (; up && up != &gram_sent; up = up->up) {
+        if (n >= x->lim.max_nodes) {
+            x->overflow = 1;
+            return NULL;
+        }
+        x->posbuf[n++] = up->pos;
+    }
+    while (n > 0) { /* rebuild from the bottom */
+        up = gram_node(x, x->posbuf[--n], up);
+        if (x->overflow) return NULL;
+    }
+    return up;
+}
+
 static int stack_eq(const struct gnode *a, const struct gnode *b) {
     while (a != b) {
         if (!a || !b || a == &gram_sent || b == &gram_sent || a->pos != b->pos) return 0;
@@ -62,8 +79,13 @@ static int stack_eq(const struct gnode *a, const struct gnode *b) {
 
 static int set_add(struct gram_scratch *x, const struct gnode **out, int *n, int cap,
                    const struct gnode *st) {
-    for (int i = 0; i < *n; i++)
-        if (stack_eq(out[i], st)) return 0;
+    if (x->intern) { /* every node is the one of its stack (gram_canon): equal is identical */
+        for (int i = 0; i < *n; i++)
+            if (out[i] == st) return 0;
+    } else {
+        for (int i = 0; i < *n; i++)
+            if (stack_eq(out[i], st)) return 0;
+    }
     if (*n >= cap) {
         x->overflow = 1;
         return -1;
@@ -161,9 +183,15 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->memo = malloc((size_t)GRAM_MAX_SETS * 256 * sizeof(int32_t));
     x->level_sid = calloc(levels, sizeof(*x->level_sid));
     x->set_gok = malloc(GRAM_MAX_SETS);
+    x->set_reach = malloc(GRAM_MAX_SETS);
+    x->set_succ = malloc(GRAM_MAX_SETS * sizeof(int32_t));
+    x->keys = malloc((size_t)x->lim.max_stacks * GRAM_KEY_W * sizeof(int32_t));
+    x->posbuf = malloc((size_t)x->lim.max_nodes * sizeof(int32_t));
     if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
         !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
-        !x->nh_used || !x->set_slot || !x->set_gok) {
+        !x->nh_used || !x->set_slot || !x->set_gok || !x->keys ||
+        !x->set_reach || !x->set_succ ||
+        !x->posbuf) {
         gram_scratch_destroy(x);
         return GRAM_ENOMEM;
     }
@@ -183,6 +211,10 @@ void gram_scratch_destroy(struct gram_scratch *x) {
     free(x->set_off);
     free(x->set_len);
     free(x->set_gok);
+    free(x->set_reach);
+    free(x->set_succ);
+    free(x->keys);
+    free(x->posbuf);
     free(x->set_flags);
     free(x->sh);
     free(x->nh_used);

@@ -375,9 +375,11 @@ static void test_mask_real_vocab(void) {
     model_free(md);
 }
 
-/* Inside strings, where a walk takes whole subtrees of the trie at sets that loop on some
- * byte groups (grammar_mask.c, set_loops): masks against the plain walk and brute force on
- * Gemma's vocabulary, for classes that loop on every group, on some, or on no non-ASCII. */
+/* Inside strings, where a walk takes whole subtrees of the trie at sets whose chains take
+ * some byte groups (grammar_mask.c, set_chain): masks against the plain walk and brute force
+ * on Gemma's vocabulary, for classes that loop on every group, on some, or on no non-ASCII,
+ * for counted characters (the chain is the count: minLength, maxLength, both, and a count
+ * that ends inside a token), and for states of several stacks with different chains. */
 static void test_mask_loops_real_vocab(void) {
     struct model *md = t_model_or_skip();
     struct gram_vocab *gv = NULL;
@@ -389,10 +391,15 @@ static void test_mask_loops_real_vocab(void) {
         "root ::= \"\\\"\" [^\"\\u00e9]* \"\\\"\"\n",                        /* no U+00E9 */
         "root ::= \"\\\"\" ([a-zA-Z0-9 ] | \"\\u00e9\")* \"\\\"\"\n",        /* ASCII loops */
         "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,40} \"\\\"\"\n",           /* bounded */
+        "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{12,} \"\\\"\"\n",            /* minLength */
+        "root ::= \"\\\"\" ([^\"\\\\\\x00-\\x1F] | \"\\\\\\\"\"){3,9} \"\\\"\" \"}\"\n", /* short */
+        "root ::= \"\\\"\" ([ -!#-\\[\\]-\\U0010FFFF] | \"\\\\t\"){1,255} \"\\\"\"\n", /* a key */
+        "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{2} [a-zA-Z0-9]* \"\\\"\"\n", /* narrower */
+        "root ::= \"\\\"\" [a-z ]{5,30} \"\\\"\" | \"\\\"\" [^\"]* \"\\\",\" | \"\\\"\" [a-m]{2} \"x\"\n",
     };
-    for (int gi = 0; gi < 5; gi++) {
+    for (int gi = 0; gi < 10; gi++) {
         struct gram *g = compile(grams[gi]);
-        check_masks(g, gv, x, 3, 1000 + (uint64_t)gi, 4096);
+        check_masks(g, gv, x, gi < 4 ? 3 : 5, 1000 + (uint64_t)gi, 4096);
         gram_unref(g);
     }
     gram_scratch_destroy(x);
