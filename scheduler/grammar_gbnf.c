@@ -321,6 +321,8 @@ int gram_compile_gbnf(const char *text, size_t len, const struct gram_limits *li
     g = calloc(1, sizeof(*g));
     if (!g) goto fail_nomem;
     g->refs = 1;
+    static uint64_t serials;
+    g->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     g->lim = *lim;
     g->n_rules = b.n_rules;
     g->root = root;

@@ -50,6 +50,7 @@ struct gram_centry {
 
 struct gram {
     int refs;                      /* atomic */
+    uint64_t serial;               /* unique among the grammars a process compiles */
     struct gram_limits lim;
     struct gram_elem *el;          /* [n_el] all rules */
     int n_el;
@@ -92,6 +93,11 @@ struct gram_scratch {
     /* Whole-vocabulary walks intern nodes and sets and memoise (set, byte) -> set, so a
      * state met again anywhere in the trie costs one lookup (grammar_mask.c). */
     int intern;                    /* 1: gram_node returns the one node per (pos, up) */
+    /* The interned nodes, sets and memo are kept between walks of one grammar (grammar_mask.c,
+     * intern_prepare): nodes[0..n_keep) are theirs, and other uses of the arena start past
+     * them. */
+    int n_keep;
+    uint64_t intern_serial;        /* the grammar they belong to (gram.serial), 0: none */
     int no_intern;                 /* tests: walk without interning */
     const struct gnode **nh;       /* [nh_cap] node hash (empty between walks) */
     int nh_cap;
@@ -111,9 +117,16 @@ struct gram_scratch {
     int32_t *set_succ;             /* [GRAM_MAX_SETS] the set after one of those characters */
     int32_t *keys;                 /* [max_stacks * GRAM_KEY_W] a mask's cache key */
     int32_t *posbuf;               /* [max_nodes] gram_canon's positions */
+    /* set_add's hash of a big set's stacks (interned walks): slot i holds dd[i] when
+     * dd_gen[i] == gen; gram_advance starts a new one by a new gen */
+    const struct gnode **dd;       /* [dd_cap] */
+    uint32_t *dd_gen;              /* [dd_cap] */
+    uint32_t gen;
+    int dd_cap, dd_on;
 };
 
-#define GRAM_MAX_SETS 1024
+#define GRAM_DD_MIN 16                /* set_add hashes sets from this size */
+#define GRAM_MAX_SETS 4096
 #define GRAM_SS_CAP (GRAM_MAX_SETS * 16)
 #define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
 #define GRAM_SF_LIVE 1                /* a stack that can take a byte */
@@ -155,6 +168,7 @@ struct gram_tnode {
 #define GRAM_G_CTRL 32                /* 0x00-0x1F, 0x7F */
 #define GRAM_G_NONASCII 64            /* bytes of valid non-ASCII characters */
 #define GRAM_G_BAD 128
+#define GRAM_G_TEXT (GRAM_G_ALNUM | GRAM_G_SPACE | GRAM_G_PUNCT | GRAM_G_NONASCII)
 static inline uint8_t gram_byte_group(uint8_t c) {
     if (c >= 0x80) return GRAM_G_NONASCII;
     if (c < 0x20 || c == 0x7f) return GRAM_G_CTRL;

@@ -52,7 +52,7 @@ static int cmp_ptr(const void *a, const void *b) {
 
 /* The id of the set v[0..n) (sorted in place), added when new; -1 when the tables are full. */
 static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
-    if (n > 16) {
+    if (n > 64) {
         qsort(v, (size_t)n, sizeof(*v), cmp_ptr);
     } else { /* most sets are a few stacks: no call per comparison */
         for (int i = 1; i < n; i++) {
@@ -89,13 +89,28 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
     return id;
 }
 
-/* Empties the node and set hashes (only the slots this walk filled). */
+/* Empties the node and set hashes (only the slots filled) and the tables behind them. */
 static void intern_clear(struct gram_scratch *x) {
     for (int i = 0; i < x->n_nh_used; i++) x->nh[x->nh_used[i]] = NULL;
     for (int i = 0; i < x->n_isets; i++) x->sh[x->set_slot[i]] = 0;
     x->n_nh_used = 0;
     x->n_isets = 0;
+    x->ss_n = 0;
+    x->n_keep = 0;
     x->intern = 0;
+}
+
+/* Before a mask: the interned tables (nodes, sets, memo, chains) are kept from walk to walk
+ * of the same grammar, since what one walk learnt of the grammar holds for the next (a
+ * string's count, say, is walked again one token further on); they are flushed for another
+ * grammar or when half full. Then x's arena starts past the kept nodes. */
+static void intern_prepare(const struct gram *g, struct gram_scratch *x) {
+    if (x->intern_serial != g->serial || x->n_keep > x->lim.max_nodes / 2 ||
+        x->n_isets > GRAM_MAX_SETS / 2 || x->ss_n > GRAM_SS_CAP / 2) {
+        intern_clear(x);
+        x->intern_serial = g->serial;
+    }
+    x->n_nodes = x->n_keep;
 }
 
 /* A walk's state at a trie depth, one int: the interned set's id << GRAM_SV_SHIFT, its
@@ -254,6 +269,98 @@ static int set_groups(const struct gram *g, struct gram_scratch *x, int s,
     return 0;
 }
 
+/* Adds set t to fam[0..*n) unless there; 1 when full. */
+#define GRAM_FAMILY_MAX 64
+static int fam_add(int *fam, int *n, int t) {
+    for (int i = 0; i < *n; i++)
+        if (fam[i] == t) return 0;
+    if (*n == GRAM_FAMILY_MAX) return 1;
+    fam[(*n)++] = t;
+    return 0;
+}
+
+/* Where every valid non-ASCII character from set s goes through live sets inside it: adds
+ * the sets after it to fam and returns 1; 0 when some character is refused (or too much to
+ * tell), 2 when fam is full, -1 on overflow. */
+static int family_utf8(const struct gram *g, struct gram_scratch *x, int s, int *fam, int *nf,
+                       const struct gnode **tmp, int cap) {
+    int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0;
+    int32_t last = -1;
+    int last_u = -1;
+    for (unsigned c = 0xc2; c <= 0xf4; c++) {
+        const int32_t v = memo_next(g, x, s, c, tmp, cap);
+        if (v < 0) return -1;
+        if (!(v & GRAM_SF_LIVE)) return 0;
+        const int u = utf8_lead(c);
+        if (v == last && u == last_u) continue;
+        last = v;
+        last_u = u;
+        if (pair_add(pu, ps, &n, u, v >> GRAM_SV_SHIFT)) return 0;
+    }
+    for (int done = 0; done < n; done++) {
+        const int u = pu[done], cs = ps[done], nu = utf8_st[u].next;
+        last = -1;
+        for (unsigned c = utf8_st[u].lo; c <= utf8_st[u].hi; c++) {
+            const int32_t v = memo_next(g, x, cs, c, tmp, cap);
+            if (v < 0) return -1;
+            if (v == last) continue;
+            last = v;
+            if (nu == 0) {
+                if (!(v & GRAM_SF_ANY)) return 0;
+                if (fam_add(fam, nf, v >> GRAM_SV_SHIFT)) return 2;
+                continue;
+            }
+            if (!(v & GRAM_SF_LIVE)) return 0;
+            if (pair_add(pu, ps, &n, nu, v >> GRAM_SV_SHIFT)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* For a set whose characters lead to different sets (a pattern's search inside a string): a
+ * family of at most GRAM_FAMILY_MAX sets, s among them, and groups G with letters and digits
+ * among them, such that every character of G takes each member to a member, not empty. Then
+ * every token made of G's characters is accepted from any member, however long: each member
+ * gets G with reach 255. Nothing is set when there is none (s keeps gok 0). -1 on overflow. */
+static int set_family(const struct gram *g, struct gram_scratch *x, int s,
+                      const struct gnode **tmp, int cap) {
+    int fam[GRAM_FAMILY_MAX], n = 0;
+    /* not quotes, backslashes or controls: they end or escape a string, and a member after
+     * them (the sentence past the string) would refuse letters */
+    uint8_t gk = GRAM_G_TEXT;
+    fam[n++] = s;
+    for (int i = 0; i < n; i++) {
+        const int t = fam[i];
+        for (unsigned c = '0'; c < 0x80 + '0'; c++) { /* letters and digits early */
+            const unsigned b = c & 0x7f;
+            const uint8_t gr = gram_byte_group((uint8_t)b);
+            if (!(gk & gr)) continue;
+            const int32_t v = memo_next(g, x, t, b, tmp, cap);
+            if (v < 0) return -1;
+            if (!(v & GRAM_SF_ANY)) {
+                if (gr == GRAM_G_ALNUM) return 0;
+                gk &= (uint8_t)~gr;
+                continue;
+            }
+            if (fam_add(fam, &n, v >> GRAM_SV_SHIFT)) return 0;
+        }
+        if (gk & GRAM_G_NONASCII) {
+            const int r = family_utf8(g, x, t, fam, &n, tmp, cap);
+            if (r < 0) return -1;
+            if (r == 2) return 0;
+            if (r == 0) gk &= (uint8_t)~GRAM_G_NONASCII;
+        }
+    }
+    for (int i = 0; i < n; i++) { /* where it tells more than a member's own chain */
+        const uint8_t old = x->set_gok[fam[i]];
+        if (old != GRAM_GOK_UNKNOWN && (old & ~gk)) continue;
+        x->set_gok[fam[i]] = gk;
+        x->set_reach[fam[i]] = 255;
+        x->set_succ[fam[i]] = -1;
+    }
+    return 0;
+}
+
 /* set_groups for s and the sets its chain goes through (at most max_len characters: no
  * subtree is deeper), then x->set_reach of each, last to first: how many characters of the
  * chain's groups keep to the chain (255: it loops). -1 on overflow. */
@@ -262,10 +369,15 @@ static int set_chain(const struct gram *g, struct gram_scratch *x, const struct 
     int chain[256], n = 0;
     for (int c = s;;) {
         if (set_groups(g, x, c, tmp, cap) < 0) return -1;
+        if (c == s && (x->set_gok[s] & GRAM_G_TEXT) != GRAM_G_TEXT) {
+            /* one successor for letters and digits, or not even that: a family may do more */
+            if (set_family(g, x, s, tmp, cap) < 0) return -1;
+            if (x->set_gok[s] && x->set_reach[s] == 255) return 0;
+        }
         chain[n++] = c;
         const int t = x->set_succ[c];
         if (!x->set_gok[c] || t == c || n > V->max_len || n == 256 ||
-            x->set_gok[t] != GRAM_GOK_UNKNOWN || x->n_isets > GRAM_MAX_SETS / 2)
+            x->set_gok[t] != GRAM_GOK_UNKNOWN || x->n_isets > GRAM_MAX_SETS * 3 / 4)
             break; /* (the last: a shorter chain rather than a walk that overflows) */
         c = t;
     }
@@ -354,9 +466,6 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
                          struct walk_out *o) {
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
     const int n_unc0 = o->n_unc, nodes0 = x->n_nodes;
-    x->n_nh_used = 0;
-    x->n_isets = 0;
-    x->ss_n = 0;
     x->intern = 1;
     const struct gnode **tmp = x->sets + cap; /* level 0 keeps the root */
     if (canon_root(x, tmp)) goto overflow;
@@ -394,7 +503,8 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
         k = e;
     }
 done:
-    intern_clear(x);
+    x->intern = 0;
+    x->n_keep = x->n_nodes;
     return GRAM_OK;
 overflow:
     intern_clear(x);
@@ -412,9 +522,6 @@ static int walk_list_interned(const struct gram *g, struct gram_scratch *x,
                               const uint8_t *llcp, int n, struct walk_out *o) {
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
     const int n_unc0 = o->n_unc, nodes0 = x->n_nodes;
-    x->n_nh_used = 0;
-    x->n_isets = 0;
-    x->ss_n = 0;
     x->intern = 1;
     const struct gnode **tmp = x->sets + cap;
     if (canon_root(x, tmp)) goto overflow;
@@ -442,7 +549,8 @@ static int walk_list_interned(const struct gram *g, struct gram_scratch *x,
             o->unc[o->n_unc++] = s;
         }
     }
-    intern_clear(x);
+    x->intern = 0;
+    x->n_keep = x->n_nodes;
     return GRAM_OK;
 overflow:
     intern_clear(x);
@@ -457,7 +565,10 @@ static int walk(const struct gram *g, struct gram_scratch *x, const struct gram_
                 const int32_t *list, const uint8_t *llcp, int n, struct walk_out *o) {
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
     if (!x->no_intern) {
-        const int rc = list ? walk_list_interned(g, x, V, list, llcp, n, o) : walk_interned(g, x, V, o);
+        const int fresh = x->n_isets == 0;
+        int rc = list ? walk_list_interned(g, x, V, list, llcp, n, o) : walk_interned(g, x, V, o);
+        if (rc == 1 && !fresh) /* the kept tables filled up: again with them empty */
+            rc = list ? walk_list_interned(g, x, V, list, llcp, n, o) : walk_interned(g, x, V, o);
         if (rc != 1) return rc;
     }
     int valid = 0;
@@ -559,7 +670,7 @@ static int fill(const struct gram *g, struct gram_scratch *x, const struct gram_
     int32_t *unc = malloc((size_t)(V->n + 1) * sizeof(int32_t));
     if (!e->key || !e->acc || !unc) goto fail;
     memcpy(e->key, x->keys, (size_t)nk * GRAM_KEY_W * sizeof(int32_t));
-    x->n_nodes = 0;
+    x->n_nodes = x->n_keep;
     x->overflow = 0;
     x->depth_guard = 0;
     for (int k = 0; k < nk; k++) {
@@ -663,13 +774,14 @@ int gram_match_mask(struct gram_match *m, struct gram_scratch *x, const struct g
     const size_t words = ((size_t)V->n_vocab + 63) / 64;
     memset(mask, 0, words * sizeof(uint64_t));
     if (V->max_len > x->max_len) return GRAM_EINVAL;
+    intern_prepare(g, x);
     int rc = GRAM_OK;
     const struct gram_centry *e = NULL;
     const int nk = make_keys(x, m->st, m->n_st);
     if (nk > 0 && !uncached) e = cache_get(g, x, V, nk, &rc);
     if (nk > 0 && !rc && (!e || e->n_unc)) {
         /* the uncertain tokens (or, past the cache's room, all) from the real stacks */
-        x->n_nodes = 0;
+        x->n_nodes = x->n_keep;
         x->overflow = 0;
         x->depth_guard = 0;
         int n = 0;

@@ -77,11 +77,35 @@ static int stack_eq(const struct gnode *a, const struct gnode *b) {
     return 1;
 }
 
+static int dd_slot(const struct gnode *p, int mask) {
+    return (int)((((uint64_t)(uintptr_t)p >> 3) * 0x9e3779b97f4a7c15ull) >> 40) & mask;
+}
+
 static int set_add(struct gram_scratch *x, const struct gnode **out, int *n, int cap,
                    const struct gnode *st) {
     if (x->intern) { /* every node is the one of its stack (gram_canon): equal is identical */
-        for (int i = 0; i < *n; i++)
-            if (out[i] == st) return 0;
+        if (*n < GRAM_DD_MIN) {
+            for (int i = 0; i < *n; i++)
+                if (out[i] == st) return 0;
+        } else { /* a big set: a hash of its pointers, built at GRAM_DD_MIN entries */
+            const int mask = x->dd_cap - 1;
+            if (!x->dd_on) {
+                x->dd_on = 1;
+                for (int i = 0; i < *n; i++) {
+                    int h = dd_slot(out[i], mask);
+                    while (x->dd_gen[h] == x->gen) h = (h + 1) & mask;
+                    x->dd[h] = out[i];
+                    x->dd_gen[h] = x->gen;
+                }
+            }
+            int h = dd_slot(st, mask);
+            for (; x->dd_gen[h] == x->gen; h = (h + 1) & mask)
+                if (x->dd[h] == st) return 0;
+            if (*n < cap) {
+                x->dd[h] = st;
+                x->dd_gen[h] = x->gen;
+            }
+        }
     } else {
         for (int i = 0; i < *n; i++)
             if (stack_eq(out[i], st)) return 0;
@@ -143,6 +167,13 @@ int gram_closure(const struct gram *g, struct gram_scratch *x, const struct gnod
 int gram_advance(const struct gram *g, struct gram_scratch *x, const struct gnode *const *in,
                  int n_in, unsigned c, const struct gnode **out, int cap) {
     int n = 0;
+    if (x->dd_on) { /* a new set: set_add's hash starts empty */
+        x->dd_on = 0;
+        if (++x->gen == 0) {
+            memset(x->dd_gen, 0, (size_t)x->dd_cap * sizeof(*x->dd_gen));
+            x->gen = 1;
+        }
+    }
     for (int i = 0; i < n_in; i++) {
         const struct gnode *st = in[i];
         if (!st || st == &gram_sent) continue;
@@ -187,11 +218,16 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->set_succ = malloc(GRAM_MAX_SETS * sizeof(int32_t));
     x->keys = malloc((size_t)x->lim.max_stacks * GRAM_KEY_W * sizeof(int32_t));
     x->posbuf = malloc((size_t)x->lim.max_nodes * sizeof(int32_t));
+    x->dd_cap = 64;
+    while (x->dd_cap < 4 * x->lim.max_stacks) x->dd_cap *= 2;
+    x->dd = malloc((size_t)x->dd_cap * sizeof(*x->dd));
+    x->dd_gen = calloc((size_t)x->dd_cap, sizeof(*x->dd_gen));
+    x->gen = 1;
     if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
         !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
         !x->nh_used || !x->set_slot || !x->set_gok || !x->keys ||
         !x->set_reach || !x->set_succ ||
-        !x->posbuf) {
+        !x->posbuf || !x->dd || !x->dd_gen) {
         gram_scratch_destroy(x);
         return GRAM_ENOMEM;
     }
@@ -215,6 +251,8 @@ void gram_scratch_destroy(struct gram_scratch *x) {
     free(x->set_succ);
     free(x->keys);
     free(x->posbuf);
+    free(x->dd);
+    free(x->dd_gen);
     free(x->set_flags);
     free(x->sh);
     free(x->nh_used);
@@ -271,7 +309,7 @@ int gram_match_create(struct gram *g, struct gram_scratch *x, struct gram_match 
     m->tmp = malloc((size_t)g->lim.max_stacks * sizeof(*m->tmp));
     int rc = GRAM_ENOMEM;
     if (!m->pool[0] || !m->pool[1] || !m->st || !m->tmp) goto fail;
-    x->n_nodes = 0;
+    x->n_nodes = x->n_keep;
     x->overflow = 0;
     x->depth_guard = 0;
     int n = 0, cap_st = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
@@ -311,7 +349,7 @@ static int walk_begin(const struct gram_match *m, struct gram_scratch *x,
                       const struct gnode **lv[2]) {
     const struct gram *g = m->g;
     const int cap = g->lim.max_stacks < x->lim.max_stacks ? g->lim.max_stacks : x->lim.max_stacks;
-    x->n_nodes = 0;
+    x->n_nodes = x->n_keep;
     x->overflow = 0;
     x->depth_guard = 0;
     lv[0] = x->sets;

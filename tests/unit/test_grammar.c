@@ -379,7 +379,8 @@ static void test_mask_real_vocab(void) {
  * some byte groups (grammar_mask.c, set_chain): masks against the plain walk and brute force
  * on Gemma's vocabulary, for classes that loop on every group, on some, or on no non-ASCII,
  * for counted characters (the chain is the count: minLength, maxLength, both, and a count
- * that ends inside a token), and for states of several stacks with different chains. */
+ * that ends inside a token), for families of sets (a pattern searched for inside a string:
+ * letters and digits lead to different sets), and for states of several stacks. */
 static void test_mask_loops_real_vocab(void) {
     struct model *md = t_model_or_skip();
     struct gram_vocab *gv = NULL;
@@ -395,9 +396,13 @@ static void test_mask_loops_real_vocab(void) {
         "root ::= \"\\\"\" ([^\"\\\\\\x00-\\x1F] | \"\\\\\\\"\"){3,9} \"\\\"\" \"}\"\n", /* short */
         "root ::= \"\\\"\" ([ -!#-\\[\\]-\\U0010FFFF] | \"\\\\t\"){1,255} \"\\\"\"\n", /* a key */
         "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{2} [a-zA-Z0-9]* \"\\\"\"\n", /* narrower */
+        "root ::= \"\\\"\" [^\"\\\\]* [0-9] [0-9] \"-\" [0-9] [^\"\\\\]* \"\\\"\"\n", /* search */
+        "root ::= \"\\\"\" ([^\"\\\\]+ \"/\")? [^\"\\\\]+ \":\" [^\"\\\\]+ \"\\\"\"\n",
+        "root ::= \"\\\"\" [a-z0-9 ]* [0-9] [0-9] [a-z ]* \"\\\"\"\n", /* no punctuation */
         "root ::= \"\\\"\" [a-z ]{5,30} \"\\\"\" | \"\\\"\" [^\"]* \"\\\",\" | \"\\\"\" [a-m]{2} \"x\"\n",
     };
-    for (int gi = 0; gi < 10; gi++) {
+    const int ng = (int)(sizeof grams / sizeof grams[0]);
+    for (int gi = 0; gi < ng; gi++) {
         struct gram *g = compile(grams[gi]);
         check_masks(g, gv, x, gi < 4 ? 3 : 5, 1000 + (uint64_t)gi, 4096);
         gram_unref(g);
