@@ -351,9 +351,8 @@ static int set_family(const struct gram *g, struct gram_scratch *x, int s,
             if (r == 0) gk &= (uint8_t)~GRAM_G_NONASCII;
         }
     }
-    for (int i = 0; i < n; i++) { /* where it tells more than a member's own chain */
-        const uint8_t old = x->set_gok[fam[i]];
-        if (old != GRAM_GOK_UNKNOWN && (old & ~gk)) continue;
+    for (int i = 0; i < n; i++) { /* not over a member's chain: walk_bounded follows it */
+        if (fam[i] != s && x->set_gok[fam[i]] != GRAM_GOK_UNKNOWN) continue;
         x->set_gok[fam[i]] = gk;
         x->set_reach[fam[i]] = 255;
         x->set_succ[fam[i]] = -1;
@@ -404,10 +403,9 @@ static int set_chain(const struct gram *g, struct gram_scratch *x, const struct 
  * call inside, so the loop keeps its pointers in registers. */
 __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, const int32_t *memo,
                                                 const uint8_t *gok, const uint8_t *reach,
-                                                int32_t *lv,
-                                                struct walk_out *o, int k) {
+                                                int32_t *lv, struct walk_out *o, int k,
+                                                int nt) {
     const struct gram_tnode *const tn = V->tn;
-    const int nt = V->n_tnodes;
     uint64_t *const acc = o->acc;
     const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
     for (; k < nt;) {
@@ -425,11 +423,13 @@ __attribute__((noinline)) static int walk_nodes(const struct gram_vocab *V, cons
         if (__builtin_expect(id >= 0 && !(cur & GRAM_SF_ANY) && (cur & uncf) && o->unc, 0))
             o->unc[o->n_unc++] = V->tn_first[k];
         if (__builtin_expect(cur & GRAM_SF_LIVE, 1)) {
-            /* The set's chain takes every byte below, as deep as they go (or it is not known
-             * yet: GRAM_GOK_UNKNOWN has every bit, reach 255): the caller takes the subtree
-             * (or computes the chain). */
+            /* The set's chain takes every byte below (or it is not known yet:
+             * GRAM_GOK_UNKNOWN has every bit, reach 255): the caller takes the subtree, or
+             * the part of it the chain reaches when the bytes are ASCII (or computes the
+             * chain). */
             if (__builtin_expect(!(tn[k].sub & ~gok[cur >> GRAM_SV_SHIFT]), 0) &&
-                tn[k].below <= reach[cur >> GRAM_SV_SHIFT])
+                (tn[k].below <= reach[cur >> GRAM_SV_SHIFT] ||
+                 (!(tn[k].sub & GRAM_G_NONASCII) && reach[cur >> GRAM_SV_SHIFT] > 0)))
                 break;
             k++;
             continue;
@@ -458,6 +458,88 @@ static void take_range(uint64_t *restrict acc, const int32_t *restrict ord, int 
     for (; i < end; i++) acc[ord[i] >> 6] |= 1ull << (ord[i] & 63);
 }
 
+static int walk_range(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                      struct walk_out *o, int k, int end, const struct gnode **tmp, int cap);
+
+/* Below node k, whose set s keeps to its chain for fewer characters than bytes lie below
+ * it, all ASCII: the set at a node j levels down is the chain's j-th (each ASCII byte is one
+ * character, and the chain's groups go to one set), so the tokens down to its reach are
+ * accepted and the nodes one level further continue from its last set. -1 on overflow. */
+static int walk_bounded(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                        struct walk_out *o, int k, int s, const struct gnode **tmp, int cap) {
+    const struct gram_tnode *const tn = V->tn;
+    const int e = V->tn_end[k], d0 = tn[k].depth, r = x->set_reach[s];
+    int32_t *const lv = x->level_sid;
+    int c = s, unc = (lv[d0] & (GRAM_SF_SENT | GRAM_SV_UNC)) != 0;
+    for (int j = 0; j < r && c >= 0; j++) {
+        unc |= (x->set_flags[c] & GRAM_SF_SENT) != 0;
+        c = x->set_succ[c];
+    }
+    if (c < 0) return walk_range(g, x, V, o, k + 1, e, tmp, cap); /* a chain no longer kept */
+    const int32_t last = (int32_t)((c << GRAM_SV_SHIFT) | x->set_flags[c]) | (unc ? GRAM_SV_UNC : 0);
+    const int32_t uncf = GRAM_SF_SENT | GRAM_SV_UNC;
+    for (int j = k + 1; j < e;) {
+        const int32_t id = tn[j].id;
+        if (tn[j].depth - d0 <= r) {
+            if (id >= 0) o->acc[id >> 6] |= 1ull << (id & 63);
+            j++;
+            continue;
+        }
+        int32_t v = x->memo[(size_t)c * 256 + tn[j].byte];
+        if (v < 0 && (v = memo_fill(g, x, c, tn[j].byte, tmp, cap)) < 0) return -1;
+        const int ej = V->tn_end[j];
+        if (v & GRAM_SF_LIVE) { /* the walk goes on below */
+            lv[d0 + r] = last;
+            if (walk_range(g, x, V, o, j, ej, tmp, cap) < 0) return -1;
+            j = ej;
+            continue;
+        }
+        /* past the chain's end nothing follows (mostly): as walk_nodes does */
+        v |= (last & uncf) ? GRAM_SV_UNC : 0;
+        if (id >= 0 && (v & GRAM_SF_ANY)) o->acc[id >> 6] |= 1ull << (id & 63);
+        else if (id >= 0 && (v & uncf) && o->unc) o->unc[o->n_unc++] = V->tn_first[j];
+        if ((v & uncf) && o->unc)
+            for (int i = V->tn_first[j] + (id >= 0); i < V->tn_first[ej]; i++) o->unc[o->n_unc++] = i;
+        j = ej;
+    }
+    return 0;
+}
+
+/* The walk of nodes [k, end) (a run of whole subtrees), the sets above them in x->level_sid.
+ * -1 on overflow. */
+static int walk_range(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+                      struct walk_out *o, int k, int end, const struct gnode **tmp, int cap) {
+    int32_t *const lv = x->level_sid;
+    for (;;) {
+        k = walk_nodes(V, x->memo, x->set_gok, x->set_reach, lv, o, k, end);
+        if (k >= end) return 0;
+        const struct gram_tnode *t = &V->tn[k];
+        const int up = lv[t->depth - 1] >> GRAM_SV_SHIFT;
+        const int32_t cur = x->memo[(size_t)up * 256 + t->byte];
+        if (cur < 0) { /* a memo miss (node k is visited again) */
+            if (memo_fill(g, x, up, t->byte, tmp, cap) < 0) return -1;
+            continue;
+        }
+        const int s = cur >> GRAM_SV_SHIFT;
+        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* chain not known yet (visited again) */
+            if (set_chain(g, x, V, s, tmp, cap) < 0) return -1;
+            continue;
+        }
+        const int e = V->tn_end[k];
+        if (t->below > x->set_reach[s]) {
+            if (walk_bounded(g, x, V, o, k, s, tmp, cap) < 0) return -1;
+            k = e;
+            continue;
+        }
+        /* Node k's state keeps to its chain for every byte below it: each token below is at a
+         * set of the chain, not empty, at every character's end and at live sets inside
+         * characters, so all are accepted, whatever the sentinel flags (a token is uncertain
+         * only when its set is empty). Node k itself was counted by walk_nodes. */
+        take_range(o->acc, V->ord, V->tn_first[k] + (t->id >= 0), V->tn_first[e]);
+        k = e;
+    }
+}
+
 /* A whole-vocabulary walk over interned sets with the (set, byte) memo: inside a JSON string
  * nearly every prefix leads to the same few sets, so most trie nodes cost one lookup.
  * Returns 1 (nothing reported twice: o->n_unc is restored) when the tables overflow; the
@@ -479,29 +561,7 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
             for (int i = 0; i < V->n; i++) o->unc[o->n_unc++] = i;
         goto done;
     }
-    for (int k = 0;;) {
-        k = walk_nodes(V, x->memo, x->set_gok, x->set_reach, lv, o, k);
-        if (k >= V->n_tnodes) break;
-        const struct gram_tnode *t = &V->tn[k];
-        const int up = lv[t->depth - 1] >> GRAM_SV_SHIFT;
-        const int32_t cur = x->memo[(size_t)up * 256 + t->byte];
-        if (cur < 0) { /* a memo miss (node k is visited again) */
-            if (memo_fill(g, x, up, t->byte, tmp, cap) < 0) goto overflow;
-            continue;
-        }
-        const int s = cur >> GRAM_SV_SHIFT;
-        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* chain not known yet (visited again) */
-            if (set_chain(g, x, V, s, tmp, cap) < 0) goto overflow;
-            continue;
-        }
-        /* Node k's state keeps to its chain for every byte below it: each token below is at a
-         * set of the chain, not empty, at every character's end and at live sets inside
-         * characters, so all are accepted, whatever the sentinel flags (a token is uncertain
-         * only when its set is empty). Node k itself was counted by walk_nodes. */
-        const int e = V->tn_end[k];
-        take_range(o->acc, V->ord, V->tn_first[k] + (t->id >= 0), V->tn_first[e]);
-        k = e;
-    }
+    if (walk_range(g, x, V, o, 0, V->n_tnodes, tmp, cap) < 0) goto overflow;
 done:
     x->intern = 0;
     x->n_keep = x->n_nodes;
