@@ -113,7 +113,10 @@ struct gram_scratch {
     int32_t *memo;                 /* [GRAM_MAX_SETS * 256] next walk state, -1 unknown */
     int32_t *level_sid;            /* [max_len + 2] walk state per depth (grammar_mask.c) */
     uint8_t *set_gok;              /* [GRAM_MAX_SETS] GRAM_G_* groups of the set's chain */
-    uint8_t *set_reach;            /* [GRAM_MAX_SETS] characters the chain holds for (255: ever) */
+    uint8_t *set_reach;            /* [GRAM_MAX_SETS] characters the chain holds for (255: ever,
+                                    * or not known yet: set_rcap) */
+    uint8_t *set_rlen;             /* [GRAM_MAX_SETS] ... as far as known */
+    uint8_t *set_rcap;             /* [GRAM_MAX_SETS] 1: it may hold for more than set_rlen */
     int32_t *set_succ;             /* [GRAM_MAX_SETS] the set after one of those characters */
     int32_t *keys;                 /* [max_stacks * GRAM_KEY_W] a mask's cache key */
     int32_t *posbuf;               /* [max_nodes] gram_canon's positions */

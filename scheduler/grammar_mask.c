@@ -355,43 +355,64 @@ static int set_family(const struct gram *g, struct gram_scratch *x, int s,
         if (fam[i] != s && x->set_gok[fam[i]] != GRAM_GOK_UNKNOWN) continue;
         x->set_gok[fam[i]] = gk;
         x->set_reach[fam[i]] = 255;
+        x->set_rlen[fam[i]] = 255;
+        x->set_rcap[fam[i]] = 0;
         x->set_succ[fam[i]] = -1;
     }
     return 0;
 }
 
-/* set_groups for s and the sets its chain goes through (at most max_len characters: no
- * subtree is deeper), then x->set_reach of each, last to first: how many characters of the
- * chain's groups keep to the chain (255: it loops). -1 on overflow. */
-static int set_chain(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
-                     int s, const struct gnode **tmp, int cap) {
+/* x->set_rlen of s and the sets its chain goes through, computed (set_groups) where not
+ * known yet, as far as want characters: past that, or where the tables fill, the last one's
+ * is a lower bound (x->set_rcap), and x->set_reach, what walk_nodes reads, says 255 so that
+ * a node deeper than the bound comes to walk_range, which asks for more (a long string's
+ * count is followed only as deep as the trie needs). -1 on overflow. */
+static int set_chain(const struct gram *g, struct gram_scratch *x, int s, int want,
+                     const struct gnode **tmp, int cap) {
     int chain[256], n = 0;
     for (int c = s;;) {
-        if (set_groups(g, x, c, tmp, cap) < 0) return -1;
-        if (c == s && (x->set_gok[s] & GRAM_G_TEXT) != GRAM_G_TEXT) {
-            /* one successor for letters and digits, or not even that: a family may do more */
-            if (set_family(g, x, s, tmp, cap) < 0) return -1;
-            if (x->set_gok[s] && x->set_reach[s] == 255) return 0;
+        if (x->set_gok[c] == GRAM_GOK_UNKNOWN) {
+            if (set_groups(g, x, c, tmp, cap) < 0) return -1;
+            if (c == s && (x->set_gok[s] & GRAM_G_TEXT) != GRAM_G_TEXT) {
+                /* one successor for letters and digits, or not even that: a family may do
+                 * more */
+                if (set_family(g, x, s, tmp, cap) < 0) return -1;
+                if (x->set_gok[s] && x->set_succ[s] < 0) return 0;
+            }
         }
         chain[n++] = c;
         const int t = x->set_succ[c];
-        if (!x->set_gok[c] || t == c || n > V->max_len || n == 256 ||
-            x->set_gok[t] != GRAM_GOK_UNKNOWN || x->n_isets > GRAM_MAX_SETS * 3 / 4)
-            break; /* (the last: a shorter chain rather than a walk that overflows) */
+        if (!x->set_gok[c] || t == c || t < 0) break;
+        if (x->set_gok[t] != GRAM_GOK_UNKNOWN && !x->set_rcap[t]) break; /* known from there */
+        if (n > want || n == 255 || x->n_isets > GRAM_MAX_SETS * 3 / 4) break;
         c = t;
     }
     for (int i = n - 1; i >= 0; i--) {
         const int c = chain[i], t = x->set_succ[c];
         const uint8_t gk = x->set_gok[c];
-        int r = 0;
-        if (gk && t == c) {
+        int r = 0, capd = 0;
+        if (gk && t < 0) { /* a family's member */
+            r = x->set_rlen[c];
+            capd = x->set_rcap[c];
+        } else if (gk && t == c) {
             r = 255;
-        } else if (gk) {
-            const int known = x->set_gok[t] != GRAM_GOK_UNKNOWN;
-            r = 1 + (known && !(gk & ~x->set_gok[t]) ? x->set_reach[t] : 0);
+        } else if (gk && x->set_gok[t] == GRAM_GOK_UNKNOWN) {
+            r = 1;
+            capd = 1;
+        } else if (gk && !(gk & ~x->set_gok[t])) {
+            r = 1 + x->set_rlen[t];
+            capd = x->set_rcap[t];
             if (r > 254) r = 254;
+        } else if (gk) {
+            r = 1;
         }
-        x->set_reach[c] = (uint8_t)r;
+        x->set_rlen[c] = (uint8_t)r;
+        x->set_rcap[c] = (uint8_t)capd;
+        x->set_reach[c] = (uint8_t)(capd ? 255 : r);
+    }
+    if (x->set_rcap[s] && x->set_rlen[s] < want) { /* no deeper (tables full): take it as is */
+        x->set_rcap[s] = 0;
+        x->set_reach[s] = x->set_rlen[s];
     }
     return 0;
 }
@@ -468,7 +489,7 @@ static int walk_range(const struct gram *g, struct gram_scratch *x, const struct
 static int walk_bounded(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
                         struct walk_out *o, int k, int s, const struct gnode **tmp, int cap) {
     const struct gram_tnode *const tn = V->tn;
-    const int e = V->tn_end[k], d0 = tn[k].depth, r = x->set_reach[s];
+    const int e = V->tn_end[k], d0 = tn[k].depth, r = x->set_rlen[s];
     int32_t *const lv = x->level_sid;
     int c = s, unc = (lv[d0] & (GRAM_SF_SENT | GRAM_SV_UNC)) != 0;
     for (int j = 0; j < r && c >= 0; j++) {
@@ -521,12 +542,13 @@ static int walk_range(const struct gram *g, struct gram_scratch *x, const struct
             continue;
         }
         const int s = cur >> GRAM_SV_SHIFT;
-        if (x->set_gok[s] == GRAM_GOK_UNKNOWN) { /* chain not known yet (visited again) */
-            if (set_chain(g, x, V, s, tmp, cap) < 0) return -1;
+        if (x->set_gok[s] == GRAM_GOK_UNKNOWN || (t->below > x->set_rlen[s] && x->set_rcap[s])) {
+            /* chain not known yet, or not as deep as this node's subtree (visited again) */
+            if (set_chain(g, x, s, t->below, tmp, cap) < 0) return -1;
             continue;
         }
         const int e = V->tn_end[k];
-        if (t->below > x->set_reach[s]) {
+        if (t->below > x->set_rlen[s]) {
             if (walk_bounded(g, x, V, o, k, s, tmp, cap) < 0) return -1;
             k = e;
             continue;

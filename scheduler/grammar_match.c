@@ -215,6 +215,8 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     x->level_sid = calloc(levels, sizeof(*x->level_sid));
     x->set_gok = malloc(GRAM_MAX_SETS);
     x->set_reach = malloc(GRAM_MAX_SETS);
+    x->set_rlen = malloc(GRAM_MAX_SETS);
+    x->set_rcap = malloc(GRAM_MAX_SETS);
     x->set_succ = malloc(GRAM_MAX_SETS * sizeof(int32_t));
     x->keys = malloc((size_t)x->lim.max_stacks * GRAM_KEY_W * sizeof(int32_t));
     x->posbuf = malloc((size_t)x->lim.max_nodes * sizeof(int32_t));
@@ -226,7 +228,7 @@ int gram_scratch_create(const struct gram_limits *lim, int max_token_len,
     if (!x->nodes || !x->sets || !x->set_n || !x->unc || !x->mark || !x->nh || !x->ss ||
         !x->set_off || !x->set_len || !x->set_flags || !x->sh || !x->memo || !x->level_sid ||
         !x->nh_used || !x->set_slot || !x->set_gok || !x->keys ||
-        !x->set_reach || !x->set_succ ||
+        !x->set_reach || !x->set_succ || !x->set_rlen || !x->set_rcap ||
         !x->posbuf || !x->dd || !x->dd_gen) {
         gram_scratch_destroy(x);
         return GRAM_ENOMEM;
@@ -248,6 +250,8 @@ void gram_scratch_destroy(struct gram_scratch *x) {
     free(x->set_len);
     free(x->set_gok);
     free(x->set_reach);
+    free(x->set_rlen);
+    free(x->set_rcap);
     free(x->set_succ);
     free(x->keys);
     free(x->posbuf);
