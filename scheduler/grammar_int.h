@@ -120,6 +120,7 @@ struct gram_scratch {
     int32_t *set_succ;             /* [GRAM_MAX_SETS] the set after one of those characters */
     int32_t *keys;                 /* [max_stacks * GRAM_KEY_W] a mask's cache key */
     int32_t *posbuf;               /* [max_nodes] gram_canon's positions */
+    int u_on;                      /* this walk's start took gram_vocab.u_text */
     /* set_add's hash of a big set's stacks (interned walks): slot i holds dd[i] when
      * dd_gen[i] == gen; gram_advance starts a new one by a new gen */
     const struct gnode **dd;       /* [dd_cap] */
@@ -201,6 +202,10 @@ struct gram_vocab {
     int32_t *tn_end;               /* [n_tnodes] first node after k's subtree */
     int32_t *tn_first;             /* [n_tnodes + 1] sorted index of the first token ending at
                                     * node k or after it */
+    uint8_t *ptext;                /* [n_tnodes] 1: every byte of node k's prefix is text
+                                    * (GRAM_G_TEXT) */
+    uint64_t *u_text;              /* [n_vocab / 64] the tokens below the topmost ptext nodes
+                                    * whose subtrees hold text only (grammar_mask.c) */
     int max_len;
 };
 

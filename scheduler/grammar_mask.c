@@ -556,8 +556,10 @@ static int walk_range(const struct gram *g, struct gram_scratch *x, const struct
         /* Node k's state keeps to its chain for every byte below it: each token below is at a
          * set of the chain, not empty, at every character's end and at live sets inside
          * characters, so all are accepted, whatever the sentinel flags (a token is uncertain
-         * only when its set is empty). Node k itself was counted by walk_nodes. */
-        take_range(o->acc, V->ord, V->tn_first[k] + (t->id >= 0), V->tn_first[e]);
+         * only when its set is empty). Node k itself was counted by walk_nodes. Below a
+         * text path from a start that took u_text, they are in it already. */
+        if (!(x->u_on && V->ptext[k]))
+            take_range(o->acc, V->ord, V->tn_first[k] + (t->id >= 0), V->tn_first[e]);
         k = e;
     }
 }
@@ -583,7 +585,20 @@ static int walk_interned(const struct gram *g, struct gram_scratch *x, const str
             for (int i = 0; i < V->n; i++) o->unc[o->n_unc++] = i;
         goto done;
     }
-    if (walk_range(g, x, V, o, 0, V->n_tnodes, tmp, cap) < 0) goto overflow;
+    /* A start whose chain takes text as deep as any token goes (inside a string): the tokens
+     * the walk would take below text paths are u_text, one OR (walk_range leaves them). */
+    x->u_on = 0;
+    if ((x->set_gok[sid] == GRAM_GOK_UNKNOWN || x->set_rcap[sid]) &&
+        set_chain(g, x, sid, V->max_len, tmp, cap) < 0)
+        goto overflow;
+    if (!(GRAM_G_TEXT & ~x->set_gok[sid]) && x->set_rlen[sid] >= V->max_len) {
+        const size_t words = ((size_t)V->n_vocab + 63) / 64;
+        for (size_t w = 0; w < words; w++) o->acc[w] |= V->u_text[w];
+        x->u_on = 1;
+    }
+    const int rw = walk_range(g, x, V, o, 0, V->n_tnodes, tmp, cap);
+    x->u_on = 0;
+    if (rw < 0) goto overflow;
 done:
     x->intern = 0;
     x->n_keep = x->n_nodes;

@@ -71,6 +71,33 @@ static int build_sub(struct gram_vocab *gv) {
     return 0;
 }
 
+/* ptext (the nodes whose prefix is all text bytes, GRAM_G_TEXT) and u_text (the tokens a
+ * walk from a set whose chain takes text as deep as any token goes, a string's inside,
+ * takes as whole subtrees: below the topmost text-path nodes whose subtrees are text). */
+static int build_text(struct gram_vocab *gv) {
+    const int nn = gv->n_tnodes;
+    gv->ptext = malloc((size_t)nn + 1);
+    gv->u_text = calloc(((size_t)gv->n_vocab + 63) / 64 + 1, sizeof(uint64_t));
+    if (!gv->ptext || !gv->u_text) return -1;
+    uint8_t at[256 + 1];
+    at[0] = 1;
+    for (int k = 0; k < nn; k++) {
+        const int d = gv->tn[k].depth;
+        gv->ptext[k] = at[d] = (uint8_t)(at[d - 1] && (gram_byte_group(gv->tn[k].byte) & GRAM_G_TEXT));
+    }
+    for (int k = 0; k < nn;) {
+        if (gv->ptext[k] && !(gv->tn[k].sub & ~GRAM_G_TEXT)) {
+            const int e = gv->tn_end[k];
+            for (int i = gv->tn_first[k]; i < gv->tn_first[e]; i++)
+                gv->u_text[gv->ord[i] >> 6] |= 1ull << (gv->ord[i] & 63);
+            k = e;
+        } else {
+            k++;
+        }
+    }
+    return 0;
+}
+
 /* The trie's nodes in depth-first order (see struct gram_vocab): token i adds one node per
  * byte past its common prefix with token i - 1, the last one ending it; a token equal to the
  * previous one (a byte-fallback token and a one-byte token) repeats the previous token's
@@ -108,7 +135,7 @@ static int build_nodes(struct gram_vocab *gv) {
         stk[top++] = j;
     }
     free(stk);
-    return build_sub(gv);
+    return build_sub(gv) ? -1 : build_text(gv);
 }
 
 static int vocab_create(int n_vocab, const char *const *tok, const int *len,
@@ -236,6 +263,8 @@ void gram_vocab_destroy(struct gram_vocab *gv) {
     free(gv->tn);
     free(gv->tn_end);
     free(gv->tn_first);
+    free(gv->ptext);
+    free(gv->u_text);
     free(gv);
 }
 
