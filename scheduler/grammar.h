@@ -10,17 +10,21 @@
  * byte advances a set by pushing a few nodes. A mask walks the vocabulary in byte-sorted
  * order, which is a depth-first walk of its trie: the stack set after a prefix is computed
  * once for every token sharing it, and a prefix no stack accepts skips its whole subtree
- * (the trie is stored as nodes in that order, each with its subtree's end and depth; within
- * a walk stack sets are interned and (set, byte) -> set memoised, one advance per byte class;
- * a node whose set goes on to one same set after every character below it, for as many
- * characters as lie below, takes its whole subtree as accepted without visiting it: inside
- * a string the set comes back to itself, or, under minLength / maxLength, steps through the
- * count). On top of that a per-grammar cache, in the spirit of XGrammar's adaptive token
- * mask cache, keyed by the matcher's state as the top GRAM_CACHE_DEPTH positions of each of
- * its stacks, stores the tokens accepted whatever lies below those positions, and the few
- * tokens whose fate depends on it ("uncertain": they run past the key's frames); a mask is
- * then one bitmap copy plus a walk over the uncertain tokens only, both filled by one walk
- * from all the state's stacks together.
+ * (the trie is stored as nodes in that order, each with its subtree's end and depth). Stack
+ * sets are interned and (set, byte) -> set memoised, one advance per byte class, and these
+ * tables are kept from walk to walk of the same grammar on a scratch. A node whose set goes
+ * on to one same set after every character below it, for as many characters as lie below,
+ * takes its whole subtree as accepted without visiting it: inside a string the set comes
+ * back to itself (and a walk that starts there ORs one precomputed bitmap of the text
+ * subtrees), under minLength / maxLength it steps through the count (an ASCII subtree
+ * deeper than the count goes takes its tokens down to the count's end), and where letters
+ * and digits lead to different sets (a pattern searched for inside a string) a small closed
+ * family of sets does the same. On top of that a per-grammar cache, in the spirit of
+ * XGrammar's adaptive token mask cache, keyed by the matcher's state as the top
+ * GRAM_CACHE_DEPTH positions of each of its stacks, stores the tokens accepted whatever lies
+ * below those positions, and the few tokens whose fate depends on it ("uncertain": they run
+ * past the key's frames); a mask is then one bitmap copy plus a walk over the uncertain
+ * tokens only, both filled by one walk from all the state's stacks together.
  *
  * Libraries looked at: llama.cpp's llama-grammar (C++, inside libllama, no stable API and
  * no trie or cache), XGrammar and LLGuidance (C++/Rust, not packaged for Debian), PCRE2

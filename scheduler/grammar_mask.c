@@ -13,6 +13,12 @@
  * token uncertain; a token fully consumed with any path alive (the sentinel included: the
  * key's frames are done exactly at the token's end) is accepted whatever lies below.
  * Filling an entry allocates (once per key and grammar); lookups do not.
+ *
+ * Whole-vocabulary walks (walk_interned) go over interned stack sets with a (set, byte)
+ * memo, kept between walks of one grammar (intern_prepare). Per set they learn its chain
+ * (set_chain: the groups of bytes after which it goes to one same set, and for how many
+ * characters that holds) or its family (set_family), which lets a node's subtree be taken
+ * whole or down to a depth (walk_range, walk_bounded).
  */
 #include "scheduler/grammar_int.h"
 
