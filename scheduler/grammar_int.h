@@ -1,8 +1,9 @@
 /*
  * grammar_int — the grammar module's private structures, shared by grammar_gbnf.c (the GBNF
  * parser), grammar_build.c (the builder and the checks), grammar_match.c (stacks, closure,
- * matcher), grammar_vocab.c (the vocabulary's trie) and grammar_mask.c (mask walks, the
- * cache). Nothing outside scheduler/grammar*.c includes it (tests aside).
+ * matcher), grammar_vocab.c (the vocabulary's trie), grammar_mask.c (mask walks) and
+ * grammar_cache.c (the mask cache). Nothing outside scheduler/grammar*.c includes it (tests
+ * aside).
  */
 #ifndef GEMMAD_GRAMMAR_INT_H
 #define GEMMAD_GRAMMAR_INT_H
@@ -276,7 +277,22 @@ const struct gnode *gram_node(struct gram_scratch *x, int32_t pos, const struct 
  * x->overflow set when the arena is full. */
 const struct gnode *gram_canon(struct gram_scratch *x, const struct gnode *st);
 
-/* grammar_mask.c */
+/* grammar_mask.c: a walk's output: accepted tokens (bit per id) and, in sentinel mode, the
+ * sorted indexes of the uncertain ones. */
+struct gram_walk_out {
+    uint64_t *acc;        /* bit per token id */
+    int32_t *unc;         /* sentinel mode: sorted indexes of uncertain tokens */
+    int n_unc;
+};
+
+/* Walks the tokens list[0..n) (sorted indexes with their common prefixes llcp; NULL: the
+ * whole vocabulary) from the stacks at level 0 of x->sets. 0 or a status. */
+int gram_walk(const struct gram *g, struct gram_scratch *x, const struct gram_vocab *V,
+              const int32_t *list, const uint8_t *llcp, int n, struct gram_walk_out *o);
+/* Before a mask's walks: keeps x's interned tables for g or flushes them. */
+void gram_intern_prepare(const struct gram *g, struct gram_scratch *x);
+
+/* grammar_cache.c */
 void gram_cache_free(struct gram *g);
 
 #endif
