@@ -183,10 +183,7 @@ static int utf8_lead(unsigned c) {
     return -1;
 }
 
-/* 1 when every valid non-ASCII character takes interned set s to set t, through live sets
- * inside the character: an exploration of (decoding state, set) pairs, each pair's bytes
- * once. 0 when not (or too many pairs to tell), -1 on overflow. */
-#define GRAM_LOOP_PAIRS 64
+#define GRAM_LOOP_PAIRS 64 /* (decoding state, set) pairs utf8_ends explores at most */
 /* Adds pair (u, cs) to pu/ps unless there; 1 when full. */
 static int pair_add(int *pu, int *ps, int *n, int u, int cs) {
     for (int i = 0; i < *n; i++)
@@ -197,8 +194,15 @@ static int pair_add(int *pu, int *ps, int *n, int u, int cs) {
     return 0;
 }
 
-static int loops_utf8(const struct gram *g, struct gram_scratch *x, int s, int t,
-                      const struct gnode **tmp, int cap) {
+#define GRAM_FAMILY_MAX 64
+static int fam_add(int *fam, int *n, int t);
+
+/* Every valid non-ASCII character from set s, through live sets inside it: with fam NULL,
+ * 1 when each ends at set t; else 1 when each ends at a set that is not empty, those sets
+ * added to fam[0..*nf) (2 when fam is full). 0 when not (or too many pairs to tell), -1 on
+ * overflow. An exploration of (decoding state, set) pairs, each pair's bytes once. */
+static int utf8_ends(const struct gram *g, struct gram_scratch *x, int s, int t, int *fam,
+                     int *nf, const struct gnode **tmp, int cap) {
     int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0;
     int32_t last = -1; /* consecutive bytes mostly lead to the same pair: look it up once */
     int last_u = -1;
@@ -220,12 +224,15 @@ static int loops_utf8(const struct gram *g, struct gram_scratch *x, int s, int t
             if (v < 0) return -1;
             if (v == last) continue;
             last = v;
-            if (nu == 0) {
+            if (nu == 0 && !fam) {
                 if ((v >> GRAM_SV_SHIFT) != t) return 0;
-                continue;
+            } else if (nu == 0) {
+                if (!(v & GRAM_SF_ANY)) return 0;
+                if (fam_add(fam, nf, v >> GRAM_SV_SHIFT)) return 2;
+            } else {
+                if (!(v & GRAM_SF_LIVE)) return 0;
+                if (pair_add(pu, ps, &n, nu, v >> GRAM_SV_SHIFT)) return 0;
             }
-            if (!(v & GRAM_SF_LIVE)) return 0;
-            if (pair_add(pu, ps, &n, nu, v >> GRAM_SV_SHIFT)) return 0;
         }
     }
     return 1;
@@ -259,7 +266,7 @@ static int set_groups(const struct gram *g, struct gram_scratch *x, int s,
     }
     uint8_t gk = (uint8_t)((GRAM_G_ALNUM | GRAM_G_SPACE | GRAM_G_PUNCT | GRAM_G_QUOTE |
                             GRAM_G_BSL | GRAM_G_CTRL) & ~fail);
-    const int r = loops_utf8(g, x, s, t, tmp, cap);
+    const int r = utf8_ends(g, x, s, t, NULL, NULL, tmp, cap);
     if (r < 0) return -1;
     if (r) gk |= GRAM_G_NONASCII;
     x->set_gok[s] = gk;
@@ -268,51 +275,12 @@ static int set_groups(const struct gram *g, struct gram_scratch *x, int s,
 }
 
 /* Adds set t to fam[0..*n) unless there; 1 when full. */
-#define GRAM_FAMILY_MAX 64
 static int fam_add(int *fam, int *n, int t) {
     for (int i = 0; i < *n; i++)
         if (fam[i] == t) return 0;
     if (*n == GRAM_FAMILY_MAX) return 1;
     fam[(*n)++] = t;
     return 0;
-}
-
-/* Where every valid non-ASCII character from set s goes through live sets inside it: adds
- * the sets after it to fam and returns 1; 0 when some character is refused (or too much to
- * tell), 2 when fam is full, -1 on overflow. */
-static int family_utf8(const struct gram *g, struct gram_scratch *x, int s, int *fam, int *nf,
-                       const struct gnode **tmp, int cap) {
-    int pu[GRAM_LOOP_PAIRS], ps[GRAM_LOOP_PAIRS], n = 0;
-    int32_t last = -1;
-    int last_u = -1;
-    for (unsigned c = 0xc2; c <= 0xf4; c++) {
-        const int32_t v = memo_next(g, x, s, c, tmp, cap);
-        if (v < 0) return -1;
-        if (!(v & GRAM_SF_LIVE)) return 0;
-        const int u = utf8_lead(c);
-        if (v == last && u == last_u) continue;
-        last = v;
-        last_u = u;
-        if (pair_add(pu, ps, &n, u, v >> GRAM_SV_SHIFT)) return 0;
-    }
-    for (int done = 0; done < n; done++) {
-        const int u = pu[done], cs = ps[done], nu = utf8_st[u].next;
-        last = -1;
-        for (unsigned c = utf8_st[u].lo; c <= utf8_st[u].hi; c++) {
-            const int32_t v = memo_next(g, x, cs, c, tmp, cap);
-            if (v < 0) return -1;
-            if (v == last) continue;
-            last = v;
-            if (nu == 0) {
-                if (!(v & GRAM_SF_ANY)) return 0;
-                if (fam_add(fam, nf, v >> GRAM_SV_SHIFT)) return 2;
-                continue;
-            }
-            if (!(v & GRAM_SF_LIVE)) return 0;
-            if (pair_add(pu, ps, &n, nu, v >> GRAM_SV_SHIFT)) return 0;
-        }
-    }
-    return 1;
 }
 
 /* For a set whose characters lead to different sets (a pattern's search inside a string): a
@@ -343,7 +311,7 @@ static int set_family(const struct gram *g, struct gram_scratch *x, int s,
             if (fam_add(fam, &n, v >> GRAM_SV_SHIFT)) return 0;
         }
         if (gk & GRAM_G_NONASCII) {
-            const int r = family_utf8(g, x, t, fam, &n, tmp, cap);
+            const int r = utf8_ends(g, x, t, -1, fam, &n, tmp, cap);
             if (r < 0) return -1;
             if (r == 2) return 0;
             if (r == 0) gk &= (uint8_t)~GRAM_G_NONASCII;
