@@ -1,17 +1,22 @@
 /*
- * kern_panel_avx2 — the AVX2 kernels over Q5_0 and Q4_0 panels (layout and arithmetic: panel.h), for
- * CPUs without AVX-512 VNNI. Registered by kern.c after kern_register_avx2 when the ISA is
- * AVX2 (the AVX-512 kernels replace it there); Q8_0 has no AVX2 panel kernel (its unsigned
- * q + 128 bytes overflow vpmaddubsw's int16 pairs) and keeps its row kernels.
+ * kern_panel_avx2 — the AVX2 kernels over Q8_0, Q5_0, Q4_0 and IQ4_NL panels (layout and
+ * arithmetic: panel.h), for CPUs without AVX-512 VNNI. Registered by kern.c after
+ * kern_register_avx2 when the ISA is AVX2 (the AVX-512 kernels replace it there).
  *
- * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 unsigned bytes] (Q5_0:
- * u = q + 16 in 0..31 from nibbles and high bits; Q4_0: u = q + 8, the nibbles). For an activation, each 4-byte group
- * is broadcast and vpmaddubsw gives, per row, two int16 pair sums (|u * a| <= 31 * 128 per
- * byte, so four groups add up in int16 without overflow: 4 * 2 * 3968 < 32768); vpmaddwd by
- * ones turns each row's sums into one int32 lane. Adding the block's correction -off * sum(a)
- * gives the exact S = sum(q * a) per row, and the float steps per row and block are
- * panel_gemm_ref's: acc = fma((float)S, dw * da, acc), blocks in order from 0, so the bits are
- * the scalar twin's and the AVX-512 kernels' whatever the batch.
+ * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 bytes]. For an
+ * activation, each 4-byte group is broadcast and vpmaddubsw gives, per row, two int16 pair
+ * sums; vpmaddwd by ones turns each row's sums into one int32 lane:
+ *   - Q5_0 / Q4_0, unsigned weights u = q + 16 / q + 8 from nibbles (and high bits):
+ *     |u * a| <= 31 * 128 per byte, so four groups add up in int16 without overflow
+ *     (4 * 2 * 3968 < 32768) before one vpmaddwd; adding the block's correction
+ *     -off * sum(a) gives the exact S = sum(q * a) per row.
+ *   - Q8_0 / IQ4_NL, signed weights (q = u ^ 0x80, or IQ4_NL's level looked up by nibble):
+ *     |q| goes into the unsigned operand and q's sign onto the activation (vpsignb), as the
+ *     row kernels do; a pair sum reaches 2 * 128 * 127, so every group takes its own
+ *     vpmaddwd. |q| and q are unpacked once per block and shared by every activation.
+ * The float steps per row and block are panel_gemm_ref's: acc = fma((float)S, dw * da, acc),
+ * blocks in order from 0, so the bits are the scalar twin's and the AVX-512 kernels'
+ * whatever the batch.
  *
  * A task's panels are unpacked PA_KB blocks at a time into a buffer on the stack and swept by
  * every activation of the call (the unpacking, the costly part, is shared by all of them).
@@ -24,6 +29,10 @@
 
 #define PA_AI static inline __attribute__((always_inline))
 #define PA_KB 16 /* blocks unpacked at once: 16 x 512 bytes */
+/* One activation: how far ahead the records are prefetched (the hardware prefetchers stop at
+ * each 4 KiB page; kern.c's KERN_PF_DIST). LM head at M = 1, one thread on the Zen 3 guest:
+ * none 11.3-11.9 ms, 1-2 KiB 11.5-11.7, 4 KiB 9.1-9.5, 8 KiB 9.3-9.4 (row kernel: 10.3) */
+#define PA_PF_DIST 4096
 
 /* 32 bytes: 0x10 where bit j of the little-endian u32 `bits` is set, else 0. */
 PA_AI __m256i pa_bits16(uint32_t bits) {
@@ -57,11 +66,48 @@ PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
     }
 }
 
-/* Block sums' corrections (-off * sum of the 32 activation bytes) and scales of one row. */
+/* Bytes of a record (panel.h's constants: panel_rec_bytes is panel.c's, a module above). */
+PA_AI size_t pa_rec_bytes(uint32_t type) {
+    return type == QT_Q8_0 ? PANEL_REC_Q8_0 : type == QT_Q5_0 ? PANEL_REC_Q5_0 : PANEL_REC_Q4_0;
+}
+
+/* Block h of a Q8_0 / IQ4_NL record as signed weights w[g * 2 + half] (group g, rows
+ * 8 * half .. 8 * half + 7, 4 bytes each) and their absolute values w[16 + g * 2 + half]. */
+PA_AI void pa_unpack_signed(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
+    if (type == QT_Q8_0) {
+        const uint8_t *q = rec + 64 + h * 512; /* [g][i][4] = register g * 2 + half */
+        for (int j = 0; j < 16; j++) {
+            w[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 32 * j)),
+                                    _mm256_set1_epi8((char)0x80));
+            w[16 + j] = _mm256_abs_epi8(w[j]);
+        }
+        return;
+    }
+    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
+                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
+                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const uint8_t *x = rec + 64 + h * 256;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; g++)
+        for (int half = 0; half < 2; half++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
+            const int lo = 2 * g + half, hi = 2 * (g + 4) + half;
+            w[lo] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+            w[hi] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            w[16 + lo] = _mm256_abs_epi8(w[lo]);
+            w[16 + hi] = _mm256_abs_epi8(w[hi]);
+        }
+}
+
+/* Block sums' corrections (-off * sum of the 32 activation bytes; 0 when off is 0) and scales
+ * of one row. */
 PA_AI void pa_prep(int off, int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *corr,
                    float *d) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int b = 0; b < nbk; b++) {
+        d[b] = _cvtsh_ss(ab[b0 + b].d);
+        corr[b] = 0;
+        if (!off) continue; /* signed weights: no correction */
         const __m256i u =
             _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)ab[b0 + b].qs), flip);
         const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
@@ -69,7 +115,6 @@ PA_AI void pa_prep(int off, int64_t b0, int nbk, const struct block_q8_0 *ab, in
             _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
         const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
         corr[b] = (int32_t)(-off * sum);
-        d[b] = _cvtsh_ss(ab[b0 + b].d);
     }
 }
 
@@ -97,15 +142,32 @@ PA_AI void pa_block(const __m256i *w, const struct block_q8_0 *ab, int32_t corr,
                                    c);
 }
 
+/* The same for signed weights (pa_unpack_signed's registers): no correction. */
+PA_AI void pa_block_signed(const __m256i *w, const struct block_q8_0 *ab, __m256i *s) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    s[0] = s[1] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) {
+        int32_t v;
+        memcpy(&v, ab->qs + 4 * g, 4);
+        const __m256i a = _mm256_set1_epi32(v);
+        for (int half = 0; half < 2; half++) {
+            const int j = 2 * g + half;
+            const __m256i p = _mm256_maddubs_epi16(w[16 + j], _mm256_sign_epi8(a, w[j]));
+            s[half] = _mm256_add_epi32(s[half], _mm256_madd_epi16(p, ones));
+        }
+    }
+}
+
 /* Rows [r0, r1) x activations [0, na) over panels of n_in = n (na <= KERN_GEMM_MAX_ACTS).
  * Blocks PA_KB at a time: the activations' corrections and scales for them once, then each
  * panel's blocks unpacked once and swept by every activation; the running sums wait in y. */
 PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                         const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
-    const size_t rb = type == QT_Q5_0 ? PANEL_REC_Q5_0 : PANEL_REC_Q4_0;
-    const int off = type == QT_Q5_0 ? 16 : 8;
-    __m256i W[PA_KB][16];
+    const size_t rb = pa_rec_bytes(type);
+    const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL; /* signed weights, no correction */
+    const int off = sgn ? 0 : type == QT_Q5_0 ? 16 : 8;
+    __m256i W[PA_KB][32]; /* unsigned: [0, 16); signed: q in [0, 16), |q| in [16, 32) */
     __m256 DW[PA_KB][2];
     int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
     float da[KERN_GEMM_MAX_ACTS][PA_KB];
@@ -124,7 +186,10 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
             for (int b = 0; b < nbk; b++) {
                 const uint8_t *rec = pp + (size_t)((b0 + b) >> 1) * rb;
                 const int h = (int)((b0 + b) & 1);
-                pa_unpack(type, rec, h, W[b]);
+                if (sgn)
+                    pa_unpack_signed(type, rec, h, W[b]);
+                else
+                    pa_unpack(type, rec, h, W[b]);
                 DW[b][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h)));
                 DW[b][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16)));
             }
@@ -143,7 +208,10 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
                 }
                 for (int b = 0; b < nbk; b++) {
                     __m256i s[2];
-                    pa_block(W[b], ab + b0 + b, corr[c][b], s);
+                    if (sgn)
+                        pa_block_signed(W[b], ab + b0 + b, s);
+                    else
+                        pa_block(W[b], ab + b0 + b, corr[c][b], s);
                     const __m256 d = _mm256_set1_ps(da[c][b]);
                     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(DW[b][0], d),
                                            acc0);
@@ -159,9 +227,87 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
     }
 }
 
+/* One activation over signed weights (decode): each block read straight from its record
+ * into registers, since with one activation the stack buffer of pa_gemm_part costs more
+ * than it saves (1.5x slower on Zen at M = 1). The same integer sums and float steps. */
+PA_AI void pa_gemm1_signed(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                           const struct block_q8_0 *ab, float *y) {
+    const int64_t nb = n / 32, npair = (nb + 1) / 2;
+    const size_t rb = pa_rec_bytes(type);
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
+                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
+                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+        const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
+            const int h = (int)(b & 1);
+            if (!h) /* a record PA_PF_DIST ahead (past the end: a prefetch never faults) */
+                for (size_t o = 0; o < rb; o += 64)
+                    __builtin_prefetch(rec + PA_PF_DIST + o, 0, 3);
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
+                int32_t v;
+                memcpy(&v, ab[b].qs + 4 * g, 4);
+                const __m256i a = _mm256_set1_epi32(v);
+                memcpy(&v, ab[b].qs + 4 * g + 16, 4); /* IQ4_NL's high nibbles: group g + 4 */
+                const __m256i a4 = _mm256_set1_epi32(v);
+                for (int half = 0; half < 2; half++) {
+                    __m256i q, q4 = _mm256_setzero_si256();
+                    if (type == QT_Q8_0) {
+                        q = _mm256_xor_si256(
+                            _mm256_loadu_si256((const __m256i *)(rec + 64 + h * 512 + 64 * g +
+                                                                 32 * half)),
+                            flip);
+                    } else {
+                        const __m256i x = _mm256_loadu_si256(
+                            (const __m256i *)(rec + 64 + h * 256 + 64 * g + 32 * half));
+                        q = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, m4));
+                        q4 = _mm256_shuffle_epi8(lut,
+                                                 _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
+                    }
+                    __m256i t = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
+                    if (type != QT_Q8_0)
+                        t = _mm256_add_epi32(
+                            t, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q4),
+                                                                      _mm256_sign_epi8(a4, q4)),
+                                                 ones));
+                    s[half] = _mm256_add_epi32(s[half], t);
+                }
+            }
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(ab[b].d));
+            for (int half = 0; half < 2; half++) {
+                const __m256 dw =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16 * half)));
+                acc[half] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[half]), _mm256_mul_ps(dw, d), acc[half]);
+            }
+        }
+        const int64_t base = p * PANEL_ROWS;
+        if (base >= r0 && base + PANEL_ROWS <= r1) {
+            _mm256_storeu_ps(y + base, acc[0]);
+            _mm256_storeu_ps(y + base + 8, acc[1]);
+            continue;
+        }
+        float tmp[PANEL_ROWS];
+        _mm256_storeu_ps(tmp, acc[0]);
+        _mm256_storeu_ps(tmp + 8, acc[1]);
+        for (int64_t r = base < r0 ? r0 : base; r < base + PANEL_ROWS && r < r1; r++)
+            y[r] = tmp[r - base];
+    }
+}
+
 /* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
 PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
+    if (na == 1 && (type == QT_Q8_0 || type == QT_IQ4_NL)) {
+        pa_gemm1_signed(type, n, panels, r0, r1, act, y);
+        return;
+    }
     for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
         pa_gemm_part(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
                      na - c0 < KERN_GEMM_MAX_ACTS ? na - c0 : KERN_GEMM_MAX_ACTS,
@@ -178,7 +324,19 @@ static void pa_gemm_q4_0(int64_t n, const void *panels, int64_t r0, int64_t r1, 
     pa_gemm(QT_Q4_0, n, panels, r0, r1, act, as, na, y, ldy);
 }
 
+static void pa_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pa_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void pa_gemm_iq4_nl(int64_t n, const void *panels, int64_t r0, int64_t r1,
+                           const void *act, size_t as, int na, float *y, int ldy) {
+    pa_gemm(QT_IQ4_NL, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
 void panel_register_avx2(struct kern_ops *ops) {
+    ops->t[QT_Q8_0].panel = pa_gemm_q8_0;
     ops->t[QT_Q5_0].panel = pa_gemm_q5_0;
     ops->t[QT_Q4_0].panel = pa_gemm_q4_0;
+    ops->t[QT_IQ4_NL].panel = pa_gemm_iq4_nl;
 }

@@ -1,5 +1,5 @@
 /*
- * panel — packing of Q8_0 / Q5_0 rows into 16-row panels, and the scalar twin of the panel
+ * panel — packing of Q8_0 / Q5_0 / Q4_0 / IQ4_NL rows into 16-row panels, and the scalar twin of the panel
  * kernels (see panel.h for the layout and the arithmetic).
  */
 #include "engine/kernels/panel.h"
@@ -14,6 +14,7 @@ size_t panel_rec_bytes(uint32_t type) {
     return type == QT_Q8_0   ? PANEL_REC_Q8_0
            : type == QT_Q5_0 ? PANEL_REC_Q5_0
            : type == QT_Q4_0 ? PANEL_REC_Q4_0
+           : type == QT_IQ4_NL ? PANEL_REC_IQ4_NL
                              : 0;
 }
 
@@ -75,11 +76,12 @@ static void pack_task(void *arg, int task, int n_tasks) {
                     }
                     continue;
                 }
-                if (w->type == QT_Q4_0) { /* the nibbles as they are: u = q + 8 */
+                if (w->type == QT_Q4_0 || w->type == QT_IQ4_NL) { /* the nibbles as they are */
+                    /* (struct block_iq4_nl is struct block_q4_0's layout: scale, 16 bytes) */
                     const struct block_q4_0 *blk = src_block(w, r, b, nb);
                     sc[i] = blk ? blk->d : 0;
                     for (int g = 0; g < 4; g++) {
-                        uint32_t v = 0x88888888u; /* q = 0 */
+                        uint32_t v = 0x88888888u; /* Q4_0: q = 0; IQ4_NL: level 1, scale 0 */
                         if (blk) memcpy(&v, blk->qs + 4 * g, 4);
                         memcpy(rec + 64 + h * 256 + g * 64 + i * 4, &v, 4);
                     }
@@ -149,9 +151,10 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
     const uint8_t *rec = rec_of(type, panels, n, r, b);
     const int h = (int)(b & 1), i = (int)(r % PANEL_ROWS);
     if (type == QT_Q8_0) return (int)rec[64 + h * 512 + (k / 4) * 64 + i * 4 + k % 4] - 128;
-    if (type == QT_Q4_0) {
+    if (type == QT_Q4_0 || type == QT_IQ4_NL) {
         const uint8_t x = rec[64 + h * 256 + ((k % 16) / 4) * 64 + i * 4 + k % 4];
-        return (k < 16 ? x & 15 : x >> 4) - 8;
+        const int nib = k < 16 ? x & 15 : x >> 4;
+        return type == QT_Q4_0 ? nib - 8 : quant_iq4_nl_level(nib);
     }
     uint64_t hb;
     memcpy(&hb, rec + 64 + h * 64 + (k / 4) * 8, 8);
@@ -176,7 +179,7 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
                 o[k] = d * (float)((int)q[(k / 4) * 64 + k % 4] - 128);
             continue;
         }
-        for (int k = 0; k < 32; k++) /* Q5_0, Q4_0: the layout's reader, once per element */
+        for (int k = 0; k < 32; k++) /* the others: the layout's reader, once per element */
             o[k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
     }
 }

@@ -1,8 +1,8 @@
 /*
  * panel — Q8_0 and Q5_0 weight matrices repacked once, at start-up, into 16-row panels
- * for the AVX-512 VNNI kernels (and Q5_0, Q4_0 for the AVX2 one, kern_panel_avx2.c: vpmaddubsw
- * over [8 rows x 4 bytes], 2.4x the row kernel's multiply-adds per second at 64+ rows on
- * a Zen 4 core). The mmap'd rows stay as
+ * for the AVX-512 VNNI kernels (and Q8_0, Q5_0, Q4_0, IQ4_NL for the AVX2 ones,
+ * kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x the row kernel's multiply-adds
+ * per second at 64+ rows on a Zen 4 core for Q5_0). The mmap'd rows stay as
  * they are; a panel copy holds the same bytes in another order, and the forward pass hands
  * the original pages back to the kernel (madvise) so memory does not double.
  *
@@ -27,7 +27,9 @@
  *   Q4_0 (AVX2 only), 576 bytes per record (u = q + 8, the file's nibble):
  *     [0, 64)      f16 scales [h][i]
  *     [64, 576)    nibbles [h][g = 0..3][i][k % 4], as Q5_0's
- * The same bytes per block and row as the mmap (34, 22 and 18). The kernels unpack a block of
+ *   IQ4_NL (AVX2 only): Q4_0's record; the nibble indexes the level, q = quant_iq4_nl_level
+ *     (padding rows: nibble 8, level 1, scale 0)
+ * The same bytes per block and row as the mmap (34, 22, 18 and 18). The kernels unpack a block of
  * 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
  *
  * Arithmetic, fixed for every M, row range and thread count (so deterministic mode holds):
@@ -50,6 +52,7 @@
 #define PANEL_REC_Q8_0 1088 /* bytes per record (block pair of 16 rows), see the layout */
 #define PANEL_REC_Q5_0 704
 #define PANEL_REC_Q4_0 576
+#define PANEL_REC_IQ4_NL 576 /* Q4_0's layout */
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
 /* 1 when the active ISA has a panel kernel for w (type, n_in within PANEL_NB_MAX). */

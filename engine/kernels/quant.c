@@ -115,6 +115,10 @@ uint16_t quant_f32_to_bf16(float f) {
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                          1,    13,   25,  38,  53,  69,  89,  113};
 
+int quant_iq4_nl_level(int nibble) {
+    return kvalues_iq4nl[nibble & 15];
+}
+
 /* One 32-element block as integer levels q[32] (element order), its scale d and its min m
  * (has_min = 0 for the symmetric formats). Shared by dequantization and the dot products. */
 struct blk32 {

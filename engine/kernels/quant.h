@@ -88,6 +88,8 @@ void quant_dequant_q5_0_ref(const void *src, float *dst, int64_t n);
 void quant_dequant_q5_1_ref(const void *src, float *dst, int64_t n);
 void quant_dequant_q8_0_ref(const void *src, float *dst, int64_t n);
 void quant_dequant_iq4_nl_ref(const void *src, float *dst, int64_t n);
+/* IQ4_NL's level for a 4-bit index (-127..113; the format's fixed table). */
+int quant_iq4_nl_level(int nibble);
 void quant_dequant_q2_K_ref(const void *src, float *dst, int64_t n);
 void quant_dequant_q3_K_ref(const void *src, float *dst, int64_t n);
 void quant_dequant_q4_K_ref(const void *src, float *dst, int64_t n);

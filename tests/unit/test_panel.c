@@ -1,5 +1,5 @@
 /*
- * test_panel — Q8_0, Q5_0 and Q4_0 weights repacked into 16-row panels (engine/kernels/panel.h):
+ * test_panel — Q8_0, Q5_0, Q4_0 and IQ4_NL weights repacked into 16-row panels (engine/kernels/panel.h):
  *   - the layout: every element and scale of every row read back from the panel equals the
  *     row's own (quant_dequant_row_ref), padding rows and blocks zero;
  *   - the SIMD panel kernel equals panel_gemm_ref bit for bit for row counts that are and
@@ -11,7 +11,7 @@
  *   - kern_matmul on a packed weight: M = 1 row by row equals one M = 37 call, 1 and 2
  *     threads give the same bits.
  * The SIMD cases SKIP on a CPU without a panel kernel (AVX-512 VNNI for Q8_0 and Q5_0, AVX2
- * for Q5_0 and Q4_0), the AMX one without AMX-INT8 or when the kernel refuses the tile state.
+ * for all four), the AMX one without AMX-INT8 or when the kernel refuses the tile state.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,7 +35,7 @@ static float rnd_f(float lo, float hi) {
     return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f;
 }
 
-static const uint32_t k_types[] = {QT_Q8_0, QT_Q5_0, QT_Q4_0};
+static const uint32_t k_types[] = {QT_Q8_0, QT_Q5_0, QT_Q4_0, QT_IQ4_NL};
 
 /* n_out random rows of n_in of type t (valid scales, all byte values elsewhere). */
 static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64_t n_out) {
@@ -90,7 +90,8 @@ static void test_layout(void) {
                 for (int k = 0; k < 32; k++) {
                     const int q = panel_q(t, p, NIN, r, b, k);
                     const float v = quant_f16_to_f32(d) * (float)q;
-                    T_ASSERTF(real ? v == row[b * 32 + k] : q == 0,
+                    /* padding: q = 0 (IQ4_NL has no level 0: its padding is scale 0) */
+                    T_ASSERTF(real ? v == row[b * 32 + k] : t == QT_IQ4_NL ? d == 0 : q == 0,
                               "%s row %ld block %ld element %d: %d", quant_info(t)->name, (long)r,
                               (long)b, k, q);
                 }
@@ -119,8 +120,8 @@ static void check_kernel_bits(enum kern_isa isa) {
             for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
                 const uint32_t t = k_types[ti];
                 const kern_panel_fn fn = kern_panel_kernel(t);
-                if (!fn) { /* AVX2 has no Q8_0 panel kernel, AVX-512 no Q4_0 one */
-                    T_ASSERT(isa == KERN_ISA_AVX2 ? t == QT_Q8_0 : t == QT_Q4_0);
+                if (!fn) { /* AVX-512 has no Q4_0 or IQ4_NL panel kernel, AVX2 has all */
+                    T_ASSERT(isa != KERN_ISA_AVX2 && (t == QT_Q4_0 || t == QT_IQ4_NL));
                     continue;
                 }
                 const int64_t n = ns[ni], no = outs[oi];
@@ -212,7 +213,7 @@ static void test_matmul_invariant(void) {
         const uint32_t t = k_types[ti];
         struct kern_weight w = rnd_rows(t, wbuf, NIN, NOUT);
         if (!panel_supported(&w)) {
-            T_ASSERTF(kern_active_isa() <= KERN_ISA_AVX2 ? t == QT_Q8_0 : t == QT_Q4_0,
+            T_ASSERTF(kern_active_isa() > KERN_ISA_AVX2 && (t == QT_Q4_0 || t == QT_IQ4_NL),
                       "%s: no panel kernel", quant_info(t)->name);
             continue;
         }
