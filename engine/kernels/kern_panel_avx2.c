@@ -227,18 +227,77 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
     }
 }
 
-/* One activation over signed weights (decode): each block read straight from its record
- * into registers, since with one activation the stack buffer of pa_gemm_part costs more
- * than it saves (1.5x slower on Zen at M = 1). The same integer sums and float steps. */
-PA_AI void pa_gemm1_signed(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
-                           const struct block_q8_0 *ab, float *y) {
-    const int64_t nb = n / 32, npair = (nb + 1) / 2;
-    const size_t rb = pa_rec_bytes(type);
+/* One activation, block h of a record: the 16 rows' exact sums S, read straight from the
+ * record into registers (s[0] rows 0-7, s[1] rows 8-15; corr: pa_prep's, 0 when signed). */
+PA_AI void pa_block1(uint32_t type, const uint8_t *rec, int h, const struct block_q8_0 *ab,
+                     int32_t corr, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
                                          53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
                                          -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const uint8_t *x = type == QT_Q8_0   ? rec + 64 + h * 512
+                       : type == QT_Q5_0 ? rec + 192 + h * 256
+                                         : rec + 64 + h * 256;
+    const uint8_t *hb = rec + 64 + h * 64; /* Q5_0's high bits */
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+    for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
+        int32_t v;
+        memcpy(&v, ab->qs + 4 * g, 4);
+        const __m256i a = _mm256_set1_epi32(v);
+        memcpy(&v, ab->qs + 4 * g + 16, 4); /* the high nibbles: group g + 4 */
+        const __m256i a4 = _mm256_set1_epi32(v);
+        for (int half = 0; half < 2; half++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
+            if (type == QT_Q8_0) {
+                const __m256i q = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+                const __m256i t = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+                lo[half] = _mm256_add_epi32(lo[half], _mm256_madd_epi16(t, ones));
+                continue;
+            }
+            __m256i ul = _mm256_and_si256(w, m4), uh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+            if (type == QT_IQ4_NL) {
+                ul = _mm256_shuffle_epi8(lut, ul);
+                uh = _mm256_shuffle_epi8(lut, uh);
+                const __m256i t = _mm256_add_epi32(
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(ul), _mm256_sign_epi8(a, ul)), ones),
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(uh), _mm256_sign_epi8(a4, uh)),
+                        ones));
+                lo[half] = _mm256_add_epi32(lo[half], t);
+                continue;
+            }
+            if (type == QT_Q5_0) {
+                uint32_t bl, bh;
+                memcpy(&bl, hb + 8 * g + 4 * half, 4);
+                memcpy(&bh, hb + 8 * (g + 4) + 4 * half, 4);
+                ul = _mm256_or_si256(ul, pa_bits16(bl));
+                uh = _mm256_or_si256(uh, pa_bits16(bh));
+            }
+            /* unsigned: int16 sums of four groups each (see the top of the file) */
+            lo[half] = _mm256_add_epi16(lo[half], _mm256_maddubs_epi16(ul, a));
+            hi[half] = _mm256_add_epi16(hi[half], _mm256_maddubs_epi16(uh, a4));
+        }
+    }
+    for (int half = 0; half < 2; half++)
+        s[half] = type == QT_Q8_0 || type == QT_IQ4_NL
+                      ? lo[half]
+                      : _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo[half], ones),
+                                                          _mm256_madd_epi16(hi[half], ones)),
+                                         _mm256_set1_epi32(corr));
+}
+
+/* One activation (decode): each block read straight from its record into registers, since
+ * with one activation the stack buffer of pa_gemm_part costs more than it saves (Q8_0 on
+ * Zen 3: 1.5x slower at M = 1). The same integer sums and float steps. */
+PA_AI void pa_gemm1(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                    const struct block_q8_0 *ab, float *y) {
+    const int64_t nb = n / 32, npair = (nb + 1) / 2;
+    const size_t rb = pa_rec_bytes(type);
+    const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
+    int32_t corr[PANEL_NB_MAX];
+    float da[PANEL_NB_MAX];
+    pa_prep(off, 0, (int)nb, ab, corr, da);
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
         __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -248,38 +307,9 @@ PA_AI void pa_gemm1_signed(uint32_t type, int64_t n, const void *panels, int64_t
             if (!h) /* a record PA_PF_DIST ahead (past the end: a prefetch never faults) */
                 for (size_t o = 0; o < rb; o += 64)
                     __builtin_prefetch(rec + PA_PF_DIST + o, 0, 3);
-            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
-                int32_t v;
-                memcpy(&v, ab[b].qs + 4 * g, 4);
-                const __m256i a = _mm256_set1_epi32(v);
-                memcpy(&v, ab[b].qs + 4 * g + 16, 4); /* IQ4_NL's high nibbles: group g + 4 */
-                const __m256i a4 = _mm256_set1_epi32(v);
-                for (int half = 0; half < 2; half++) {
-                    __m256i q, q4 = _mm256_setzero_si256();
-                    if (type == QT_Q8_0) {
-                        q = _mm256_xor_si256(
-                            _mm256_loadu_si256((const __m256i *)(rec + 64 + h * 512 + 64 * g +
-                                                                 32 * half)),
-                            flip);
-                    } else {
-                        const __m256i x = _mm256_loadu_si256(
-                            (const __m256i *)(rec + 64 + h * 256 + 64 * g + 32 * half));
-                        q = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, m4));
-                        q4 = _mm256_shuffle_epi8(lut,
-                                                 _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
-                    }
-                    __m256i t = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
-                    if (type != QT_Q8_0)
-                        t = _mm256_add_epi32(
-                            t, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q4),
-                                                                      _mm256_sign_epi8(a4, q4)),
-                                                 ones));
-                    s[half] = _mm256_add_epi32(s[half], t);
-                }
-            }
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(ab[b].d));
+            __m256i s[2];
+            pa_block1(type, rec, h, ab + b, corr[b], s);
+            const __m256 d = _mm256_set1_ps(da[b]);
             for (int half = 0; half < 2; half++) {
                 const __m256 dw =
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16 * half)));
@@ -304,8 +334,8 @@ PA_AI void pa_gemm1_signed(uint32_t type, int64_t n, const void *panels, int64_t
 /* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
 PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
-    if (na == 1 && (type == QT_Q8_0 || type == QT_IQ4_NL)) {
-        pa_gemm1_signed(type, n, panels, r0, r1, act, y);
+    if (na == 1) {
+        pa_gemm1(type, n, panels, r0, r1, act, y);
         return;
     }
     for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
