@@ -35,6 +35,7 @@
  * each 4 KiB page; kern.c's KERN_PF_DIST). LM head at M = 1, one thread on the Zen 3 guest:
  * none 11.3-11.9 ms, 1-2 KiB 11.5-11.7, 4 KiB 9.1-9.5, 8 KiB 9.3-9.4 (row kernel: 10.3) */
 #define PA_PF_DIST 4096
+#define PA_NA_MAX 4 /* up to this many activations read the records directly (pa_gemmn) */
 
 /* 32 bytes: 0x10 where bit j of the little-endian u32 `bits` is set, else 0. */
 PA_AI __m256i pa_bits16(uint32_t bits) {
@@ -229,117 +230,152 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
     }
 }
 
-/* One activation, block h of a record: the 16 rows' exact sums S, read straight from the
- * record into registers (s[0] rows 0-7, s[1] rows 8-15; corr: pa_prep's, 0 when signed). */
-PA_AI void pa_block1(uint32_t type, const uint8_t *rec, int h, const struct block_q8_0 *ab,
-                     int32_t corr, __m256i *s) {
+/* NA (1..PA_NA_MAX) activations, block h of a record: the 16 rows' exact sums S per
+ * activation c (s[2 * c] rows 0-7, s[2 * c + 1] rows 8-15), each weight register read
+ * straight from the record and used by all NA before the next (corr: pa_prep's, 0 when
+ * signed). */
+PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
+                     const struct block_q8_0 *const *ab, const int32_t *corr, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
     const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
                                          53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
                                          -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL;
     const uint8_t *x = type == QT_Q8_0   ? rec + 64 + h * 512
                        : type == QT_Q5_0 ? rec + 192 + h * 256
                                          : rec + 64 + h * 256;
     const uint8_t *hb = rec + 64 + h * 64; /* Q5_0's high bits */
-    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
-    for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
-        int32_t v;
-        memcpy(&v, ab->qs + 4 * g, 4);
-        const __m256i a = _mm256_set1_epi32(v);
-        memcpy(&v, ab->qs + 4 * g + 16, 4); /* the high nibbles: group g + 4 */
-        const __m256i a4 = _mm256_set1_epi32(v);
-        PA_UNROLL(2) /* unrolled: Q5_0 640 x 2048 at M = 1 0.067 -> 0.055 ms (Zen 3) */
-        for (int half = 0; half < 2; half++) {
+    PA_UNROLL(2) /* unrolled: Q5_0 640 x 2048 at M = 1 0.067 -> 0.055 ms (Zen 3) */
+    for (int half = 0; half < 2; half++) {
+        __m256i lo[PA_NA_MAX], hi[PA_NA_MAX];
+        for (int c = 0; c < NA; c++)
+            lo[c] = hi[c] = _mm256_setzero_si256();
+        for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
             const __m256i w = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
+            __m256i ul, uh = _mm256_setzero_si256(), al, ah = _mm256_setzero_si256();
             if (type == QT_Q8_0) {
-                const __m256i q = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
-                const __m256i t = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
-                lo[half] = _mm256_add_epi32(lo[half], _mm256_madd_epi16(t, ones));
-                continue;
+                ul = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+            } else {
+                ul = _mm256_and_si256(w, m4);
+                uh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
             }
-            __m256i ul = _mm256_and_si256(w, m4), uh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
             if (type == QT_IQ4_NL) {
                 ul = _mm256_shuffle_epi8(lut, ul);
                 uh = _mm256_shuffle_epi8(lut, uh);
-                const __m256i t = _mm256_add_epi32(
-                    _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(_mm256_abs_epi8(ul), _mm256_sign_epi8(a, ul)), ones),
-                    _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(_mm256_abs_epi8(uh), _mm256_sign_epi8(a4, uh)),
-                        ones));
-                lo[half] = _mm256_add_epi32(lo[half], t);
-                continue;
             }
-            if (type == QT_Q5_0) {
+            if (sgn) {
+                al = _mm256_abs_epi8(ul);
+                ah = _mm256_abs_epi8(uh);
+            } else if (type == QT_Q5_0) {
                 uint32_t bl, bh;
                 memcpy(&bl, hb + 8 * g + 4 * half, 4);
                 memcpy(&bh, hb + 8 * (g + 4) + 4 * half, 4);
                 ul = _mm256_or_si256(ul, pa_bits16(bl));
                 uh = _mm256_or_si256(uh, pa_bits16(bh));
             }
-            /* unsigned: int16 sums of four groups each (see the top of the file) */
-            lo[half] = _mm256_add_epi16(lo[half], _mm256_maddubs_epi16(ul, a));
-            hi[half] = _mm256_add_epi16(hi[half], _mm256_maddubs_epi16(uh, a4));
+            for (int c = 0; c < NA; c++) {
+                int32_t v;
+                memcpy(&v, ab[c]->qs + 4 * g, 4);
+                const __m256i a = _mm256_set1_epi32(v);
+                memcpy(&v, ab[c]->qs + 4 * g + 16, 4); /* the high nibbles: group g + 4 */
+                const __m256i a4 = _mm256_set1_epi32(v);
+                if (type == QT_Q8_0) {
+                    lo[c] = _mm256_add_epi32(
+                        lo[c],
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(a, ul)), ones));
+                } else if (sgn) {
+                    const __m256i t = _mm256_add_epi32(
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(a, ul)), ones),
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(ah, _mm256_sign_epi8(a4, uh)),
+                                          ones));
+                    lo[c] = _mm256_add_epi32(lo[c], t);
+                } else { /* unsigned: int16 sums of four groups each (the top of the file) */
+                    lo[c] = _mm256_add_epi16(lo[c], _mm256_maddubs_epi16(ul, a));
+                    hi[c] = _mm256_add_epi16(hi[c], _mm256_maddubs_epi16(uh, a4));
+                }
+            }
         }
+        for (int c = 0; c < NA; c++)
+            s[2 * c + half] =
+                sgn ? lo[c]
+                    : _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo[c], ones),
+                                                        _mm256_madd_epi16(hi[c], ones)),
+                                       _mm256_set1_epi32(corr[c]));
     }
-    for (int half = 0; half < 2; half++)
-        s[half] = type == QT_Q8_0 || type == QT_IQ4_NL
-                      ? lo[half]
-                      : _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo[half], ones),
-                                                          _mm256_madd_epi16(hi[half], ones)),
-                                         _mm256_set1_epi32(corr));
 }
 
-/* One activation (decode): each block read straight from its record into registers, since
- * with one activation the stack buffer of pa_gemm_part costs more than it saves (Q8_0 on
- * Zen 3: 1.5x slower at M = 1). The same integer sums and float steps. */
-PA_AI void pa_gemm1(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
-                    const struct block_q8_0 *ab, float *y) {
+/* NA (1..PA_NA_MAX) activations (decode, a few streams, the rows of a draft): each block
+ * read straight from its record into registers, since with few activations the stack buffer
+ * of pa_gemm_part costs more than it saves (Q8_0 on Zen 3: 1.5x slower at M = 1). The same
+ * integer sums and float steps. */
+PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, int64_t r0,
+                    int64_t r1, const void *act, size_t as, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
     const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
-    int32_t corr[PANEL_NB_MAX];
-    float da[PANEL_NB_MAX];
-    pa_prep(off, 0, (int)nb, ab, corr, da);
+    int32_t corr[PA_NA_MAX][PANEL_NB_MAX];
+    float da[PA_NA_MAX][PANEL_NB_MAX];
+    const struct block_q8_0 *ab[PA_NA_MAX];
+    for (int c = 0; c < NA; c++) {
+        ab[c] = (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
+        pa_prep(off, 0, (int)nb, ab[c], corr[c], da[c]);
+    }
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        __m256 acc[2 * PA_NA_MAX];
+        for (int i = 0; i < 2 * NA; i++)
+            acc[i] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
             const int h = (int)(b & 1);
             if (!h) /* a record PA_PF_DIST ahead (past the end: a prefetch never faults) */
                 for (size_t o = 0; o < rb; o += 64)
                     __builtin_prefetch(rec + PA_PF_DIST + o, 0, 3);
-            __m256i s[2];
-            pa_block1(type, rec, h, ab + b, corr[b], s);
-            const __m256 d = _mm256_set1_ps(da[b]);
+            const struct block_q8_0 *abb[PA_NA_MAX];
+            int32_t cb[PA_NA_MAX];
+            for (int c = 0; c < NA; c++) {
+                abb[c] = ab[c] + b;
+                cb[c] = corr[c][b];
+            }
+            __m256i s[2 * PA_NA_MAX];
+            pa_blockn(type, NA, rec, h, abb, cb, s);
             for (int half = 0; half < 2; half++) {
                 const __m256 dw =
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16 * half)));
-                acc[half] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[half]), _mm256_mul_ps(dw, d), acc[half]);
+                for (int c = 0; c < NA; c++)
+                    acc[2 * c + half] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[2 * c + half]),
+                                        _mm256_mul_ps(dw, _mm256_set1_ps(da[c][b])),
+                                        acc[2 * c + half]);
             }
         }
         const int64_t base = p * PANEL_ROWS;
-        if (base >= r0 && base + PANEL_ROWS <= r1) {
-            _mm256_storeu_ps(y + base, acc[0]);
-            _mm256_storeu_ps(y + base + 8, acc[1]);
-            continue;
+        const int whole = base >= r0 && base + PANEL_ROWS <= r1;
+        for (int c = 0; c < NA; c++) {
+            float *yc = y + (size_t)c * (size_t)ldy;
+            if (whole) {
+                _mm256_storeu_ps(yc + base, acc[2 * c]);
+                _mm256_storeu_ps(yc + base + 8, acc[2 * c + 1]);
+                continue;
+            }
+            float tmp[PANEL_ROWS];
+            _mm256_storeu_ps(tmp, acc[2 * c]);
+            _mm256_storeu_ps(tmp + 8, acc[2 * c + 1]);
+            for (int64_t r = base < r0 ? r0 : base; r < base + PANEL_ROWS && r < r1; r++)
+                yc[r] = tmp[r - base];
         }
-        float tmp[PANEL_ROWS];
-        _mm256_storeu_ps(tmp, acc[0]);
-        _mm256_storeu_ps(tmp + 8, acc[1]);
-        for (int64_t r = base < r0 ? r0 : base; r < base + PANEL_ROWS && r < r1; r++)
-            y[r] = tmp[r - base];
     }
 }
 
 /* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
 PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
-    if (na == 1) {
-        pa_gemm1(type, n, panels, r0, r1, act, y);
-        return;
+    switch (na) { /* a constant NA each, so the loops over activations unroll */
+    case 1: pa_gemmn(type, 1, n, panels, r0, r1, act, as, y, ldy); return;
+    case 2: pa_gemmn(type, 2, n, panels, r0, r1, act, as, y, ldy); return;
+    case 3: pa_gemmn(type, 3, n, panels, r0, r1, act, as, y, ldy); return;
+    case 4: pa_gemmn(type, 4, n, panels, r0, r1, act, as, y, ldy); return;
+    default: break;
     }
     for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
         pa_gemm_part(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,

@@ -111,7 +111,7 @@ static void check_kernel_bits(enum kern_isa isa) {
     enum { NA = 70, NG = 4128, LDY = 208 };
     static const int64_t ns[] = {32, 64, 96, 640, NG};
     static const int64_t outs[] = {1, 15, 16, 17, 200};
-    static const int nas[] = {1, 2, 3, 7, 8, 9, 16, 17, 32, 47, 48, 64, NA};
+    static const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 47, 48, 64, NA};
     static uint8_t wbuf[200 * 34 * (NG / 32)];
     static uint8_t abuf[NA * (34 * (NG / 32) + 64)];
     static float y[NA * LDY], want[NA * LDY];
