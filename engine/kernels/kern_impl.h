@@ -96,8 +96,9 @@ void kern_register_lowbit_avx2(struct kern_ops *ops);
  * kern_register_avx512 passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results
  * are the same bits either way. */
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);
-/* kern_panel_avx2.c: the Q5_0 panel kernel (panel.h) for AVX2 without AVX-512, installed
- * after kern_register_avx2 (kern_register_avx512's panel kernels replace it). */
+/* kern_panel_avx2.c: the Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 panel kernels (panel.h) for
+ * AVX2 without AVX-512, installed after kern_register_avx2 (kern_register_avx512's panel
+ * kernels replace them). */
 void panel_register_avx2(struct kern_ops *ops);
 /* kern_panel_avx512.c: the panel kernels (panel.h), installed after kern_register_avx512. */
 void panel_register_avx512(struct kern_ops *ops);

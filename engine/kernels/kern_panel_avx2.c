@@ -1,6 +1,6 @@
 /*
- * kern_panel_avx2 — the AVX2 kernels over Q8_0, Q5_0, Q4_0 and IQ4_NL panels (layout and
- * arithmetic: panel.h), for CPUs without AVX-512 VNNI. Registered by kern.c after
+ * kern_panel_avx2 — the AVX2 kernels over Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 panels
+ * (layout and arithmetic: panel.h), for CPUs without AVX-512 VNNI. Registered by kern.c after
  * kern_register_avx2 when the ISA is AVX2 (the AVX-512 kernels replace it there).
  *
  * A block of 16 rows unpacks into sixteen registers of [8 rows x 4 bytes]. For an
@@ -9,7 +9,8 @@
  *   - Q5_0 / Q4_0, unsigned weights u = q + 16 / q + 8 from nibbles (and high bits):
  *     |u * a| <= 31 * 128 per byte, so four groups add up in int16 without overflow
  *     (4 * 2 * 3968 < 32768) before one vpmaddwd; adding the block's correction
- *     -off * sum(a) gives the exact S = sum(q * a) per row.
+ *     -off * sum(a) gives the exact S = sum(q * a) per row. Q4_1 / Q5_1 the same with S over
+ *     u itself (no correction); their min enters as fma(m, s_a, acc) after the product.
  *   - Q8_0 / IQ4_NL, signed weights (q = u ^ 0x80, or IQ4_NL's level looked up by nibble):
  *     |q| goes into the unsigned operand and q's sign onto the activation (vpsignb), as the
  *     row kernels do; a pair sum reaches 2 * 128 * 127, so every group takes its own
@@ -19,7 +20,9 @@
  * whatever the batch.
  *
  * A task's panels are unpacked PA_KB blocks at a time into a buffer on the stack and swept by
- * every activation of the call (the unpacking, the costly part, is shared by all of them).
+ * every activation of the call (the unpacking, the costly part, is shared by all of them);
+ * up to PA_NA_MAX activations instead read each weight register straight from the record
+ * (pa_gemmn), where that buffer would cost more than it saves.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -47,18 +50,45 @@ PA_AI __m256i pa_bits16(uint32_t bits) {
                             _mm256_set1_epi8(0x10));
 }
 
-/* Block h of a Q5_0 / Q4_0 record as w[g * 2 + half]: group g (elements 4g..4g+3), rows
+/* Q4_1 / Q5_1 carry a min per row and block (their activations are Q8_1: d, s, qs); Q5_0
+ * and Q5_1 a fifth bit. Where block h's nibbles and high bits start in a record (panel.h). */
+PA_AI int pa_has_min(uint32_t t) {
+    return t == QT_Q4_1 || t == QT_Q5_1;
+}
+PA_AI int pa_has_hb(uint32_t t) {
+    return t == QT_Q5_0 || t == QT_Q5_1;
+}
+PA_AI const uint8_t *pa_nib(uint32_t t, const uint8_t *rec, int h) {
+    return rec + (t == QT_Q5_0 ? 192 : t == QT_Q4_1 ? 128 : t == QT_Q5_1 ? 256 : 64) + h * 256;
+}
+PA_AI const uint8_t *pa_hbits(uint32_t t, const uint8_t *rec, int h) {
+    return rec + (t == QT_Q5_1 ? 128 : 64) + h * 64;
+}
+/* Bytes of an activation block, and its quants (Q8_0: d, qs; Q8_1: d, s, qs). */
+PA_AI size_t pa_abytes(uint32_t t) {
+    return pa_has_min(t) ? 36 : 34;
+}
+PA_AI const int8_t *pa_aqs(uint32_t t, const uint8_t *blk) {
+    return (const int8_t *)(blk + (pa_has_min(t) ? 4 : 2));
+}
+/* f16 at p as float. */
+PA_AI float pa_h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Block h of a Q5_0 / Q4_0 / Q4_1 / Q5_1 record as w[g * 2 + half]: group g (elements 4g..4g+3), rows
  * 8 * half .. 8 * half + 7, 4 unsigned bytes each (u = q + 16 / q + 8). */
 PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
-    const uint8_t *x = type == QT_Q5_0 ? rec + 192 + h * 256 : rec + 64 + h * 256;
-    const uint8_t *hb = rec + 64 + h * 64;
+    const uint8_t *x = pa_nib(type, rec, h), *hb = pa_hbits(type, rec, h);
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; g++) {
         for (int half = 0; half < 2; half++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
             w[2 * g + half] = _mm256_and_si256(v, m4);
             w[2 * (g + 4) + half] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (type == QT_Q5_0) {
+            if (pa_has_hb(type)) {
                 uint32_t lo, hi;
                 memcpy(&lo, hb + 8 * g + 4 * half, 4);
                 memcpy(&hi, hb + 8 * (g + 4) + 4 * half, 4);
@@ -71,7 +101,11 @@ PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
 
 /* Bytes of a record (panel.h's constants: panel_rec_bytes is panel.c's, a module above). */
 PA_AI size_t pa_rec_bytes(uint32_t type) {
-    return type == QT_Q8_0 ? PANEL_REC_Q8_0 : type == QT_Q5_0 ? PANEL_REC_Q5_0 : PANEL_REC_Q4_0;
+    return type == QT_Q8_0   ? PANEL_REC_Q8_0
+           : type == QT_Q5_0 ? PANEL_REC_Q5_0
+           : type == QT_Q4_1 ? PANEL_REC_Q4_1
+           : type == QT_Q5_1 ? PANEL_REC_Q5_1
+                             : PANEL_REC_Q4_0;
 }
 
 /* Block h of a Q8_0 / IQ4_NL record as signed weights w[g * 2 + half] (group g, rows
@@ -102,17 +136,21 @@ PA_AI void pa_unpack_signed(uint32_t type, const uint8_t *rec, int h, __m256i *w
         }
 }
 
-/* Block sums' corrections (-off * sum of the 32 activation bytes; 0 when off is 0) and scales
- * of one row. */
-PA_AI void pa_prep(int off, int64_t b0, int nbk, const struct block_q8_0 *ab, int32_t *corr,
-                   float *d) {
+/* Blocks [b0, b0 + nbk) of one activation row (the type's activation blocks): corrections
+ * (-off * sum of the 32 activation bytes; 0 when off is 0), scales d and, for the types
+ * with a min, the blocks' s (d * sum, as stored). */
+PA_AI void pa_prep(uint32_t type, int off, int64_t b0, int nbk, const uint8_t *ab, int32_t *corr,
+                   float *d, float *sa) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const size_t bs = pa_abytes(type);
     for (int b = 0; b < nbk; b++) {
-        d[b] = _cvtsh_ss(ab[b0 + b].d);
+        const uint8_t *blk = ab + (size_t)(b0 + b) * bs;
+        d[b] = pa_h2f(blk);
+        if (pa_has_min(type)) sa[b] = pa_h2f(blk + 2);
         corr[b] = 0;
-        if (!off) continue; /* signed weights: no correction */
+        if (!off) continue; /* signed weights, or a min instead: no correction */
         const __m256i u =
-            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)ab[b0 + b].qs), flip);
+            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)pa_aqs(type, blk)), flip);
         const __m256i s4 = _mm256_sad_epu8(u, _mm256_setzero_si256());
         const __m128i s2 =
             _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
@@ -122,17 +160,17 @@ PA_AI void pa_prep(int off, int64_t b0, int nbk, const struct block_q8_0 *ab, in
 }
 
 /* The 16 rows' exact block sums for one activation block: s[0] rows 0-7, s[1] rows 8-15. */
-PA_AI void pa_block(const __m256i *w, const struct block_q8_0 *ab, int32_t corr, __m256i *s) {
+PA_AI void pa_block(const __m256i *w, const int8_t *qs, int32_t corr, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i t[2][2];
     for (int q = 0; q < 2; q++) { /* groups 4q .. 4q + 3, summed in int16 */
         int32_t v;
-        memcpy(&v, ab->qs + 16 * q, 4);
+        memcpy(&v, qs + 16 * q, 4);
         __m256i a = _mm256_set1_epi32(v);
         t[q][0] = _mm256_maddubs_epi16(w[2 * (4 * q)], a);
         t[q][1] = _mm256_maddubs_epi16(w[2 * (4 * q) + 1], a);
         for (int g = 4 * q + 1; g < 4 * q + 4; g++) {
-            memcpy(&v, ab->qs + 4 * g, 4);
+            memcpy(&v, qs + 4 * g, 4);
             a = _mm256_set1_epi32(v);
             t[q][0] = _mm256_add_epi16(t[q][0], _mm256_maddubs_epi16(w[2 * g], a));
             t[q][1] = _mm256_add_epi16(t[q][1], _mm256_maddubs_epi16(w[2 * g + 1], a));
@@ -146,12 +184,12 @@ PA_AI void pa_block(const __m256i *w, const struct block_q8_0 *ab, int32_t corr,
 }
 
 /* The same for signed weights (pa_unpack_signed's registers): no correction. */
-PA_AI void pa_block_signed(const __m256i *w, const struct block_q8_0 *ab, __m256i *s) {
+PA_AI void pa_block_signed(const __m256i *w, const int8_t *qs, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1);
     s[0] = s[1] = _mm256_setzero_si256();
     for (int g = 0; g < 8; g++) {
         int32_t v;
-        memcpy(&v, ab->qs + 4 * g, 4);
+        memcpy(&v, qs + 4 * g, 4);
         const __m256i a = _mm256_set1_epi32(v);
         for (int half = 0; half < 2; half++) {
             const int j = 2 * g + half;
@@ -169,17 +207,18 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
     const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL; /* signed weights, no correction */
-    const int off = sgn ? 0 : type == QT_Q5_0 ? 16 : 8;
+    const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
+    const int mins = pa_has_min(type);
+    const size_t abs_ = pa_abytes(type);
     __m256i W[PA_KB][32]; /* unsigned: [0, 16); signed: q in [0, 16), |q| in [16, 32) */
-    __m256 DW[PA_KB][2];
+    __m256 DW[PA_KB][2], DM[PA_KB][2];
     int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
-    float da[KERN_GEMM_MAX_ACTS][PA_KB];
+    float da[KERN_GEMM_MAX_ACTS][PA_KB], sa[KERN_GEMM_MAX_ACTS][PA_KB];
     for (int64_t b0 = 0; b0 < nb; b0 += PA_KB) {
         const int nbk = (int)(nb - b0 < PA_KB ? nb - b0 : PA_KB);
         for (int c = 0; c < na; c++)
-            pa_prep(off, b0, nbk,
-                    (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as), corr[c],
-                    da[c]);
+            pa_prep(type, off, b0, nbk, (const uint8_t *)act + (size_t)c * as, corr[c], da[c],
+                    sa[c]);
         for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
             const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
             const int64_t base = p * PANEL_ROWS;
@@ -195,10 +234,13 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
                     pa_unpack(type, rec, h, W[b]);
                 DW[b][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h)));
                 DW[b][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16)));
+                if (mins)
+                    for (int half = 0; half < 2; half++)
+                        DM[b][half] = _mm256_cvtph_ps(
+                            _mm_loadu_si128((const __m128i *)(rec + 64 + 32 * h + 16 * half)));
             }
             for (int c = 0; c < na; c++) {
-                const struct block_q8_0 *ab =
-                    (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
+                const uint8_t *ab = (const uint8_t *)act + (size_t)c * as;
                 float tmp[PANEL_ROWS] = {0};
                 float *yc = y + (size_t)c * (size_t)ldy + (size_t)base;
                 float *src = whole ? yc : tmp;
@@ -211,15 +253,20 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
                 }
                 for (int b = 0; b < nbk; b++) {
                     __m256i s[2];
+                    const int8_t *qs = pa_aqs(type, ab + (size_t)(b0 + b) * abs_);
                     if (sgn)
-                        pa_block_signed(W[b], ab + b0 + b, s);
+                        pa_block_signed(W[b], qs, s);
                     else
-                        pa_block(W[b], ab + b0 + b, corr[c][b], s);
+                        pa_block(W[b], qs, corr[c][b], s);
                     const __m256 d = _mm256_set1_ps(da[c][b]);
                     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(DW[b][0], d),
                                            acc0);
                     acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[1]), _mm256_mul_ps(DW[b][1], d),
                                            acc1);
+                    if (mins) { /* + m * s_a, after the product (panel_gemm_ref's order) */
+                        acc0 = _mm256_fmadd_ps(DM[b][0], _mm256_set1_ps(sa[c][b]), acc0);
+                        acc1 = _mm256_fmadd_ps(DM[b][1], _mm256_set1_ps(sa[c][b]), acc1);
+                    }
                 }
                 _mm256_storeu_ps(src, acc0);
                 _mm256_storeu_ps(src + 8, acc1);
@@ -235,16 +282,14 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
  * straight from the record and used by all NA before the next (corr: pa_prep's, 0 when
  * signed). */
 PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
-                     const struct block_q8_0 *const *ab, const int32_t *corr, __m256i *s) {
+                     const int8_t *const *qs, const int32_t *corr, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
     const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
                                          53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
                                          -10, 1, 13, 25, 38, 53, 69, 89, 113);
     const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL;
-    const uint8_t *x = type == QT_Q8_0   ? rec + 64 + h * 512
-                       : type == QT_Q5_0 ? rec + 192 + h * 256
-                                         : rec + 64 + h * 256;
-    const uint8_t *hb = rec + 64 + h * 64; /* Q5_0's high bits */
+    const uint8_t *x = type == QT_Q8_0 ? rec + 64 + h * 512 : pa_nib(type, rec, h);
+    const uint8_t *hb = pa_hbits(type, rec, h); /* Q5_0's / Q5_1's high bits */
     PA_UNROLL(2) /* unrolled: Q5_0 640 x 2048 at M = 1 0.067 -> 0.055 ms (Zen 3) */
     for (int half = 0; half < 2; half++) {
         __m256i lo[PA_NA_MAX], hi[PA_NA_MAX];
@@ -266,7 +311,7 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
             if (sgn) {
                 al = _mm256_abs_epi8(ul);
                 ah = _mm256_abs_epi8(uh);
-            } else if (type == QT_Q5_0) {
+            } else if (pa_has_hb(type)) {
                 uint32_t bl, bh;
                 memcpy(&bl, hb + 8 * g + 4 * half, 4);
                 memcpy(&bh, hb + 8 * (g + 4) + 4 * half, 4);
@@ -275,9 +320,9 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
             }
             for (int c = 0; c < NA; c++) {
                 int32_t v;
-                memcpy(&v, ab[c]->qs + 4 * g, 4);
+                memcpy(&v, qs[c] + 4 * g, 4);
                 const __m256i a = _mm256_set1_epi32(v);
-                memcpy(&v, ab[c]->qs + 4 * g + 16, 4); /* the high nibbles: group g + 4 */
+                memcpy(&v, qs[c] + 4 * g + 16, 4); /* the high nibbles: group g + 4 */
                 const __m256i a4 = _mm256_set1_epi32(v);
                 if (type == QT_Q8_0) {
                     lo[c] = _mm256_add_epi32(
@@ -313,12 +358,14 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
     const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
+    const int mins = pa_has_min(type);
+    const size_t abs_ = pa_abytes(type);
     int32_t corr[PA_NA_MAX][PANEL_NB_MAX];
-    float da[PA_NA_MAX][PANEL_NB_MAX];
-    const struct block_q8_0 *ab[PA_NA_MAX];
+    float da[PA_NA_MAX][PANEL_NB_MAX], sa[PA_NA_MAX][PANEL_NB_MAX];
+    const uint8_t *ab[PA_NA_MAX];
     for (int c = 0; c < NA; c++) {
-        ab[c] = (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
-        pa_prep(off, 0, (int)nb, ab[c], corr[c], da[c]);
+        ab[c] = (const uint8_t *)act + (size_t)c * as;
+        pa_prep(type, off, 0, (int)nb, ab[c], corr[c], da[c], sa[c]);
     }
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
@@ -331,22 +378,29 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
             if (!h) /* a record PA_PF_DIST ahead (past the end: a prefetch never faults) */
                 for (size_t o = 0; o < rb; o += 64)
                     __builtin_prefetch(rec + PA_PF_DIST + o, 0, 3);
-            const struct block_q8_0 *abb[PA_NA_MAX];
+            const int8_t *qs[PA_NA_MAX];
             int32_t cb[PA_NA_MAX];
             for (int c = 0; c < NA; c++) {
-                abb[c] = ab[c] + b;
+                qs[c] = pa_aqs(type, ab[c] + (size_t)b * abs_);
                 cb[c] = corr[c][b];
             }
             __m256i s[2 * PA_NA_MAX];
-            pa_blockn(type, NA, rec, h, abb, cb, s);
+            pa_blockn(type, NA, rec, h, qs, cb, s);
             for (int half = 0; half < 2; half++) {
                 const __m256 dw =
                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16 * half)));
-                for (int c = 0; c < NA; c++)
+                const __m256 dm = mins ? _mm256_cvtph_ps(_mm_loadu_si128(
+                                             (const __m128i *)(rec + 64 + 32 * h + 16 * half)))
+                                       : _mm256_setzero_ps();
+                for (int c = 0; c < NA; c++) {
                     acc[2 * c + half] =
                         _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[2 * c + half]),
                                         _mm256_mul_ps(dw, _mm256_set1_ps(da[c][b])),
                                         acc[2 * c + half]);
+                    if (mins) /* + m * s_a, after the product (panel_gemm_ref's order) */
+                        acc[2 * c + half] =
+                            _mm256_fmadd_ps(dm, _mm256_set1_ps(sa[c][b]), acc[2 * c + half]);
+                }
             }
         }
         const int64_t base = p * PANEL_ROWS;
@@ -383,29 +437,24 @@ PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
                      y + (size_t)c0 * (size_t)ldy, ldy);
 }
 
-static void pa_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pa_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pa_gemm_q4_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pa_gemm(QT_Q4_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pa_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pa_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pa_gemm_iq4_nl(int64_t n, const void *panels, int64_t r0, int64_t r1,
-                           const void *act, size_t as, int na, float *y, int ldy) {
-    pa_gemm(QT_IQ4_NL, n, panels, r0, r1, act, as, na, y, ldy);
-}
+/* The kern_panel_fn entry of each type. */
+#define PA_ENTRY(name, qt)                                                                        \
+    static void pa_gemm_##name(int64_t n, const void *panels, int64_t r0, int64_t r1,              \
+                               const void *act, size_t as, int na, float *y, int ldy) {           \
+        pa_gemm(qt, n, panels, r0, r1, act, as, na, y, ldy);                                      \
+    }
+PA_ENTRY(q8_0, QT_Q8_0)
+PA_ENTRY(q5_0, QT_Q5_0)
+PA_ENTRY(q4_0, QT_Q4_0)
+PA_ENTRY(iq4_nl, QT_IQ4_NL)
+PA_ENTRY(q4_1, QT_Q4_1)
+PA_ENTRY(q5_1, QT_Q5_1)
 
 void panel_register_avx2(struct kern_ops *ops) {
     ops->t[QT_Q8_0].panel = pa_gemm_q8_0;
     ops->t[QT_Q5_0].panel = pa_gemm_q5_0;
     ops->t[QT_Q4_0].panel = pa_gemm_q4_0;
     ops->t[QT_IQ4_NL].panel = pa_gemm_iq4_nl;
+    ops->t[QT_Q4_1].panel = pa_gemm_q4_1;
+    ops->t[QT_Q5_1].panel = pa_gemm_q5_1;
 }

@@ -15,6 +15,8 @@ size_t panel_rec_bytes(uint32_t type) {
            : type == QT_Q5_0 ? PANEL_REC_Q5_0
            : type == QT_Q4_0 ? PANEL_REC_Q4_0
            : type == QT_IQ4_NL ? PANEL_REC_IQ4_NL
+           : type == QT_Q4_1 ? PANEL_REC_Q4_1
+           : type == QT_Q5_1 ? PANEL_REC_Q5_1
                              : 0;
 }
 
@@ -76,6 +78,26 @@ static void pack_task(void *arg, int task, int n_tasks) {
                     }
                     continue;
                 }
+                if (w->type == QT_Q4_1 || w->type == QT_Q5_1) { /* scale, min, (bits), nibbles */
+                    const uint8_t *blk = src_block(w, r, b, nb);
+                    const int five = w->type == QT_Q5_1;
+                    quant_half *mn = (quant_half *)(rec + 64) + h * PANEL_ROWS;
+                    uint32_t qh = 0;
+                    sc[i] = mn[i] = 0; /* padding: u = 0, scale 0, min 0 */
+                    if (blk) {
+                        memcpy(&sc[i], blk, 2);
+                        memcpy(&mn[i], blk + 2, 2);
+                        if (five) memcpy(&qh, blk + 4, 4);
+                    }
+                    for (int g = 0; g < 4; g++) {
+                        uint32_t v = 0;
+                        if (blk) memcpy(&v, blk + (five ? 8 : 4) + 4 * g, 4);
+                        memcpy(rec + (five ? 256 : 128) + h * 256 + g * 64 + i * 4, &v, 4);
+                    }
+                    for (int g = 0; g < 8 && five; g++)
+                        hb[g] |= (uint64_t)((qh >> (4 * g)) & 15) << (4 * i);
+                    continue;
+                }
                 if (w->type == QT_Q4_0 || w->type == QT_IQ4_NL) { /* the nibbles as they are */
                     /* (struct block_iq4_nl is struct block_q4_0's layout: scale, 16 bytes) */
                     const struct block_q4_0 *blk = src_block(w, r, b, nb);
@@ -105,6 +127,7 @@ static void pack_task(void *arg, int task, int n_tasks) {
                     hb[g] |= (uint64_t)((qh >> (4 * g)) & 15) << (4 * i);
             }
             if (w->type == QT_Q5_0) memcpy(rec + 64 + h * 64, hb, 64);
+            if (w->type == QT_Q5_1) memcpy(rec + 128 + h * 64, hb, 64);
         }
     }
 }
@@ -147,6 +170,15 @@ uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_
     return d;
 }
 
+uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
+    quant_half m = 0;
+    if (type == QT_Q4_1 || type == QT_Q5_1)
+        memcpy(&m,
+               rec_of(type, panels, n, r, b) + 64 + ((b & 1) * PANEL_ROWS + r % PANEL_ROWS) * 2,
+               2);
+    return m;
+}
+
 int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k) {
     const uint8_t *rec = rec_of(type, panels, n, r, b);
     const int h = (int)(b & 1), i = (int)(r % PANEL_ROWS);
@@ -156,12 +188,17 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
         const int nib = k < 16 ? x & 15 : x >> 4;
         return type == QT_Q4_0 ? nib - 8 : quant_iq4_nl_level(nib);
     }
+    if (type == QT_Q4_1) {
+        const uint8_t x = rec[128 + h * 256 + ((k % 16) / 4) * 64 + i * 4 + k % 4];
+        return k < 16 ? x & 15 : x >> 4;
+    }
+    const int five1 = type == QT_Q5_1; /* else Q5_0 */
     uint64_t hb;
-    memcpy(&hb, rec + 64 + h * 64 + (k / 4) * 8, 8);
+    memcpy(&hb, rec + (five1 ? 128 : 64) + h * 64 + (k / 4) * 8, 8);
     const int g = (k % 16) / 4;
-    const uint8_t x = rec[192 + h * 256 + g * 64 + i * 4 + k % 4];
+    const uint8_t x = rec[(five1 ? 256 : 192) + h * 256 + g * 64 + i * 4 + k % 4];
     const int nib = k < 16 ? x & 15 : x >> 4;
-    return (nib | (int)((hb >> (i * 4 + k % 4)) & 1) << 4) - 16;
+    return (nib | (int)((hb >> (i * 4 + k % 4)) & 1) << 4) - (five1 ? 0 : 16);
 }
 
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
@@ -179,6 +216,12 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
                 o[k] = d * (float)((int)q[(k / 4) * 64 + k % 4] - 128);
             continue;
         }
+        if (w->type == QT_Q4_1 || w->type == QT_Q5_1) { /* u * d + m, the file's dequant */
+            const float m = quant_f16_to_f32(panel_m(w->type, w->panel, w->n_in, r, b));
+            for (int k = 0; k < 32; k++)
+                o[k] = (float)panel_q(w->type, w->panel, w->n_in, r, b, k) * d + m;
+            continue;
+        }
         for (int k = 0; k < 32; k++) /* the others: the layout's reader, once per element */
             o[k] = d * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
     }
@@ -187,18 +230,27 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
 void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                     const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32;
+    const int mins = type == QT_Q4_1 || type == QT_Q5_1; /* Q8_1 activations: d, s, qs */
+    const size_t bs = mins ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
     for (int64_t r = r0; r < r1; r++)
         for (int c = 0; c < na; c++) {
-            const struct block_q8_0 *ab =
-                (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as);
+            const uint8_t *ar = (const uint8_t *)act + (size_t)c * as;
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = ar + (size_t)b * bs;
+                const int8_t *qs = (const int8_t *)(blk + (mins ? 4 : 2));
+                quant_half da, sa;
+                memcpy(&da, blk, 2);
+                memcpy(&sa, blk + 2, 2);
                 int32_t s = 0;
                 for (int k = 0; k < 32; k++)
-                    s += panel_q(type, panels, n, r, b, k) * (int32_t)ab[b].qs[k];
+                    s += panel_q(type, panels, n, r, b, k) * (int32_t)qs[k];
                 const float d =
-                    quant_f16_to_f32(panel_d(type, panels, n, r, b)) * quant_f16_to_f32(ab[b].d);
+                    quant_f16_to_f32(panel_d(type, panels, n, r, b)) * quant_f16_to_f32(da);
                 acc = fmaf((float)s, d, acc);
+                if (mins)
+                    acc = fmaf(quant_f16_to_f32(panel_m(type, panels, n, r, b)),
+                               quant_f16_to_f32(sa), acc);
             }
             y[(size_t)c * (size_t)ldy + (size_t)r] = acc;
         }

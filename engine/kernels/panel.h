@@ -1,6 +1,6 @@
 /*
  * panel — Q8_0 and Q5_0 weight matrices repacked once, at start-up, into 16-row panels
- * for the AVX-512 VNNI kernels (and Q8_0, Q5_0, Q4_0, IQ4_NL for the AVX2 ones,
+ * for the AVX-512 VNNI kernels (and Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1 for the AVX2 ones,
  * kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x the row kernel's multiply-adds
  * per second at 64+ rows on a Zen 4 core for Q5_0). The mmap'd rows stay as
  * they are; a panel copy holds the same bytes in another order, and the forward pass hands
@@ -29,12 +29,17 @@
  *     [64, 576)    nibbles [h][g = 0..3][i][k % 4], as Q5_0's
  *   IQ4_NL (AVX2 only): Q4_0's record; the nibble indexes the level, q = quant_iq4_nl_level
  *     (padding rows: nibble 8, level 1, scale 0)
- * The same bytes per block and row as the mmap (34, 22, 18 and 18). The kernels unpack a block of
+ *   Q4_1 (AVX2 only), 640 bytes (u = the nibble, value d * u + m):
+ *     [0, 64) f16 scales [h][i], [64, 128) f16 mins [h][i], [128, 640) nibbles as Q4_0's
+ *   Q5_1 (AVX2 only), 768 bytes (u = nibble | high bit << 4, value d * u + m):
+ *     [0, 64) scales, [64, 128) mins, [128, 256) high bits as Q5_0's, [256, 768) nibbles
+ * The same bytes per block and row as the mmap (34, 22, 18, 18, 20 and 24). The kernels unpack a block of
  * 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
  *
  * Arithmetic, fixed for every M, row range and thread count (so deterministic mode holds):
  * per row and block the exact integer S = sum q * a, then acc = fma((float)S, dw * da, acc)
- * over the blocks in order from acc = 0. panel_gemm_ref is the scalar twin (same bits). It
+ * over the blocks in order from acc = 0; Q4_1 / Q5_1 (S over u, activations Q8_1 with their
+ * s = da * sum a) then also acc = fma(mw, s_a, acc) after each block's product. panel_gemm_ref is the scalar twin (same bits). It
  * is not vec_dot's order: a weight with a panel always goes through the panel kernels.
  *
  * Ownership: panel_pack returns memory the caller owns and frees with panel_free.
@@ -53,6 +58,8 @@
 #define PANEL_REC_Q5_0 704
 #define PANEL_REC_Q4_0 576
 #define PANEL_REC_IQ4_NL 576 /* Q4_0's layout */
+#define PANEL_REC_Q4_1 640
+#define PANEL_REC_Q5_1 768
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
 /* 1 when the active ISA has a panel kernel for w (type, n_in within PANEL_NB_MAX). */
@@ -67,17 +74,19 @@ size_t panel_bytes(const struct kern_weight *w);
 int panel_pack(const struct kern_weight *w, struct pool *pool, void **out, size_t *bytes);
 void panel_free(void *p, size_t bytes);
 
-/* Element k of row i of block b (signed weight value) and that block's f16 scale, read
- * from the panel layout above (tests and the scalar twin). */
+/* Element k of row i of block b (the integer of the weight: signed q, or Q4_1 / Q5_1's
+ * unsigned u), that block's f16 scale and (Q4_1 / Q5_1, else 0) f16 min, read from the panel
+ * layout above (tests and the scalar twin). */
 int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k);
 uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
+uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
 
 /* Row r of a packed weight w (w->panel set) dequantized into dst[n_in]: the embedding
  * lookup of a tied LM head, the same values kern_get_row gives from the file's row. */
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst);
 
 /* Scalar twin of the panel kernels: y[c * ldy + r] for r in [r0, r1), c < na, from the
- * Q8_0 activation rows act + c * as. Same bits as the SIMD kernel. */
+ * activation rows act + c * as (Q8_0; Q8_1 for Q4_1 / Q5_1). Same bits as the SIMD kernel. */
 void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                     const void *act, size_t as, int na, float *y, int ldy);
 

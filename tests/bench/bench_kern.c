@@ -15,8 +15,8 @@
  * noisy machine). --isa forces the kernel set. --blas lets F32/F16/BF16 weights take the
  * BLAS path (kern_blas.c) from KERN_BLAS_MIN_M rows on, as the CPU backend does when not
  * deterministic. Weights the forward pass repacks into panels
- * (engine/kernels/panel.h: Q8_0 and Q5_0 under AVX-512 VNNI, also Q4_0 and IQ4_NL under
- * AVX2) are packed the same way here, unless
+ * (engine/kernels/panel.h: Q8_0 and Q5_0 under AVX-512 VNNI, also Q4_0, IQ4_NL, Q4_1 and
+ * Q5_1 under AVX2) are packed the same way here, unless
  * --no-panels.
  *
  * Weights are random bytes with valid scales, copied enough times to overflow the last
@@ -89,6 +89,8 @@ static void fill_weights(uint32_t t, uint8_t *w, size_t bytes) {
             break;
         case QT_Q4_K:
         case QT_Q5_K:
+        case QT_Q4_1: /* scale and min */
+        case QT_Q5_1:
             memcpy(w + b, &h, 2);
             memcpy(w + b + 2, &h, 2);
             break;
@@ -205,6 +207,8 @@ static const struct shape shapes[] = {
     {"ffn_up_bf16", QT_BF16, 640, 2048},
     {"ffn_up_q8_0", QT_Q8_0, 640, 2048}, /* the Q8_0 and IQ4_NL files' matrices */
     {"ffn_up_iq4_nl", QT_IQ4_NL, 640, 2048},
+    {"ffn_up_q4_1", QT_Q4_1, 640, 2048},
+    {"ffn_up_q5_1", QT_Q5_1, 640, 2048},
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */

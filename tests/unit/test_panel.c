@@ -1,5 +1,5 @@
 /*
- * test_panel — Q8_0, Q5_0, Q4_0 and IQ4_NL weights repacked into 16-row panels (engine/kernels/panel.h):
+ * test_panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 weights repacked into 16-row panels (engine/kernels/panel.h):
  *   - the layout: every element and scale of every row read back from the panel equals the
  *     row's own (quant_dequant_row_ref), padding rows and blocks zero;
  *   - the SIMD panel kernel equals panel_gemm_ref bit for bit for row counts that are and
@@ -11,7 +11,7 @@
  *   - kern_matmul on a packed weight: M = 1 row by row equals one M = 37 call, 1 and 2
  *     threads give the same bits.
  * The SIMD cases SKIP on a CPU without a panel kernel (AVX-512 VNNI for Q8_0 and Q5_0, AVX2
- * for all four), the AMX one without AMX-INT8 or when the kernel refuses the tile state.
+ * for all six), the AMX one without AMX-INT8 or when the kernel refuses the tile state.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,7 +35,17 @@ static float rnd_f(float lo, float hi) {
     return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f;
 }
 
-static const uint32_t k_types[] = {QT_Q8_0, QT_Q5_0, QT_Q4_0, QT_IQ4_NL};
+static const uint32_t k_types[] = {QT_Q8_0, QT_Q5_0, QT_Q4_0, QT_IQ4_NL, QT_Q4_1, QT_Q5_1};
+
+/* The activation type of a weight type (Q8_1 for Q4_1 / Q5_1, else Q8_0). */
+static uint32_t act_type(uint32_t t) {
+    return quant_info(t)->vec_dot_type;
+}
+
+/* Types whose values are d * u + m (a min per block). */
+static int has_min(uint32_t t) {
+    return t == QT_Q4_1 || t == QT_Q5_1;
+}
 
 /* n_out random rows of n_in of type t (valid scales, all byte values elsewhere). */
 static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64_t n_out) {
@@ -49,23 +59,28 @@ static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64
                 blk[k] = (uint8_t)rnd_u32();
             const quant_half d = quant_f32_to_f16(rnd_f(0.0005f, 0.02f));
             memcpy(blk, &d, 2);
+            if (has_min(t)) { /* the min: a valid f16 too */
+                const quant_half m = quant_f32_to_f16(rnd_f(-0.2f, 0.2f));
+                memcpy(blk + 2, &m, 2);
+            }
         }
     return w;
 }
 
-/* na activation rows of n_in as Q8_0, stride as. */
-static void rnd_act(uint8_t *a, size_t as, int na, int64_t n_in) {
+/* na activation rows of n_in as type at (Q8_0 or Q8_1), stride as. */
+static void rnd_act(uint32_t at, uint8_t *a, size_t as, int na, int64_t n_in) {
     static float x[8192];
     for (int c = 0; c < na; c++) {
         for (int64_t i = 0; i < n_in; i++)
             x[i] = rnd_f(-1.0f, 1.0f) * (rnd_u32() % 50 == 0 ? 20.0f : 1.0f);
-        T_ASSERT(quant_act_row_ref(QT_Q8_0, x, a + (size_t)c * as, n_in) == 0);
+        T_ASSERT(quant_act_row_ref(at, x, a + (size_t)c * as, n_in) == 0);
     }
 }
 
 static void test_layout(void) {
     enum { NIN = 96, NOUT = 37 }; /* 3 blocks (odd), 3 panels, the last one partial */
     static uint8_t wbuf[NOUT * 34 * 3];
+    _Static_assert(sizeof(struct block_q5_1) <= 34, "wbuf holds 34 bytes per block");
     static float row[NIN];
     for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
         const uint32_t t = k_types[ti];
@@ -87,9 +102,18 @@ static void test_layout(void) {
                            2);
                 T_ASSERTF(d == want, "%s row %ld block %ld: scale", quant_info(t)->name, (long)r,
                           (long)b);
+                quant_half wantm = 0;
+                if (real && has_min(t))
+                    memcpy(&wantm,
+                           wbuf + (size_t)r * w.row_bytes + (size_t)b * quant_row_size(t, 32) + 2,
+                           2);
+                T_ASSERTF(panel_m(t, p, NIN, r, b) == wantm, "%s row %ld block %ld: min",
+                          quant_info(t)->name, (long)r, (long)b);
+                const float m = quant_f16_to_f32(wantm);
                 for (int k = 0; k < 32; k++) {
                     const int q = panel_q(t, p, NIN, r, b, k);
-                    const float v = quant_f16_to_f32(d) * (float)q;
+                    const float v =
+                        has_min(t) ? (float)q * quant_f16_to_f32(d) + m : quant_f16_to_f32(d) * (float)q;
                     /* padding: q = 0 (IQ4_NL has no level 0: its padding is scale 0) */
                     T_ASSERTF(real ? v == row[b * 32 + k] : t == QT_IQ4_NL ? d == 0 : q == 0,
                               "%s row %ld block %ld element %d: %d", quant_info(t)->name, (long)r,
@@ -113,21 +137,21 @@ static void check_kernel_bits(enum kern_isa isa) {
     static const int64_t outs[] = {1, 15, 16, 17, 200};
     static const int nas[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32, 47, 48, 64, NA};
     static uint8_t wbuf[200 * 34 * (NG / 32)];
-    static uint8_t abuf[NA * (34 * (NG / 32) + 64)];
+    static uint8_t abuf[NA * (36 * (NG / 32) + 64)]; /* Q8_1: 36 bytes a block */
     static float y[NA * LDY], want[NA * LDY];
     for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t oi = 0; oi < sizeof outs / sizeof outs[0]; oi++) {
                 const uint32_t t = k_types[ti];
                 const kern_panel_fn fn = kern_panel_kernel(t);
-                if (!fn) { /* AVX-512 has no Q4_0 or IQ4_NL panel kernel, AVX2 has all */
-                    T_ASSERT(isa != KERN_ISA_AVX2 && (t == QT_Q4_0 || t == QT_IQ4_NL));
+                if (!fn) { /* AVX-512 has only Q8_0 and Q5_0 panel kernels, AVX2 all six */
+                    T_ASSERT(isa != KERN_ISA_AVX2 && t != QT_Q8_0 && t != QT_Q5_0);
                     continue;
                 }
                 const int64_t n = ns[ni], no = outs[oi];
                 struct kern_weight w = rnd_rows(t, wbuf, n, no);
-                const size_t as = (quant_row_size(QT_Q8_0, n) + 63) & ~(size_t)63;
-                rnd_act(abuf, as, NA, n);
+                const size_t as = (quant_row_size(act_type(t), n) + 63) & ~(size_t)63;
+                rnd_act(act_type(t), abuf, as, NA, n);
                 void *p = NULL;
                 size_t bytes = 0;
                 T_ASSERT(panel_pack(&w, NULL, &p, &bytes) == 0);
@@ -139,7 +163,7 @@ static void check_kernel_bits(enum kern_isa isa) {
                         const float ref = quant_vec_dot_ref(t)(n, wr, ar);
                         static float wv[NG], av[NG];
                         T_ASSERT(quant_dequant_row_ref(t, wr, wv, n) == 0);
-                        T_ASSERT(quant_dequant_row_ref(QT_Q8_0, ar, av, n) == 0);
+                        T_ASSERT(quant_dequant_row_ref(act_type(t), ar, av, n) == 0);
                         double mag = 0;
                         for (int64_t i = 0; i < n; i++)
                             mag += fabs((double)wv[i] * av[i]);
@@ -205,7 +229,7 @@ static void test_matmul_invariant(void) {
     static uint8_t wbuf[NOUT * 34 * (NIN / 32)];
     static float X[M * NIN], Y1[M * NOUT], YM[M * NOUT], Y2[M * NOUT], want[M * NOUT];
     static uint8_t scratch[M * NIN * 4 + 4096] __attribute__((aligned(64)));
-    static uint8_t act[M * 34 * (NIN / 32)];
+    static uint8_t act[M * 36 * (NIN / 32)];
     struct pool *p1 = NULL, *p2 = NULL;
     T_ASSERT(pool_create(1, &p1) == 0);
     T_ASSERT(pool_create(2, &p2) == 0);
@@ -213,7 +237,7 @@ static void test_matmul_invariant(void) {
         const uint32_t t = k_types[ti];
         struct kern_weight w = rnd_rows(t, wbuf, NIN, NOUT);
         if (!panel_supported(&w)) {
-            T_ASSERTF(kern_active_isa() > KERN_ISA_AVX2 && (t == QT_Q4_0 || t == QT_IQ4_NL),
+            T_ASSERTF(kern_active_isa() > KERN_ISA_AVX2 && t != QT_Q8_0 && t != QT_Q5_0,
                       "%s: no panel kernel", quant_info(t)->name);
             continue;
         }
@@ -232,7 +256,7 @@ static void test_matmul_invariant(void) {
         T_ASSERTF(memcmp(Y2, YM, sizeof Y2) == 0, "%s: 1 and 2 threads differ",
                   quant_info(t)->name);
         /* and the panel path is really taken: its bits are panel_gemm_ref's */
-        const size_t as = quant_row_size(QT_Q8_0, NIN);
+        const size_t as = quant_row_size(act_type(t), NIN);
         for (int m = 0; m < M; m++)
             kern_quant_act(t, X + m * NIN, act + (size_t)m * as, NIN);
         panel_gemm_ref(t, NIN, p, 0, NOUT, act, as, M, want, NOUT);
