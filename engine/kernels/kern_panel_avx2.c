@@ -71,6 +71,20 @@ PA_AI size_t pa_abytes(uint32_t t) {
 PA_AI const int8_t *pa_aqs(uint32_t t, const uint8_t *blk) {
     return (const int8_t *)(blk + (pa_has_min(t) ? 4 : 2));
 }
+/* Signed weights (Q8_0, IQ4_NL: |q| and q's sign, no correction), and the unsigned types'
+ * offset (u = q + off; 0 for Q4_1 / Q5_1, whose min replaces it). */
+PA_AI int pa_signed(uint32_t t) {
+    return t == QT_Q8_0 || t == QT_IQ4_NL;
+}
+PA_AI int pa_off(uint32_t t) {
+    return t == QT_Q5_0 ? 16 : t == QT_Q4_0 ? 8 : 0;
+}
+/* IQ4_NL's 16 levels in both 128-bit lanes, for vpshufb (quant_iq4_nl_level's table). */
+PA_AI __m256i pa_iq4_lut(void) {
+    return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+                            113, -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69,
+                            89, 113);
+}
 /* f16 at p as float. */
 PA_AI float pa_h2f(const uint8_t *p) {
     uint16_t h;
@@ -120,9 +134,7 @@ PA_AI void pa_unpack_signed(uint32_t type, const uint8_t *rec, int h, __m256i *w
         }
         return;
     }
-    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
-                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
-                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m256i lut = pa_iq4_lut();
     const uint8_t *x = rec + 64 + h * 256;
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; g++)
@@ -206,8 +218,7 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
                         const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
-    const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL; /* signed weights, no correction */
-    const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
+    const int sgn = pa_signed(type), off = pa_off(type);
     const int mins = pa_has_min(type);
     const size_t abs_ = pa_abytes(type);
     __m256i W[PA_KB][32]; /* unsigned: [0, 16); signed: q in [0, 16), |q| in [16, 32) */
@@ -284,10 +295,8 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
 PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
                      const int8_t *const *qs, const int32_t *corr, __m256i *s) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
-    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38,
-                                         53, 69, 89, 113, -127, -104, -83, -65, -49, -35, -22,
-                                         -10, 1, 13, 25, 38, 53, 69, 89, 113);
-    const int sgn = type == QT_Q8_0 || type == QT_IQ4_NL;
+    const __m256i lut = pa_iq4_lut();
+    const int sgn = pa_signed(type);
     const uint8_t *x = type == QT_Q8_0 ? rec + 64 + h * 512 : pa_nib(type, rec, h);
     const uint8_t *hb = pa_hbits(type, rec, h); /* Q5_0's / Q5_1's high bits */
     PA_UNROLL(2) /* unrolled: Q5_0 640 x 2048 at M = 1 0.067 -> 0.055 ms (Zen 3) */
@@ -357,7 +366,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
                     int64_t r1, const void *act, size_t as, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
-    const int off = type == QT_Q5_0 ? 16 : type == QT_Q4_0 ? 8 : 0;
+    const int off = pa_off(type);
     const int mins = pa_has_min(type);
     const size_t abs_ = pa_abytes(type);
     int32_t corr[PA_NA_MAX][PANEL_NB_MAX];
