@@ -68,8 +68,8 @@ int gram_new_rule(struct bld *b, const char *name, size_t len) {
 }
 
 static uint64_t hash_name(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    uint64_t h = GRAM_FNV0;
+    for (size_t i = 0; i < n; i++) h = gram_fnv(h, (uint8_t)s[i]);
     return h;
 }
 

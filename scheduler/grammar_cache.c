@@ -43,8 +43,8 @@ static int make_keys(struct gram_scratch *x, const struct gnode *const *st, int 
 }
 
 static uint64_t key_hash(const int32_t *key, int nk) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < (size_t)nk * GRAM_KEY_W; i++) h = (h ^ (uint32_t)key[i]) * 1099511628211ull;
+    uint64_t h = GRAM_FNV0;
+    for (size_t i = 0; i < (size_t)nk * GRAM_KEY_W; i++) h = gram_fnv(h, (uint32_t)key[i]);
     return h;
 }
 

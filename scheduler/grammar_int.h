@@ -27,6 +27,12 @@ struct gram_elem {
 struct gram_set {
     uint64_t w[4];
 };
+/* FNV-1a, the grammar module's one hash: start from GRAM_FNV0, fold each value in. */
+#define GRAM_FNV0 1469598103934665603ull
+static inline uint64_t gram_fnv(uint64_t h, uint64_t v) {
+    return (h ^ v) * 1099511628211ull;
+}
+
 static inline int gram_set_has(const struct gram_set *s, unsigned b) {
     return (int)((s->w[b >> 6] >> (b & 63)) & 1);
 }

@@ -31,11 +31,11 @@ struct gram_lru {
 };
 
 static uint64_t lru_hash(const char *p, size_t n, const struct gram_limits *l) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    h = (h ^ (uint64_t)(uint32_t)l->max_elems) * 1099511628211ull;
-    h = (h ^ (uint64_t)(uint32_t)l->max_stacks) * 1099511628211ull;
-    return (h ^ (uint64_t)(uint32_t)l->max_nodes) * 1099511628211ull;
+    uint64_t h = GRAM_FNV0;
+    for (size_t i = 0; i < n; i++) h = gram_fnv(h, (uint8_t)p[i]);
+    h = gram_fnv(h, (uint32_t)l->max_elems);
+    h = gram_fnv(h, (uint32_t)l->max_stacks);
+    return gram_fnv(h, (uint32_t)l->max_nodes);
 }
 
 static int lru_same(const struct gram_lru_ent *e, uint64_t h, const char *p, size_t n,

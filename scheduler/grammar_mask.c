@@ -60,8 +60,8 @@ static int intern_set(struct gram_scratch *x, const struct gnode **v, int n) {
             v[j] = t;
         }
     }
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)v[i]) * 1099511628211ull;
+    uint64_t h = GRAM_FNV0;
+    for (int i = 0; i < n; i++) h = gram_fnv(h, (uint64_t)(uintptr_t)v[i]);
     int slot = (int)((h >> 7) & (GRAM_SH_CAP - 1));
     while (x->sh[slot]) {
         const int id = x->sh[slot] - 1;
