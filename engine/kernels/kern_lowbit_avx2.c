@@ -106,7 +106,20 @@ KX_AI __m256i kl_q3_scales(const uint8_t *p) {
     return _mm256_sub_epi16(s, _mm256_set1_epi16(32));
 }
 
-KX_AI void kl_k23_unpack(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o) {
+/* Chunk j: stored for reuse by several activation rows, or (fused, one row) multiplied at
+ * once into *s with activation chunk j: the same lanes either way (exact integers). */
+KX_AI void kl_emit(struct kl_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
+                   __m256i *s) {
+    if (!fused) {
+        o->q[j] = q;
+        return;
+    }
+    __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
+    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), o->sc[j]));
+}
+
+KX_AI void kl_k23_unpack_x(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o, int fused,
+                           const struct block_q8_K *ab, __m256i *s) {
     const __m256i m3 = _mm256_set1_epi8(3);
     const uint8_t *qs;
     __m256i s16, hv = _mm256_setzero_si256();
@@ -140,12 +153,25 @@ KX_AI void kl_k23_unpack(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o) {
                                               _mm256_set1_epi8(1));
                 q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
             }
-            o->q[4 * h + sh] = q;
+            kl_emit(o, 4 * h + sh, q, fused, ab, s);
         }
     }
 }
 
+KX_AI void kl_k23_unpack(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o) {
+    kl_k23_unpack_x(k, p, o, 0, NULL, NULL);
+}
+
 /* 8 int32 lanes of sum_j sc_j * (q_j . a_j); Q3_K: less 4 * sum_j sc_j * bsum_j. */
+KX_AI __m256i kl_k23_offset(enum kl_k23 k, __m256i s, const struct kl_kblk *wb,
+                            const struct block_q8_K *ab) {
+    if (k == KL_Q3_K) {
+        __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 2));
+    }
+    return s;
+}
+
 KX_AI __m256i kl_k23_sumi(enum kl_k23 k, const struct kl_kblk *wb, const struct block_q8_K *ab) {
     __m256i s = _mm256_setzero_si256();
     KX_UNROLL(8)
@@ -153,11 +179,15 @@ KX_AI __m256i kl_k23_sumi(enum kl_k23 k, const struct kl_kblk *wb, const struct 
         __m256i av = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
         s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(wb->q[j], av), wb->sc[j]));
     }
-    if (k == KL_Q3_K) {
-        __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
-        s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bs, wb->sc16), 2));
-    }
-    return s;
+    return kl_k23_offset(k, s, wb, ab);
+}
+
+/* One activation row (NC == 1): nothing to reuse, so unpack and multiply in one pass. */
+KX_AI __m256i kl_k23_fused(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o,
+                           const struct block_q8_K *ab) {
+    __m256i s = _mm256_setzero_si256();
+    kl_k23_unpack_x(k, p, o, 1, ab, &s);
+    return kl_k23_offset(k, s, o, ab);
 }
 
 KX_AI void kl_tile_k23(enum kl_k23 k, const int NR, const int NC, int64_t n, const uint8_t *w,
@@ -172,18 +202,22 @@ KX_AI void kl_tile_k23(enum kl_k23 k, const int NR, const int NC, int64_t n, con
     }
     struct kl_kblk wb[KX_MAXR];
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        KX_UNROLL(8)
-        for (int r = 0; r < NR; r++)
-            kl_k23_unpack(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);
+        if (NC > 1) {
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++)
+                kl_k23_unpack(k, w + (size_t)r * ws + (size_t)ib * bs, &wb[r]);
+        }
         KX_UNROLL(8)
         for (int c = 0; c < NC; c++) {
             const struct block_q8_K *ab =
                 (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(struct block_q8_K));
             KX_UNROLL(8)
             for (int r = 0; r < NR; r++) {
+                __m256i si = NC > 1 ? kl_k23_sumi(k, &wb[r], ab)
+                                    : kl_k23_fused(k, w + (size_t)r * ws + (size_t)ib * bs,
+                                                   &wb[r], ab);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wb[r].d * ab->d),
-                                            _mm256_cvtepi32_ps(kl_k23_sumi(k, &wb[r], ab)),
-                                            acc[r][c]);
+                                            _mm256_cvtepi32_ps(si), acc[r][c]);
                 if (k == KL_Q2_K) {
                     __m256i bsv = _mm256_loadu_si256((const __m256i *)ab->bsums);
                     __m256i mi = _mm256_madd_epi16(bsv, wb[r].sc16);

@@ -209,6 +209,7 @@ static const struct shape shapes[] = {
     {"ffn_up_iq4_nl", QT_IQ4_NL, 640, 2048},
     {"ffn_up_q4_1", QT_Q4_1, 640, 2048},
     {"ffn_up_q5_1", QT_Q5_1, 640, 2048},
+    {"ffn_down_q3_k", QT_Q3_K, 2048, 640}, /* the Q2_K file's */
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */
