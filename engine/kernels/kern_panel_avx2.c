@@ -21,8 +21,11 @@
  *
  * A task's panels are unpacked PA_KB blocks at a time into a buffer on the stack and swept by
  * every activation of the call (the unpacking, the costly part, is shared by all of them);
- * up to PA_NA_MAX activations instead read each weight register straight from the record
- * (pa_gemmn), where that buffer would cost more than it saves.
+ * up to 4 activations (8 for the signed types, and up to 16 of those in chunks of 8) instead
+ * read each weight register straight from the record (pa_gemmn), where that buffer would
+ * cost more than it saves. The loops over activations are unrolled (PA_UNROLL): at -O2 gcc
+ * otherwise keeps 3+ activations' sums in memory (Q8_0 640 x 2048 at M = 3 / 4, one thread:
+ * 0.157 / 0.183 ms as a loop, 0.084 / 0.101 unrolled).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -38,7 +41,7 @@
  * each 4 KiB page; kern.c's KERN_PF_DIST). LM head at M = 1, one thread on the Zen 3 guest:
  * none 11.3-11.9 ms, 1-2 KiB 11.5-11.7, 4 KiB 9.1-9.5, 8 KiB 9.3-9.4 (row kernel: 10.3) */
 #define PA_PF_DIST 4096
-#define PA_NA_MAX 4 /* up to this many activations read the records directly (pa_gemmn) */
+#define PA_NA_MAX 8 /* up to this many activations read the records directly (pa_gemmn) */
 
 /* 32 bytes: 0x10 where bit j of the little-endian u32 `bits` is set, else 0. */
 PA_AI __m256i pa_bits16(uint32_t bits) {
@@ -302,6 +305,7 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
     PA_UNROLL(2) /* unrolled: Q5_0 640 x 2048 at M = 1 0.067 -> 0.055 ms (Zen 3) */
     for (int half = 0; half < 2; half++) {
         __m256i lo[PA_NA_MAX], hi[PA_NA_MAX];
+        PA_UNROLL(8)
         for (int c = 0; c < NA; c++)
             lo[c] = hi[c] = _mm256_setzero_si256();
         for (int g = 0; g < (type == QT_Q8_0 ? 8 : 4); g++) {
@@ -327,6 +331,7 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
                 ul = _mm256_or_si256(ul, pa_bits16(bl));
                 uh = _mm256_or_si256(uh, pa_bits16(bh));
             }
+            PA_UNROLL(8)
             for (int c = 0; c < NA; c++) {
                 int32_t v;
                 memcpy(&v, qs[c] + 4 * g, 4);
@@ -349,6 +354,7 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
                 }
             }
         }
+        PA_UNROLL(8)
         for (int c = 0; c < NA; c++)
             s[2 * c + half] =
                 sgn ? lo[c]
@@ -372,6 +378,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
     int32_t corr[PA_NA_MAX][PANEL_NB_MAX];
     float da[PA_NA_MAX][PANEL_NB_MAX], sa[PA_NA_MAX][PANEL_NB_MAX];
     const uint8_t *ab[PA_NA_MAX];
+    PA_UNROLL(8)
     for (int c = 0; c < NA; c++) {
         ab[c] = (const uint8_t *)act + (size_t)c * as;
         pa_prep(type, off, 0, (int)nb, ab[c], corr[c], da[c], sa[c]);
@@ -379,6 +386,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = (const uint8_t *)panels + (size_t)p * (size_t)npair * rb;
         __m256 acc[2 * PA_NA_MAX];
+        PA_UNROLL(8)
         for (int i = 0; i < 2 * NA; i++)
             acc[i] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
@@ -389,6 +397,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
                     __builtin_prefetch(rec + PA_PF_DIST + o, 0, 3);
             const int8_t *qs[PA_NA_MAX];
             int32_t cb[PA_NA_MAX];
+            PA_UNROLL(8)
             for (int c = 0; c < NA; c++) {
                 qs[c] = pa_aqs(type, ab[c] + (size_t)b * abs_);
                 cb[c] = corr[c][b];
@@ -401,6 +410,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
                 const __m256 dm = mins ? _mm256_cvtph_ps(_mm_loadu_si128(
                                              (const __m128i *)(rec + 64 + 32 * h + 16 * half)))
                                        : _mm256_setzero_ps();
+                PA_UNROLL(8)
                 for (int c = 0; c < NA; c++) {
                     acc[2 * c + half] =
                         _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[2 * c + half]),
@@ -414,6 +424,7 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
         }
         const int64_t base = p * PANEL_ROWS;
         const int whole = base >= r0 && base + PANEL_ROWS <= r1;
+        PA_UNROLL(8)
         for (int c = 0; c < NA; c++) {
             float *yc = y + (size_t)c * (size_t)ldy;
             if (whole) {
@@ -430,15 +441,41 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
     }
 }
 
-/* Any number of activations: KERN_GEMM_MAX_ACTS at a time (kern_matmul never hands more). */
+/* How many activations one pa_gemmn call takes: 8 for the signed types (one pair of
+ * accumulators per activation and half fits the 16 registers), 4 for the unsigned ones (two
+ * int16 sums each). One thread, 640 x 2048 on the Zen 3 guest, ms at M = 4 / 8 / 16:
+ * Q8_0 direct 0.103 / 0.196 / 2 x 8 0.39, through the buffer 0.19 / 0.296 / 0.478; Q5_0
+ * direct 0.108 / 2 x 4 0.216 / 4 x 4 0.43, buffer - / 0.214 / 0.350. */
+PA_AI int pa_na_direct(uint32_t type) {
+    return pa_signed(type) ? PA_NA_MAX : 4;
+}
+
+/* 1..pa_na_direct(type) activations straight from the records: a constant NA each, so the
+ * loops over activations unroll (the cases past the type's pa_na_direct compile to nothing). */
+#define PA_DIRECT(k)                                                                              \
+    case k:                                                                                       \
+        if (k <= pa_na_direct(type)) pa_gemmn(type, k, n, panels, r0, r1, act, as, y, ldy);       \
+        return;
+PA_AI void pa_gemm_direct(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                          const void *act, size_t as, int na, float *y, int ldy) {
+    switch (na) {
+        PA_DIRECT(1) PA_DIRECT(2) PA_DIRECT(3) PA_DIRECT(4)
+        PA_DIRECT(5) PA_DIRECT(6) PA_DIRECT(7) PA_DIRECT(8)
+    default: break;
+    }
+}
+
+/* Any number of activations (kern_matmul hands at most KERN_GEMM_MAX_ACTS): up to
+ * 2 x pa_na_direct of them through pa_gemm_direct, a chunk at a time (the weights are read
+ * once per chunk), more through pa_gemm_part's buffer. */
 PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
-    switch (na) { /* a constant NA each, so the loops over activations unroll */
-    case 1: pa_gemmn(type, 1, n, panels, r0, r1, act, as, y, ldy); return;
-    case 2: pa_gemmn(type, 2, n, panels, r0, r1, act, as, y, ldy); return;
-    case 3: pa_gemmn(type, 3, n, panels, r0, r1, act, as, y, ldy); return;
-    case 4: pa_gemmn(type, 4, n, panels, r0, r1, act, as, y, ldy); return;
-    default: break;
+    const int nd = pa_na_direct(type);
+    if (na <= nd || (pa_signed(type) && na <= 2 * nd)) {
+        for (int c0 = 0; c0 < na; c0 += nd)
+            pa_gemm_direct(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
+                           na - c0 < nd ? na - c0 : nd, y + (size_t)c0 * (size_t)ldy, ldy);
+        return;
     }
     for (int c0 = 0; c0 < na; c0 += KERN_GEMM_MAX_ACTS)
         pa_gemm_part(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,

@@ -22,6 +22,10 @@
 #include "engine/kernels/panel.h"
 #include "engine/kernels/panel_x86.h"
 
+#define PZ_PRAGMA(x) _Pragma(#x)
+/* The loops over NC unroll so the accumulators stay in registers (-O2 leaves them a loop
+ * over memory otherwise: one store and reload per block and activation). */
+#define PZ_UNROLL(n) PZ_PRAGMA(GCC unroll n)
 #define PZ_NC 8 /* most activations per pass: 8 accumulators + 8 weight registers + temps */
 
 struct pz_act {
@@ -39,6 +43,7 @@ PZ_AI __m512i pz_grp(const struct block_q8_0 *ab, int g) {
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
                     const struct pz_act *A, const struct block_q8_0 *const *act, __m512 *acc) {
     const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
+    PZ_UNROLL(8)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -46,6 +51,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
         __m512i w[8];
         pz_unpack(type, rec, (int)(b & 1), w);
+        PZ_UNROLL(8)
         for (int c = 0; c < NC; c++) {
             const struct block_q8_0 *ab = act[c] + b;
             __m512i s0 = _mm512_set1_epi32(A[c].corr[b]), s1 = _mm512_setzero_si512();
@@ -78,6 +84,7 @@ PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panel
         const int64_t hi = (p + 1) * PANEL_ROWS > r1 ? r1 : (p + 1) * PANEL_ROWS;
         const __mmask16 m =
             (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
+        PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
                                   acc[c]);
