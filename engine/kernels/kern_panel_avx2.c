@@ -19,13 +19,13 @@
  * blocks in order from 0, so the bits are the scalar twin's and the AVX-512 kernels'
  * whatever the batch.
  *
- * A task's panels are unpacked PA_KB blocks at a time into a buffer on the stack and swept by
- * every activation of the call (the unpacking, the costly part, is shared by all of them);
- * up to 4 activations (8 for the signed types, and up to 16 of those in chunks of 8) instead
- * read each weight register straight from the record (pa_gemmn), where that buffer would
- * cost more than it saves. The loops over activations are unrolled (PA_UNROLL): at -O2 gcc
- * otherwise keeps 3+ activations' sums in memory (Q8_0 640 x 2048 at M = 3 / 4, one thread:
- * 0.157 / 0.183 ms as a loop, 0.084 / 0.101 unrolled).
+ * Up to 4 activations of the unsigned types, and any number of the signed ones in chunks of
+ * 8, read each weight register straight from the record (pa_gemmn). More activations of the
+ * unsigned types unpack a task's panels PA_KB blocks at a time into a buffer on the stack,
+ * swept by every activation (the unpacking, their costly part, is shared by all of them).
+ * The loops over activations are unrolled (PA_UNROLL): at -O2 gcc otherwise keeps 3+
+ * activations' sums in memory (Q8_0 640 x 2048 at M = 3 / 4, one thread: 0.157 / 0.183 ms
+ * as a loop, 0.084 / 0.101 unrolled).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -125,32 +125,6 @@ PA_AI size_t pa_rec_bytes(uint32_t type) {
                              : PANEL_REC_Q4_0;
 }
 
-/* Block h of a Q8_0 / IQ4_NL record as signed weights w[g * 2 + half] (group g, rows
- * 8 * half .. 8 * half + 7, 4 bytes each) and their absolute values w[16 + g * 2 + half]. */
-PA_AI void pa_unpack_signed(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
-    if (type == QT_Q8_0) {
-        const uint8_t *q = rec + 64 + h * 512; /* [g][i][4] = register g * 2 + half */
-        for (int j = 0; j < 16; j++) {
-            w[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 32 * j)),
-                                    _mm256_set1_epi8((char)0x80));
-            w[16 + j] = _mm256_abs_epi8(w[j]);
-        }
-        return;
-    }
-    const __m256i lut = pa_iq4_lut();
-    const uint8_t *x = rec + 64 + h * 256;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    for (int g = 0; g < 4; g++)
-        for (int half = 0; half < 2; half++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
-            const int lo = 2 * g + half, hi = 2 * (g + 4) + half;
-            w[lo] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
-            w[hi] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-            w[16 + lo] = _mm256_abs_epi8(w[lo]);
-            w[16 + hi] = _mm256_abs_epi8(w[hi]);
-        }
-}
-
 /* Blocks [b0, b0 + nbk) of one activation row (the type's activation blocks): corrections
  * (-off * sum of the 32 activation bytes; 0 when off is 0), scales d and, for the types
  * with a min, the blocks' s (d * sum, as stored). */
@@ -198,33 +172,18 @@ PA_AI void pa_block(const __m256i *w, const int8_t *qs, int32_t corr, __m256i *s
                                    c);
 }
 
-/* The same for signed weights (pa_unpack_signed's registers): no correction. */
-PA_AI void pa_block_signed(const __m256i *w, const int8_t *qs, __m256i *s) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    s[0] = s[1] = _mm256_setzero_si256();
-    for (int g = 0; g < 8; g++) {
-        int32_t v;
-        memcpy(&v, qs + 4 * g, 4);
-        const __m256i a = _mm256_set1_epi32(v);
-        for (int half = 0; half < 2; half++) {
-            const int j = 2 * g + half;
-            const __m256i p = _mm256_maddubs_epi16(w[16 + j], _mm256_sign_epi8(a, w[j]));
-            s[half] = _mm256_add_epi32(s[half], _mm256_madd_epi16(p, ones));
-        }
-    }
-}
-
-/* Rows [r0, r1) x activations [0, na) over panels of n_in = n (na <= KERN_GEMM_MAX_ACTS).
- * Blocks PA_KB at a time: the activations' corrections and scales for them once, then each
- * panel's blocks unpacked once and swept by every activation; the running sums wait in y. */
+/* Unsigned types (Q5_0, Q4_0, Q4_1, Q5_1), more than 4 activations: rows [r0, r1) x
+ * activations [0, na) over panels of n_in = n (na <= KERN_GEMM_MAX_ACTS). Blocks PA_KB at
+ * a time: the activations' corrections and scales for them once, then each panel's blocks
+ * unpacked once and swept by every activation; the running sums wait in y. */
 PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                         const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
     const size_t rb = pa_rec_bytes(type);
-    const int sgn = pa_signed(type), off = pa_off(type);
+    const int off = pa_off(type);
     const int mins = pa_has_min(type);
     const size_t abs_ = pa_abytes(type);
-    __m256i W[PA_KB][32]; /* unsigned: [0, 16); signed: q in [0, 16), |q| in [16, 32) */
+    __m256i W[PA_KB][16];
     __m256 DW[PA_KB][2], DM[PA_KB][2];
     int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
     float da[KERN_GEMM_MAX_ACTS][PA_KB], sa[KERN_GEMM_MAX_ACTS][PA_KB];
@@ -242,10 +201,7 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
             for (int b = 0; b < nbk; b++) {
                 const uint8_t *rec = pp + (size_t)((b0 + b) >> 1) * rb;
                 const int h = (int)((b0 + b) & 1);
-                if (sgn)
-                    pa_unpack_signed(type, rec, h, W[b]);
-                else
-                    pa_unpack(type, rec, h, W[b]);
+                pa_unpack(type, rec, h, W[b]);
                 DW[b][0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h)));
                 DW[b][1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + 32 * h + 16)));
                 if (mins)
@@ -268,10 +224,7 @@ PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0
                 for (int b = 0; b < nbk; b++) {
                     __m256i s[2];
                     const int8_t *qs = pa_aqs(type, ab + (size_t)(b0 + b) * abs_);
-                    if (sgn)
-                        pa_block_signed(W[b], qs, s);
-                    else
-                        pa_block(W[b], qs, corr[c][b], s);
+                    pa_block(W[b], qs, corr[c][b], s);
                     const __m256 d = _mm256_set1_ps(da[c][b]);
                     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[0]), _mm256_mul_ps(DW[b][0], d),
                                            acc0);
@@ -443,9 +396,11 @@ PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, 
 
 /* How many activations one pa_gemmn call takes: 8 for the signed types (one pair of
  * accumulators per activation and half fits the 16 registers), 4 for the unsigned ones (two
- * int16 sums each). One thread, 640 x 2048 on the Zen 3 guest, ms at M = 4 / 8 / 16:
- * Q8_0 direct 0.103 / 0.196 / 2 x 8 0.39, through the buffer 0.19 / 0.296 / 0.478; Q5_0
- * direct 0.108 / 2 x 4 0.216 / 4 x 4 0.43, buffer - / 0.214 / 0.350. */
+ * int16 sums each). One thread, 640 x 2048 on the Zen 3 guest, ms at M = 4 / 8 / 16 / 64:
+ * Q8_0 direct (chunks of 8) 0.103 / 0.196 / 0.39 / 1.53, through the buffer 0.19 / 0.296 /
+ * 0.478 / 1.62; Q5_0 direct (chunks of 4) 0.108 / 0.216 / 0.43, the buffer - / 0.214 / 0.350.
+ * LM head (640 x 262,144), two threads, M = 32 / 64: 73.6 / 137.5 ms through the buffer,
+ * 60.2 / 119.3 direct (a task's rows stay in L2 between the chunks). */
 PA_AI int pa_na_direct(uint32_t type) {
     return pa_signed(type) ? PA_NA_MAX : 4;
 }
@@ -465,13 +420,13 @@ PA_AI void pa_gemm_direct(uint32_t type, int64_t n, const void *panels, int64_t 
     }
 }
 
-/* Any number of activations (kern_matmul hands at most KERN_GEMM_MAX_ACTS): up to
- * 2 x pa_na_direct of them through pa_gemm_direct, a chunk at a time (the weights are read
- * once per chunk), more through pa_gemm_part's buffer. */
+/* Any number of activations (kern_matmul hands at most KERN_GEMM_MAX_ACTS): the signed
+ * types, and up to 4 of the others, through pa_gemm_direct a chunk at a time (the task's
+ * weights are read once per chunk); more of the unsigned types through pa_gemm_part. */
 PA_AI void pa_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
     const int nd = pa_na_direct(type);
-    if (na <= nd || (pa_signed(type) && na <= 2 * nd)) {
+    if (na <= nd || pa_signed(type)) {
         for (int c0 = 0; c0 < na; c0 += nd)
             pa_gemm_direct(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)c0 * as, as,
                            na - c0 < nd ? na - c0 : nd, y + (size_t)c0 * (size_t)ldy, ldy);
