@@ -148,10 +148,13 @@ KX_AI void kl_k23_unpack_x(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o, i
         KX_UNROLL(8)
         for (int sh = 0; sh < 4; sh++) {
             __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * sh), m3);
-            if (k == KL_Q3_K) {
-                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hv, 4 * h + sh),
-                                              _mm256_set1_epi8(1));
-                q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+            if (k == KL_Q3_K) { /* bit b of each hmask byte moved to bit 2 in one shift: a
+                                  * 16-bit shift of at most 5 keeps bit 2 within its byte */
+                const int b = 4 * h + sh;
+                const __m256i hb = b < 2    ? _mm256_slli_epi16(hv, 2 - b)
+                                   : b == 2 ? hv
+                                            : _mm256_srli_epi16(hv, b - 2);
+                q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
             }
             kl_emit(o, 4 * h + sh, q, fused, ab, s);
         }
