@@ -106,18 +106,8 @@ KX_AI __m256i kl_q3_scales(const uint8_t *p) {
     return _mm256_sub_epi16(s, _mm256_set1_epi16(32));
 }
 
-/* Chunk j: stored for reuse by several activation rows, or (fused, one row) multiplied at
- * once into *s with activation chunk j: the same lanes either way (exact integers). */
-KX_AI void kl_emit(struct kl_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
-                   __m256i *s) {
-    if (!fused) {
-        o->q[j] = q;
-        return;
-    }
-    __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
-    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), o->sc[j]));
-}
-
+/* Unpacks the super-block at p into o; with `fused` (one activation row) it multiplies each
+ * chunk at once into *s instead (kx_chunk_emit), the same lanes as kl_k23_sumi's. */
 KX_AI void kl_k23_unpack_x(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o, int fused,
                            const struct block_q8_K *ab, __m256i *s) {
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -156,7 +146,7 @@ KX_AI void kl_k23_unpack_x(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o, i
                                             : _mm256_srli_epi16(hv, b - 2);
                 q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
             }
-            kl_emit(o, 4 * h + sh, q, fused, ab, s);
+            kx_chunk_emit(o->q, o->sc, 4 * h + sh, q, fused, ab, s);
         }
     }
 }
@@ -165,7 +155,7 @@ KX_AI void kl_k23_unpack(enum kl_k23 k, const uint8_t *p, struct kl_kblk *o) {
     kl_k23_unpack_x(k, p, o, 0, NULL, NULL);
 }
 
-/* 8 int32 lanes of sum_j sc_j * (q_j . a_j); Q3_K: less 4 * sum_j sc_j * bsum_j. */
+/* Q3_K's offset term: its values carry +4, so take 4 * sum_j sc_j * bsum_j. */
 KX_AI __m256i kl_k23_offset(enum kl_k23 k, __m256i s, const struct kl_kblk *wb,
                             const struct block_q8_K *ab) {
     if (k == KL_Q3_K) {
@@ -175,6 +165,7 @@ KX_AI __m256i kl_k23_offset(enum kl_k23 k, __m256i s, const struct kl_kblk *wb,
     return s;
 }
 
+/* 8 int32 lanes of sum_j sc_j * (q_j . a_j); Q3_K: less 4 * sum_j sc_j * bsum_j. */
 KX_AI __m256i kl_k23_sumi(enum kl_k23 k, const struct kl_kblk *wb, const struct block_q8_K *ab) {
     __m256i s = _mm256_setzero_si256();
     KX_UNROLL(8)

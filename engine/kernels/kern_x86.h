@@ -442,16 +442,22 @@ KX_AI __m128i kx_k4_scales(const uint8_t *s12) {
     return _mm_loadu_si128((const __m128i *)o);
 }
 
-/* Chunk j of an unpacked super-block: stored (unpack for reuse by several activation rows)
- * or, when fused, multiplied at once into *s with activation chunk j (one row: no store). */
-KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
-                      __m256i *s) {
+/* Chunk j of an unpacked super-block (its unsigned values q, per-lane scales sc[j]): stored
+ * in qs[j] (unpack for reuse by several activation rows) or, when fused, multiplied at once
+ * into *s with activation chunk j (one row: no store). Shared with kern_lowbit_avx2.c. */
+KX_AI void kx_chunk_emit(__m256i *qs, const __m256i *sc, int j, __m256i q, int fused,
+                         const struct block_q8_K *ab, __m256i *s) {
     if (!fused) {
-        o->q[j] = q;
+        qs[j] = q;
         return;
     }
     __m256i a = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
-    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), o->sc[j]));
+    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc[j]));
+}
+
+KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
+                      __m256i *s) {
+    kx_chunk_emit(o->q, o->sc, j, q, fused, ab, s);
 }
 
 /* Unpacks the super-block at p into o; with `fused` it also returns, in *s, the integer
