@@ -118,7 +118,11 @@ void gram_scratch_destroy(struct gram_scratch *x);
 /* A matcher at the grammar's start. Holds a reference to g. */
 int gram_match_create(struct gram *g, struct gram_scratch *x, struct gram_match **out);
 void gram_match_destroy(struct gram_match *m);
-/* Feed bytes. GRAM_EREJECT leaves the matcher unchanged. */
+/* Feed bytes. GRAM_EREJECT leaves the matcher unchanged, for texts of up to
+ * GRAM_ACCEPT_PIECE bytes (every token); a longer text is taken a piece at a time, so that
+ * the scratch's node budget bounds a piece rather than the whole text, and a rejection
+ * leaves the matcher after the pieces before the one that failed. */
+#define GRAM_ACCEPT_PIECE 256
 int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b,
                       size_t n);
 /* GRAM_OK when gram_match_accept would take the bytes (the same walk; m is left as it is),

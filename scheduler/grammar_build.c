@@ -321,6 +321,80 @@ static int helper_rep(struct bld *b, struct gram_elem x, int star, int inner) {
     return h;
 }
 
+/* Counts past GRAM_REP_BLOCK are built from blocks of about sqrt(count) copies, so that a
+ * `maxLength` of 32,767 costs about 2,000 elements instead of 100,000. x{n}: a block rule
+ * B ::= x{s} referenced n / s times, then n % s copies. x{0,k} with k = q*s + r (r < s):
+ * O_0 ::= x{0,r}, O_i ::= B O_(i-1) | x{0,s-1}; O_i matches 0 .. i*s + r copies (the second
+ * branch covers fewer than s, the first s more than O_(i-1)), so O_q is x{0,k}. The two
+ * branches of a level share their first s - 1 copies, so a matcher holds at most two stacks
+ * per level where there was one. */
+#define GRAM_REP_BLOCK 1024
+
+static long rep_block_size(long n) {
+    long s = 1;
+    while (s * s < n) s++;
+    return s;
+}
+
+static int block_rule(struct bld *b, struct gram_elem x, long n) {
+    int h = gram_new_rule(b, NULL, 0);
+    if (h < 0) return -1;
+    for (long i = 0; i < n; i++)
+        if (gram_push(b, h, (int)x.type, x.v)) return -1;
+    return gram_push(b, h, GE_END, 0) ? -1 : h;
+}
+
+/* Elements x{lo,hi} will take (an estimate within a few per block, for the budget check). */
+static long long rep_cost(long lo, long hi) {
+    long long c = lo > GRAM_REP_BLOCK ? 3LL * rep_block_size(lo) : lo;
+    if (hi < 0) return c + 4;
+    const long k = hi - lo;
+    return c + (k > GRAM_REP_BLOCK ? 11LL * rep_block_size(k) : 4LL * k);
+}
+
+/* x{n}, copies pushed onto rule. */
+static int rep_exact(struct bld *b, int rule, struct gram_elem x, long n) {
+    long cnt = n, s = 0;
+    int blk = -1;
+    if (n > GRAM_REP_BLOCK) {
+        s = rep_block_size(n);
+        if ((blk = block_rule(b, x, s)) < 0) return -1;
+        for (long i = 0; i < n / s; i++)
+            if (gram_push(b, rule, GE_REF, (uint32_t)blk)) return -1;
+        cnt = n % s;
+    }
+    for (long i = 0; i < cnt; i++)
+        if (gram_push(b, rule, (int)x.type, x.v)) return -1;
+    return 0;
+}
+
+/* x{0,k}, k > 0: returns the rule that matches it. */
+static int rep_upto(struct bld *b, struct gram_elem x, long k) {
+    const long s = k > GRAM_REP_BLOCK ? rep_block_size(k) : k + 1;
+    const long r = k > GRAM_REP_BLOCK ? k % s : k;
+    int last = -1, tail = -1, upto_r = -1; /* x{0,j} for j = 1 .. s - 1 */
+    for (long j = 1; j < s; j++) {
+        last = helper_rep(b, x, 0, last);
+        if (last < 0) return -1;
+        if (j == r) upto_r = last;
+    }
+    if (k <= GRAM_REP_BLOCK) return last;
+    tail = last;
+    const int blk = block_rule(b, x, s);
+    if (blk < 0) return -1;
+    int o = upto_r; /* O_0; -1 when r == 0 (matches nothing but the empty string) */
+    for (long i = 1; i <= k / s; i++) {
+        int h = gram_new_rule(b, NULL, 0);
+        if (h < 0 || gram_push(b, h, GE_REF, (uint32_t)blk)) return -1;
+        if (o >= 0 && gram_push(b, h, GE_REF, (uint32_t)o)) return -1;
+        if (gram_push(b, h, GE_ALT, 0) || gram_push(b, h, GE_REF, (uint32_t)tail) ||
+            gram_push(b, h, GE_END, 0))
+            return -1;
+        o = h;
+    }
+    return o;
+}
+
 /* Apply x{lo,hi} (hi < 0: unbounded) to the single element at the end of rule. */
 int gram_repeat(struct bld *b, int rule, long lo, long hi) {
     struct bvec *r = &b->rules[rule];
@@ -328,20 +402,16 @@ int gram_repeat(struct bld *b, int rule, long lo, long hi) {
     r->n--;
     b->n_elems--;
     if (hi >= 0 && hi < lo) return gram_bfail(b, GRAM_ESYNTAX, "repetition {%ld,%ld} has max < min", lo, hi);
-    if ((long long)lo + (hi < 0 ? 2 : 3 * (hi - lo)) > b->max_elems)
+    if (rep_cost(lo, hi) > b->max_elems)
         return gram_bfail(b, GRAM_EBUDGET, "grammar too large (more than %d elements)", b->max_elems);
-    for (long i = 0; i < lo; i++)
-        if (gram_push(b, rule, (int)x.type, x.v)) return -1;
+    if (rep_exact(b, rule, x, lo)) return -1;
     if (hi < 0) {
         int h = helper_rep(b, x, 1, -1);
         return h < 0 ? -1 : gram_push(b, rule, GE_REF, (uint32_t)h);
     }
-    int last = -1;
-    for (long i = lo; i < hi; i++) {
-        last = helper_rep(b, x, 0, last);
-        if (last < 0) return -1;
-    }
-    return last >= 0 ? gram_push(b, rule, GE_REF, (uint32_t)last) : 0;
+    if (hi == lo) return 0;
+    const int h = rep_upto(b, x, hi - lo);
+    return h < 0 ? -1 : gram_push(b, rule, GE_REF, (uint32_t)h);
 }
 
 /* ---- checks and flattening ---------------------------------------------------------- */

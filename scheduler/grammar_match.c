@@ -383,11 +383,16 @@ static int match_advance(const struct gram_match *m, struct gram_scratch *x, con
 }
 
 int gram_match_accept(struct gram_match *m, struct gram_scratch *x, const uint8_t *b, size_t n) {
-    if (n == 0) return GRAM_OK;
-    const struct gnode *const *st;
-    int n_st;
-    int rc = match_advance(m, x, b, n, &st, &n_st);
-    return rc ? rc : match_store(m, st, n_st);
+    for (size_t at = 0; at < n;) { /* pieces: the scratch's nodes bound a piece, not all */
+        const size_t k = n - at < GRAM_ACCEPT_PIECE ? n - at : GRAM_ACCEPT_PIECE;
+        const struct gnode *const *st;
+        int n_st;
+        int rc = match_advance(m, x, b + at, k, &st, &n_st);
+        if (!rc) rc = match_store(m, st, n_st);
+        if (rc) return rc;
+        at += k;
+    }
+    return GRAM_OK;
 }
 
 int gram_match_check(const struct gram_match *m, struct gram_scratch *x, const uint8_t *b,

@@ -83,8 +83,11 @@ static void test_parse_errors(void) {
     T_ASSERT(compile_err("rot ::= \"a\"\n", err, sizeof err) == GRAM_EINVAL);
     T_ASSERT(strstr(err, "root"));
     T_ASSERT(compile_err("root ::= \"a\"{3,2}\n", err, sizeof err) == GRAM_ESYNTAX);
-    T_ASSERT(compile_err("root ::= \"a\" \"b\"{100000} \"c\"{100000} \"d\"{100000}\n", err,
-                         sizeof err) == GRAM_EBUDGET);
+    /* 210 counts of 1,000 copies each (under the size that builds a count from blocks) */
+    char big[2400] = "root ::=";
+    for (int i = 0; i < 210; i++) strcat(big, " \"b\"{1000}");
+    strcat(big, "\n");
+    T_ASSERT(compile_err(big, err, sizeof err) == GRAM_EBUDGET);
     T_ASSERT(compile_err("root ::= \"a\"\nroot ::= \"b\"\n", err, sizeof err) == GRAM_ESYNTAX);
     T_ASSERT(compile_err("root ::= \"\\q\" ] \n", err, sizeof err) == GRAM_ESYNTAX);
 }
@@ -108,6 +111,44 @@ static void test_match_basic(void) {
     T_ASSERT(accepts(g, x, "22,1,1"));
     T_ASSERT(!accepts(g, x, "1"));
     T_ASSERT(!accepts(g, x, "1,"));
+    gram_unref(g);
+    gram_scratch_destroy(x);
+}
+
+/* Counts past 1,024 are built from blocks (grammar_build.c, rep_upto): every length around
+ * the bounds and the block edges, and the element count stays small. */
+static void test_match_blocks(void) {
+    struct gram_scratch *x = scratch(64);
+    static const struct {
+        const char *text;
+        int lo, hi;
+    } cases[] = {
+        {"root ::= \"a\"{0,1056} \"!\"\n", 0, 1056}, /* 32 blocks of 33, none left over */
+        {"root ::= \"a\"{0,1100} \"!\"\n", 0, 1100}, /* 32 of 34, 12 left */
+        {"root ::= \"a\"{1030,2100} \"!\"\n", 1030, 2100},
+        {"root ::= \"a\"{2000} \"!\"\n", 2000, 2000},
+        {"root ::= \"a\"{1500,} \"!\"\n", 1500, 2300},
+    };
+    char *buf = malloc(2400);
+    T_ASSERT(buf);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct gram *g = compile(cases[i].text);
+        T_ASSERTF(g->n_el < 2000, "%s: %d elements", cases[i].text, g->n_el);
+        for (int n = 0; n <= 2300; n++) {
+            if (n > 40 && abs(n - cases[i].lo) > 40 && abs(n - cases[i].hi) > 40 && n % 17)
+                continue; /* all lengths near the bounds, every 17th between */
+            memset(buf, 'a', (size_t)n);
+            buf[n] = '!';
+            buf[n + 1] = 0;
+            const int want = n >= cases[i].lo && n <= cases[i].hi;
+            T_ASSERTF(accepts(g, x, buf) == want, "%s: length %d", cases[i].text, n);
+        }
+        gram_unref(g);
+    }
+    free(buf);
+    /* a count of a million fits the default element budget */
+    struct gram *g = compile("root ::= [a-z]{0,1000000}\n");
+    T_ASSERT(accepts(g, x, "abc"));
     gram_unref(g);
     gram_scratch_destroy(x);
 }
@@ -240,6 +281,10 @@ static void test_mask_small_vocab(void) {
         for (uint64_t seed = 1; seed <= 6; seed++) check_masks(g, gv, x, 24, seed * 7919 + (uint64_t)gi, 0);
         gram_unref(g);
     }
+    /* a count built from blocks of 33: walks long enough to cross block edges */
+    struct gram *gb = compile("root ::= (\"a\" | \"b\"){0,1056} \"\\\"\"\n");
+    for (uint64_t seed = 1; seed <= 4; seed++) check_masks(gb, gv, x, 80, seed * 104729, 0);
+    gram_unref(gb);
     /* next_shorter (subtree skips) against its definition */
     for (int i = 0; i < gv->n; i++) {
         int j = i + 1;
@@ -578,7 +623,7 @@ static void test_lru(void) {
 
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_utf8),
+        T_CASE(test_parse_errors), T_CASE(test_match_basic), T_CASE(test_match_blocks), T_CASE(test_match_utf8),
         T_CASE(test_match_json), T_CASE(test_mask_small_vocab), T_CASE(test_mask_deep_stacks),
         T_CASE(test_mask_real_vocab),
         T_CASE(test_control_tokens), T_CASE(test_control_tokens_real_vocab),
