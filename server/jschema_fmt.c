@@ -56,6 +56,12 @@ struct rx {
     struct rx_item items[RX_MAX_ITEMS];
     int raw;           /* content written as is (Gemma 4's notation), not JSON-escaped */
     long cap;          /* > 0: unbounded repeats (* + {m,}) repeat at most this often */
+    /* Set when the last sequence, alternation or group was one item: an atom of at least one
+     * code point, repeated from 0 to one.qhi times (a* or a{0,n}); one.from..to is the
+     * atom's text in o. rx_seq sets it, rx_alt clears it for alternatives, rx_atom keeps
+     * it for a group and clears it for anything else. */
+    int one;
+    struct rx_item one_it;
 };
 
 static long len_add(long a, long b) { return a == RX_INF || b == RX_INF ? RX_INF : a + b; }
@@ -270,6 +276,7 @@ static int rx_atom(struct rx *r) {
         return 0;
     }
     r->mn = r->mx = 1; /* everything else is one code point */
+    r->one = 0;
     if (c == '[') {
         r->p++;
         int neg = 0, n = 0;
@@ -338,15 +345,42 @@ static int rx_atom(struct rx *r) {
     return 0;
 }
 
+/* (a{0,k}){m,n} with a never empty is a{0,k*n} (unbounded when either is): written so,
+ * since a repeat of something that may match nothing is left recursion in GBNF (the usual
+ * `(x*)*` of URL patterns). Replaces the group's text from `from` on with the atom and the
+ * new quantifier; sets r->one_it.qhi to the new count. */
+static int flatten_repeat(struct rx *r, size_t from, const struct rx_item *g, long n) {
+    long k = g->qhi == RX_INF || n == RX_INF ? RX_INF : g->qhi * n;
+    if (k != RX_INF && k > 1000000) return rfail(r, "repetition count too large");
+    const size_t len = g->to - g->from;
+    char *atom = malloc(len + 1);
+    if (!atom) return rfail(r, "out of memory");
+    memcpy(atom, r->o->p + g->from, len);
+    r->o->n = from;
+    jsc_buf_add(r->o, "(", 1);
+    jsc_buf_add(r->o, atom, len);
+    jsc_buf_add(r->o, ")", 1);
+    free(atom);
+    if (k == RX_INF && r->cap > 0) k = r->cap;
+    if (k == RX_INF) jsc_buf_add(r->o, "*", 1);
+    else jsc_buf_printf(r->o, "{0,%ld}", k);
+    r->one_it.qhi = k;
+    return 0;
+}
+
 static int rx_seq(struct rx *r) {
+    struct rx_item last = {0};
     int items = 0;
     long smn = 0, smx = 0;
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p + 1 == r->end) break;
         jsc_buf_add(r->o, " ", sizeof(" ") - 1);
         size_t from = r->o->n;
+        r->one = 0;
         if (rx_atom(r)) return -1;
         size_t to = r->o->n;
+        const int grp_one = r->one; /* a group of one optional repeated item */
+        const struct rx_item g = r->one_it;
         long amn = r->mn, amx = r->mx, qlo = 1, qhi = 1;
         items++;
         if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
@@ -374,6 +408,12 @@ static int rx_seq(struct rx *r) {
             qlo = lo;
             qhi = hi < 0 ? RX_INF : hi;
         }
+        if (grp_one && qhi != 1 && g.qhi != 0) { /* (a{0,k}){m,n}: left recursion in GBNF */
+            if (flatten_repeat(r, from, &g, qhi)) return -1;
+            to = from + (g.to - g.from) + 2;
+            amn = g.amn, amx = g.amx, qlo = 0, qhi = r->one_it.qhi;
+        }
+        last = (struct rx_item){from, to, amn, amx, qlo, qhi};
         smn = len_add(smn, len_mul(amn, qlo));
         smx = len_add(smx, len_mul(amx, qhi));
         if (r->record && r->depth == 0) {
@@ -385,6 +425,8 @@ static int rx_seq(struct rx *r) {
             return rfail(r, "unsupported stacked quantifier");
     }
     if (!items) jsc_buf_add(r->o, " \"\"", sizeof(" \"\"") - 1);
+    r->one = items == 1 && last.amn > 0 && last.qlo == 0;
+    r->one_it = last;
     r->mn = smn;
     r->mx = smx;
     return 0;
@@ -393,7 +435,9 @@ static int rx_seq(struct rx *r) {
 static int rx_alt(struct rx *r) {
     if (rx_seq(r)) return -1;
     long mn = r->mn, mx = r->mx;
+    int alts = 0;
     while (r->p < r->end && *r->p == '|') {
+        alts++;
         if (r->depth == 0) r->top_alt = 1;
         r->p++;
         jsc_buf_add(r->o, " |", sizeof(" |") - 1);
@@ -401,6 +445,7 @@ static int rx_alt(struct rx *r) {
         if (r->mn < mn) mn = r->mn;
         if (mx != RX_INF && (r->mx == RX_INF || r->mx > mx)) mx = r->mx;
     }
+    if (alts) r->one = 0;
     r->mn = mn;
     r->mx = mx;
     return 0;

@@ -44,6 +44,7 @@ def corpus():
     for n in [1, 3, 5, 8]:
         out.append((f"str_max{n}", {"type": "string", "maxLength": n}))
     out.append(("str_min2_max4", {"type": "string", "minLength": 2, "maxLength": 4}))
+    out.append(("str_max32767", {"type": "string", "minLength": 3, "maxLength": 32767}))
     out.append(("bool", {"type": "boolean"}))
     out.append(("null", {"type": "null"}))
     out.append(("enum_str", {"enum": ["yes", "no", "maybe"]}))
@@ -60,7 +61,7 @@ def corpus():
         out.append((f"fmt_{f}", {"type": "string", "format": f}))
     for i, p in enumerate([r"^[A-Z]{2}-\d{3}$", r"^(cat|dog)s?$", r"^\w{1,4}@x\.io$",
                            r"^[a-f0-9]{4}$", r"^\+?[0-9]{3}$", r"^(ab|cd){1,2}[.!]$",
-                           r"^[^\s]{2}$", r"^a.c$"]):
+                           r"^[^\s]{2}$", r"^a.c$", r"^([a-z.-]+)\.([a-z]{2,6})([/\w .-]*)*/?$"]):
         out.append((f"pattern_{i}", {"type": "string", "pattern": p}))
     # arrays
     for lo, hi in [(0, 2), (1, 3), (2, 2), (3, 4)]:
@@ -346,7 +347,8 @@ BAD = [
     ({"response_format": {"type": "xml"}}, "response_format", []),
     ({"grammar": "root ::= foo"}, "grammar", ["foo"]),
     ({"grammar": "root ::= root \"a\" | \"b\""}, "grammar", ["left recursion"]),
-    ({"grammar": "root ::= \"a\"{150000} \"b\"{150000}"}, "grammar", []),
+    # 210 counts of 1,000 copies (counts past 1,024 are built from blocks and stay small)
+    ({"grammar": "root ::= " + " ".join(['"b"{1000}'] * 210)}, "grammar", ["too large"]),
     ({"grammar": "root ::= a{0,5000}\na ::= \"x\"?"}, "grammar", ["budget"]),
     ({"grammar": "root ::= \"a\"", "json_schema": {"type": "null"}}, "json_schema", []),
     ({"grammar": "root ::= " + "(" * 20000 + "\"a\"" + ")" * 20000}, "grammar", ["nested"]),

@@ -197,6 +197,19 @@ static void test_jschema_instances(void) {
         {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"12345::\"", 1},
         {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"::ffff:10.0.0.01\"", 1},
         {"{\"type\":\"string\",\"format\":\"ipv6\"}", "\"1:2:3:4:5:6:7\"", 1},
+        /* a repeated group of one optional item (left recursion as written) is flattened */
+        {"{\"type\":\"string\",\"pattern\":\"^(a*)*$\"}", "\"\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(a*)*$\"}", "\"aaaa\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(a*)*$\"}", "\"ab\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:x{0,3}){2}$\"}", "\"xxxxxx\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:x{0,3}){2}$\"}", "\"xxxxxxx\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:x?)+y$\"}", "\"y\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:x?)+y$\"}", "\"xxy\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(?:x?)+y$\"}", "\"xx\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^(https?://)?([a-z.-]+)\\\\.([a-z.]{2,6})([/\\\\w .-]*)*/?$\"}",
+         "\"https://example.com/a b/c_d/\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(https?://)?([a-z.-]+)\\\\.([a-z.]{2,6})([/\\\\w .-]*)*/?$\"}",
+         "\"https://example.com/a?b\"", 1},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P1Y2M3DT4H5M6S\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P4W\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"PT36H\"", 0},
@@ -211,6 +224,52 @@ static void test_jschema_instances(void) {
         int r = check(cases[i].schema, cases[i].inst, err, sizeof err);
         T_ASSERTF(r == cases[i].want, "case %zu (%s on %s): got %d (%s)", i, cases[i].inst,
                   cases[i].schema, r, r < 0 ? err : "");
+    }
+}
+
+/* A string of n 'x' between quotes, the JSON text of an instance. */
+static char *xs(int n) {
+    char *s = malloc((size_t)n + 3);
+    T_ASSERT(s);
+    s[0] = '"';
+    memset(s + 1, 'x', (size_t)n);
+    s[n + 1] = '"';
+    s[n + 2] = 0;
+    return s;
+}
+
+/* Long counts (maxLength 32,767, as real schemas write them) are built from blocks
+ * (scheduler/grammar_build.c): lengths at and around each bound and block edge. */
+static void test_jschema_long_strings(void) {
+    char err[256];
+    static const struct {
+        const char *schema;
+        int lo, hi; /* accepted lengths */
+    } cases[] = {
+        {"{\"type\":\"string\",\"maxLength\":32767}", 0, 32767},
+        {"{\"type\":\"string\",\"minLength\":50,\"maxLength\":32767}", 50, 32767},
+        {"{\"type\":\"string\",\"minLength\":2000,\"maxLength\":3000}", 2000, 3000},
+        {"{\"type\":\"string\",\"maxLength\":1089}", 0, 1089}, /* 33 blocks of 33 */
+        {"{\"type\":\"string\",\"minLength\":5000}", 5000, -1},
+    };
+    const int probe[] = {0, 1, 49, 50, 51, 1024, 1025, 1088, 1089, 1090, 1999, 2000, 2001,
+                         2999, 3000, 3001, 4999, 5000, 5001, 32766, 32767, 32768, 40000};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t j = 0; j < sizeof probe / sizeof probe[0]; j++) {
+            const int n = probe[j];
+            const int want = n >= cases[i].lo && (cases[i].hi < 0 || n <= cases[i].hi) ? 0 : 1;
+            char *inst = xs(n);
+            int r = check(cases[i].schema, inst, err, sizeof err);
+            free(inst);
+            T_ASSERTF(r == want, "%s, length %d: got %d (%s)", cases[i].schema, n, r,
+                      r < 0 ? err : "");
+        }
+    /* every length near a block edge, for a count of 1,056 (32 blocks of 33, none left) */
+    for (int n = 0; n <= 1060; n++) {
+        char *inst = xs(n);
+        int r = check("{\"type\":\"string\",\"maxLength\":1056}", inst, err, sizeof err);
+        free(inst);
+        T_ASSERTF(r == (n <= 1056 ? 0 : 1), "maxLength 1056, length %d: got %d", n, r);
     }
 }
 
@@ -266,7 +325,7 @@ static void test_schema_options_reach_the_grammar(void) {
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
         T_CASE(test_tool_output_any_chunking), T_CASE(test_tool_output_not_a_call),
-        T_CASE(test_jschema_instances), T_CASE(test_jschema_errors),
+        T_CASE(test_jschema_instances), T_CASE(test_jschema_long_strings), T_CASE(test_jschema_errors),
         T_CASE(test_schema_options_reach_the_grammar), {0},
     };
     return t_main(argc, argv, cases);
