@@ -437,8 +437,117 @@ static int rx_alt(struct rx *r) {
 
 /* jschema_pattern with r.cap = cap; *mn / *mx: the code points a match of the expression
  * between any anchors takes. */
+/* ---- anchors inside the pattern --------------------------------------------------- */
+
+/* Anchors at the ends of alternatives (`^a$|^b$`, `(^x)|(^y)`, `^(a$|b)`): each alternative
+ * with its own anchors, as `^(a|b)` is `^a|^b`. A branch that is one whole group is split
+ * into its alternatives, which inherit its anchors. Anchors anywhere else are refused. */
+#define RX_MAX_BRANCHES 64
+
+struct rx_branch {
+    const char *s, *e;
+    int start, end; /* anchored at the string's start / end */
+};
+
+/* The position after the construct at p (an escape, a class, a group, one character), or
+ * NULL when it is not closed before e. */
+static const char *rx_next(const char *p, const char *e) {
+    if (*p == '\\') return p + 2 <= e ? p + 2 : NULL;
+    if (*p == '[') {
+        p++;
+        if (p < e && *p == '^') p++;
+        if (p < e && *p == ']') p++; /* a ']' first is literal */
+        while (p < e && *p != ']') p += *p == '\\' ? 2 : 1;
+        return p < e ? p + 1 : NULL;
+    }
+    if (*p == '(') {
+        p++;
+        while (p < e && *p != ')')
+            if (!(p = rx_next(p, e))) return NULL;
+        return p < e ? p + 1 : NULL;
+    }
+    return p + 1;
+}
+
+/* 1 when re has a '^' or '$' outside a class other than its first and last character. */
+static int rx_inner_anchor(const char *re, const char *e) {
+    for (const char *p = re; p < e;) {
+        if (*p == '\\') p += 2;
+        else if (*p == '[') {
+            if (!(p = rx_next(p, e))) return 0; /* rx_atom names the error */
+        } else {
+            if ((*p == '^' && p > re) || (*p == '$' && p + 1 < e)) return 1;
+            p++;
+        }
+    }
+    return 0;
+}
+
+static int rx_split(const char *s, const char *e, int st, int en, struct rx_branch *out, int *n);
+
+static int rx_expand(const char *s, const char *e, int st, int en, struct rx_branch *out,
+                     int *n) {
+    if (s < e && *s == '^') s++, st = 1;
+    if (e > s && e[-1] == '$') {
+        int bs = 0; /* an odd run of backslashes before it escapes it */
+        for (const char *q = e - 2; q >= s && *q == '\\'; q--) bs++;
+        if (!(bs & 1)) e--, en = 1;
+    }
+    if (s < e && *s == '(' && rx_next(s, e) == e) { /* one whole group, no quantifier */
+        const char *in = s + 1;
+        if (in < e - 1 && *in == '?' && in + 1 < e - 1 && in[1] == ':') in += 2;
+        if (*in != '?') return rx_split(in, e - 1, st, en, out, n);
+    }
+    if (*n == RX_MAX_BRANCHES) return -1;
+    out[(*n)++] = (struct rx_branch){s, e, st, en};
+    return 0;
+}
+
+/* The alternatives of s..e (its top-level '|'), each expanded. */
+static int rx_split(const char *s, const char *e, int st, int en, struct rx_branch *out,
+                    int *n) {
+    for (const char *b = s, *p = s;;) {
+        if (p == e || *p == '|') {
+            if (rx_expand(b, p, st, en, out, n)) return -1;
+            if (p == e) return 0;
+            b = ++p;
+        } else if (!(p = rx_next(p, e))) {
+            return -1;
+        }
+    }
+}
+
+/* pattern_cap for a pattern with anchors inside: ( [char*] (branch) [char*] | ... ). */
+static int pattern_branches(const char *re, int raw, long cap, struct jsc_buf *out, char *err,
+                            size_t errlen, long *mn, long *mx) {
+    struct rx_branch br[RX_MAX_BRANCHES];
+    int n = 0;
+    if (rx_split(re, re + strlen(re), 0, 0, br, &n))
+        return snprintf(err, errlen, "unsupported anchor inside the pattern, or over %d "
+                        "alternatives", RX_MAX_BRANCHES), -1;
+    *mn = RX_INF;
+    *mx = 0;
+    jsc_buf_add(out, "(", 1);
+    for (int i = 0; i < n; i++) {
+        struct rx r = {.p = br[i].s, .end = br[i].e, .o = out, .err = err, .errlen = errlen,
+                       .raw = raw, .cap = cap};
+        if (i) jsc_buf_add(out, " |", 2);
+        jsc_buf_add(out, br[i].start ? " (" : " char* (", br[i].start ? 2 : 8);
+        if (rx_alt(&r)) return -1;
+        if (r.p != r.end) return rfail(&r, *r.p == ')' ? "unbalanced ')'" : "unexpected text");
+        jsc_buf_add(out, br[i].end ? ")" : ") char*", br[i].end ? 1 : 7);
+        if (*mn == RX_INF || r.mn < *mn) *mn = r.mn;
+        if (!br[i].start || !br[i].end || r.mx == RX_INF) *mx = RX_INF;
+        else if (*mx != RX_INF && r.mx > *mx) *mx = r.mx;
+    }
+    jsc_buf_add(out, ")", 1);
+    return out->oom ? (snprintf(err, errlen, "pattern too large"), -1) : 0;
+}
+
 static int pattern_cap(const char *re, int raw, long cap, struct jsc_buf *out, char *err,
                        size_t errlen, long *mn, long *mx) {
+    if (rx_inner_anchor(re, re + strlen(re)))
+        return pattern_branches(re, raw, cap, out, err, errlen, mn, mx);
     struct rx r = {.p = re, .end = re + strlen(re), .o = out, .err = err, .errlen = errlen, .raw = raw,
                    .cap = cap};
     int start = r.p < r.end && *r.p == '^';

@@ -210,6 +210,40 @@ static void test_jschema_instances(void) {
          "\"https://example.com/a b/c_d/\"", 0},
         {"{\"type\":\"string\",\"pattern\":\"^(https?://)?([a-z.-]+)\\\\.([a-z.]{2,6})([/\\\\w .-]*)*/?$\"}",
          "\"https://example.com/a?b\"", 1},
+        /* anchors at the ends of alternatives (jschema_rx.c, pattern_branches) */
+        {"{\"type\":\"string\",\"pattern\":\"^a$|^b$\"}", "\"a\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^a$|^b$\"}", "\"b\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^a$|^b$\"}", "\"ab\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^a$|^b$\"}", "\"ba\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"(^x)|(^y)\"}", "\"xz\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"(^x)|(^y)\"}", "\"zx\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^(a$|b)\"}", "\"a\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^(a$|b)\"}", "\"ab\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^(a$|b)\"}", "\"bzz\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^$|^[0-9]{2,3}$\"}", "\"\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^$|^[0-9]{2,3}$\"}", "\"12\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^$|^[0-9]{2,3}$\"}", "\"1\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^$|^[0-9]{2,3}$\"}", "\"1234\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"(^Hpt_|^Int_|_Armour_)\"}", "\"x_Armour_y\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"(^Hpt_|^Int_|_Armour_)\"}", "\"Hpt_1\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"(^Hpt_|^Int_|_Armour_)\"}", "\"xHpt_\"", 1},
+        {"{\"type\":\"string\",\"pattern\":\"^([^,]|$)\"}", "\"\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^([^,]|$)\"}", "\"a,b\"", 0},
+        {"{\"type\":\"string\",\"pattern\":\"^([^,]|$)\"}", "\",a\"", 1},
+        /* enum / const beside other keywords: the values that satisfy them */
+        {"{\"enum\":[\"a\",\"bb\",\"ccc\"],\"maxLength\":2}", "\"bb\"", 0},
+        {"{\"enum\":[\"a\",\"bb\",\"ccc\"],\"maxLength\":2}", "\"ccc\"", 1},
+        {"{\"enum\":[\"\u00e9\u00e9\"],\"maxLength\":2}", "\"\u00e9\u00e9\"", 0},
+        {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "5", 0},
+        {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "1", 1},
+        {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "9", 1},
+        {"{\"enum\":[1,5,6],\"minimum\":5,\"exclusiveMinimum\":true}", "5", 1},
+        {"{\"enum\":[1,5,6],\"minimum\":5,\"exclusiveMinimum\":true}", "6", 0},
+        {"{\"type\":[\"object\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,{}]}", "true", -1},
+        {"{\"type\":[\"string\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,\"a\"]}", "true", 0},
+        {"{\"const\":4,\"multipleOf\":3}", "4", -1},
+        {"{\"enum\":[[],[1,2]],\"maxItems\":1}", "[]", 0},
+        {"{\"enum\":[[],[1,2]],\"maxItems\":1}", "[1,2]", 1},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P1Y2M3DT4H5M6S\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P4W\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"PT36H\"", 0},
@@ -281,12 +315,18 @@ static void test_jschema_errors(void) {
     T_ASSERT(strstr(err, "#/$defs/x") && strstr(err, "#/items"));
     T_ASSERT(check("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "pattern"));
+    T_ASSERT(check("{\"type\":\"string\",\"pattern\":\"a^b\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "anchor"));
+    T_ASSERT(check("{\"type\":\"string\",\"pattern\":\"^(a|b^)$\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "anchor"));
     T_ASSERT(check("{\"type\":\"array\",\"uniqueItems\":true}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "uniqueItems"));
     T_ASSERT(check("false", "", err, sizeof err) == -1);
     T_ASSERT(check("{\"type\":\"string\",\"format\":\"iri\"}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "'format'") && strstr(err, "#/format"));
-    T_ASSERT(check("{\"enum\":[\"a\"],\"maxLength\":3}", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "enum with other keywords"));
+    T_ASSERT(check("{\"enum\":[{\"a\":1}],\"required\":[\"a\"]}", "", err, sizeof err) == -1);
 }
 
 /* The server's json_schema_extra_keys / json_schema_any_order reach the converter: a
