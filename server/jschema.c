@@ -667,9 +667,10 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
             rc = gen_merged(c, s, ptr, &b);
         }
     } else if (cst || en) {
-        /* the values that also have an allowed type; other keywords beside them are not
-         * checked against the values, so they are refused */
-        int others = n_valid - 1 - (type != NULL) - (cst && en);
+        /* the values that also have an allowed type and satisfy the other keywords, where
+         * jschema_value_fits can tell for every value; refused where it cannot */
+        int others = n_valid - 1 - (type != NULL) - (cst && en), checked = 0;
+        if (others > 0 && jschema_values_checkable(s, cst, en)) others = 0, checked = 1;
         if (others > 0) {
             rc = jfail(c, "unsupported keyword combination (%s with other keywords) at %s",
                        cst ? "const" : "enum", ptr);
@@ -680,7 +681,9 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
             int n_ok = 0;
             for (size_t i = 0; !rc && i < json_array_size(vals); i++) {
                 json_t *ev = json_array_get(vals, i);
-                if (!type_allows(type, ev) || (cst && en && !in_enum(en, ev))) continue;
+                if (!type_allows(type, ev) || (cst && en && !in_enum(en, ev)) ||
+                    (checked && !jschema_value_fits(s, ev)))
+                    continue;
                 if (n_ok++) jsc_buf_add(&b, " | ", sizeof(" | ") - 1);
                 rc = lit_json(c, &b, ev, ptr);
             }
@@ -689,7 +692,8 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
                 jsc_buf_add(&b, "\"null\"", sizeof("\"null\"") - 1);
                 add_null = 0;
             } else if (!rc && n_ok == 0) {
-                snprintf(c->empty, sizeof c->empty, "no value of '%s' has the schema's type at %s",
+                snprintf(c->empty, sizeof c->empty,
+                         "no value of '%s' fits the schema's type and other keywords at %s",
                          cst ? "const" : "enum", ptr);
                 rc = JSC_EMPTY;
             }

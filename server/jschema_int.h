@@ -68,6 +68,12 @@ int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n);
 int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+/* Whether value v (of an enum or const) satisfies schema s's other keywords (type, enum,
+ * const and annotations aside): 1, 0, or -1 when one of them is beyond this check (a
+ * pattern or format on a string, the keys of an object, the items of an array). */
+int jschema_value_fits(json_t *s, json_t *v);
+/* 1 when jschema_value_fits can tell for const cst (when not NULL) or every value of enum en. */
+int jschema_values_checkable(json_t *s, json_t *cst, json_t *en);
 
 /* Objects of at most this many declared keys may write them in any order (any_order), while
  * the schema's any-order objects take at most JSC_ORDER_BYTES of grammar text in all (the

@@ -390,3 +390,84 @@ int jschema_gen_other_key(struct jsc *c, const char *const *keys, int n) {
     jsc_buf_free(&b);
     return id;
 }
+
+/* ---- enum / const values against their sibling keywords ----------------------------- */
+
+static double num_of(json_t *v) { return json_number_value(v); }
+
+/* 1 when the keyword k = kv of a schema holds for value v, 0 when it does not, -1 when this
+ * checker cannot tell; keywords about another type than v's hold. */
+static int keyword_holds(json_t *s, const char *k, json_t *kv, json_t *v) {
+    if (json_is_string(v) && (!strcmp(k, "minLength") || !strcmp(k, "maxLength"))) {
+        if (!json_is_integer(kv)) return -1;
+        long long n = 0; /* code points: bytes that do not continue a UTF-8 sequence */
+        for (const char *p = json_string_value(v); *p; p++) n += ((unsigned char)*p & 0xc0) != 0x80;
+        return k[1] == 'i' ? n >= json_integer_value(kv) : n <= json_integer_value(kv);
+    }
+    if (json_is_string(v) && (!strcmp(k, "pattern") || !strcmp(k, "format"))) return -1;
+    if (json_is_number(v) && (!strcmp(k, "minimum") || !strcmp(k, "maximum"))) {
+        if (!json_is_number(kv)) return -1;
+        json_t *ex = json_object_get(s, k[1] == 'i' ? "exclusiveMinimum" : "exclusiveMaximum");
+        const int strict = json_is_true(ex); /* draft 4: a boolean beside the bound */
+        const double a = num_of(v), b = num_of(kv);
+        return k[1] == 'i' ? (strict ? a > b : a >= b) : (strict ? a < b : a <= b);
+    }
+    if (json_is_number(v) && (!strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum"))) {
+        if (json_is_boolean(kv)) return 1; /* the draft 4 form, checked with its bound */
+        if (!json_is_number(kv)) return -1;
+        return k[9] == 'i' ? num_of(v) > num_of(kv) : num_of(v) < num_of(kv);
+    }
+    if (json_is_number(v) && !strcmp(k, "multipleOf")) {
+        if (!json_is_integer(kv) || json_integer_value(kv) <= 0) return -1;
+        if (!json_is_integer(v)) return -1;
+        return json_integer_value(v) % json_integer_value(kv) == 0;
+    }
+    if (json_is_array(v) && (!strcmp(k, "minItems") || !strcmp(k, "maxItems"))) {
+        if (!json_is_integer(kv)) return -1;
+        const long long n = (long long)json_array_size(v);
+        return k[1] == 'i' ? n >= json_integer_value(kv) : n <= json_integer_value(kv);
+    }
+    if (json_is_array(v) && (!strcmp(k, "items") || !strcmp(k, "prefixItems") ||
+                             !strcmp(k, "additionalItems")))
+        return json_array_size(v) == 0 ? 1 : -1;
+    static const char *const obj[] = {"properties", "required", "additionalProperties",
+                                      "patternProperties", "minProperties", "maxProperties",
+                                      "dependencies", NULL};
+    for (int i = 0; obj[i]; i++)
+        if (!strcmp(k, obj[i])) return json_is_object(v) ? -1 : 1;
+    static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum",
+                                      "exclusiveMaximum", "multipleOf", NULL};
+    static const char *const arr[] = {"minItems", "maxItems", "items", "prefixItems",
+                                      "additionalItems", NULL};
+    for (int i = 0; str[i]; i++)
+        if (!strcmp(k, str[i])) return 1; /* v is not a string: about another type */
+    for (int i = 0; num[i]; i++)
+        if (!strcmp(k, num[i])) return 1;
+    for (int i = 0; arr[i]; i++)
+        if (!strcmp(k, arr[i])) return 1;
+    return -1;
+}
+
+int jschema_value_fits(json_t *s, json_t *v) {
+    const char *k;
+    json_t *kv;
+    int res = 1;
+    json_object_foreach(s, k, kv) {
+        if (jschema_keyword_kind(k) != 1 || !strcmp(k, "enum") || !strcmp(k, "const") ||
+            !strcmp(k, "type") || !strcmp(k, "nullable"))
+            continue;
+        const int h = keyword_holds(s, k, kv, v);
+        if (h < 0) return -1;
+        if (!h) res = 0;
+    }
+    return res;
+}
+
+int jschema_values_checkable(json_t *s, json_t *cst, json_t *en) {
+    if (cst) return jschema_value_fits(s, cst) >= 0;
+    if (!json_is_array(en)) return 0;
+    for (size_t i = 0; i < json_array_size(en); i++)
+        if (jschema_value_fits(s, json_array_get(en, i)) < 0) return 0;
+    return 1;
+}
