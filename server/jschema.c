@@ -163,19 +163,13 @@ static int gen_ref(struct jsc *c, const char *ref, const char *ptr) {
 
 /* ---- objects ------------------------------------------------------------------------ */
 
-struct prop {
-    const char *key;
-    json_t *schema;
-    int required;
-    int rule;          /* the value's rule */
-};
 static int cmp_prop(const void *a, const void *b) {
-    return strcmp(((const struct prop *)a)->key, ((const struct prop *)b)->key);
+    return strcmp(((const struct jsc_prop *)a)->key, ((const struct jsc_prop *)b)->key);
 }
 
 /* The GBNF of `"key" ws ":" ws value ws` for property p (in notation: the key as
  * jschema_g4_key writes it), appended to kv. 0 or -1. */
-static int prop_kv(struct jsc *c, const struct prop *p, const char *ptr, struct jsc_buf *kv) {
+static int prop_kv(struct jsc *c, const struct jsc_prop *p, const char *ptr, struct jsc_buf *kv) {
     if (c->g4) {
         jschema_g4_key(p->key, c->q, kv);
     } else {
@@ -203,7 +197,7 @@ static void other_kv(struct jsc *c, int extra, int key_rule, char *kv, size_t ca
 /* gen_object's body with the keys in any order (jschema_gen_any_order); extra and key_rule
  * as gen_object computes them. 1 when that would pass the schema's budget for such objects
  * (c->order_bytes; nothing written: the caller keeps the schema's order). */
-static int object_any_order(struct jsc *c, json_t *s, const struct prop *pr, int n, int extra,
+static int object_any_order(struct jsc *c, json_t *s, const struct jsc_prop *pr, int n, int extra,
                             int key_rule, int nonempty, const char *ptr, struct jsc_buf *b) {
     struct jsc_buf kv[JSC_ANY_ORDER_MAX] = {{0}};
     struct jsc_keys k = {.n = n, .nonempty = nonempty};
@@ -233,6 +227,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     json_t *props = json_object_get(s, "properties");
     json_t *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
+    json_t *pp = json_object_get(s, "patternProperties"), *owned = NULL;
     char p2[512];
     if (props && !json_is_object(props)) return jfail(c, "'properties' must be an object at %s", ptr);
     if (req && !json_is_array(req)) return jfail(c, "'required' must be an array at %s", ptr);
@@ -240,14 +235,14 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         return jfail(c, "'additionalProperties' must be a schema at %s", ptr);
     if (!addl && c->extra_keys) addl = json_true(); /* JSON Schema's meaning (jschema.h) */
     size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
-    struct prop *pr = calloc(np + nr + 1, sizeof(*pr));
+    struct jsc_prop *pr = calloc(np + nr + 1, sizeof(*pr));
     const char **names = NULL; /* the declared keys, for the keys that are none of them */
     if (!pr) return jfail(c, "out of memory");
     int n = 0, rc = -1;
     const char *key;
     json_t *val;
     if (props)
-        json_object_foreach(props, key, val) pr[n++] = (struct prop){key, val, 0, -1};
+        json_object_foreach(props, key, val) pr[n++] = (struct jsc_prop){key, val, 0, -1};
     for (size_t i = 0; i < nr; i++) {
         json_t *r = json_array_get(req, i);
         if (!json_is_string(r)) {
@@ -266,8 +261,13 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
                       "false at %s/required", json_string_value(r), ptr);
                 goto done;
             }
-            pr[n++] = (struct prop){json_string_value(r), json_is_object(addl) ? addl : NULL, 1, -1};
+            pr[n++] = (struct jsc_prop){json_string_value(r), json_is_object(addl) ? addl : NULL, 1, -1};
         }
+    }
+    if (pp && n > 0 && !c->g4 &&
+        (!(owned = json_array()) || jschema_pattern_values(c, pp, pr, n, owned, ptr))) {
+        if (!owned) jfail(c, "out of memory");
+        goto done;
     }
     if (c->g4) qsort(pr, (size_t)n, sizeof(*pr), cmp_prop); /* the template sorts keys */
     for (int i = 0; i < n; i++) {
@@ -293,17 +293,19 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     /* extra keys: only for objects without declared properties */
     int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
     int key_rule = -1; /* the rule of an extra key's text; -1: any string */
-    json_t *pp = json_object_get(s, "patternProperties");
-    if (pp) {
+    if (pp && n_decl > 0 && !c->g4) {
+        /* declared keys only, each with the pattern schemas its key matches (pattern_values):
+         * another key would have to be kept apart from every pattern */
+    } else if (pp) {
         /* Only keys matching the one pattern are written, each with that pattern's value
          * schema: always valid, whatever additionalProperties says of other keys. */
         const char *pat;
         json_t *pv = NULL;
         if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, pat, pv) break;
         if (!pv || n_decl > 0 || c->g4) {
-            jfail(c, "unsupported keyword 'patternProperties' (one pattern, on an object without "
-                  "properties or required keys; not in Gemma 4's notation) at %s/patternProperties",
-                  ptr);
+            jfail(c, "unsupported keyword 'patternProperties' (several patterns on an object "
+                  "without properties or required keys, or in Gemma 4's notation) at "
+                  "%s/patternProperties", ptr);
             goto done;
         }
         char e2[200];
@@ -415,6 +417,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     free(T);
     rc = 0;
 done:
+    json_decref(owned);
     free(names);
     free(pr);
     return rc;

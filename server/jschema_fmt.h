@@ -22,6 +22,10 @@ int jschema_pattern(const char *re, int raw, struct jsc_buf *out, char *err, siz
  * -1 with the reason otherwise. */
 int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_buf *out,
                         char *err, size_t errlen);
+/* hit[i] = 1 when keys[i] (UTF-8, NUL-terminated) matches pattern re (a search, as JSON
+ * Schema's patternProperties match keys), for i < n; -1 with err for an unsupported pattern. */
+int jschema_pattern_keys(const char *re, const char *const *keys, int n, unsigned char *hit,
+                         char *err, size_t errlen);
 /* Integers in [lo, hi] (has_lo/has_hi 0: unbounded) as a GBNF expression. */
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
 /* The GBNF expression of a string format's content, or NULL for an unknown format. */

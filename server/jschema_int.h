@@ -23,6 +23,14 @@ json_t *jschema_merge(json_t *root, json_t *const *parts, size_t n, int extra_ke
 
 /* ---- the compiler's state, shared by jschema.c and jschema_scalar.c ---- */
 
+/* A declared (or required) key of an object being generated. */
+struct jsc_prop {
+    const char *key;
+    json_t *schema; /* NULL: any value */
+    int required;
+    int rule;       /* the value's rule */
+};
+
 #include "server/jschema_fmt.h"
 
 #define JSC_MAX_REFS 512
@@ -103,6 +111,11 @@ long jschema_any_order_cost(const struct jsc_keys *k);
  * among the other keys, is refused. 0, or -1 with the reason. */
 int jschema_key_deps(struct jsc *c, json_t *s, const char *ptr, const char *const *names,
                      struct jsc_keys *k);
+/* patternProperties pp beside an object's declared keys pr[0..n): a key that patterns
+ * match gets the allOf of its schema and theirs as its schema (new references kept in owned,
+ * a JSON array). 0, or -1 (an unsupported pattern, named) (jschema_order.c). */
+int jschema_pattern_values(struct jsc *c, json_t *pp, struct jsc_prop *pr, int n, json_t *owned,
+                           const char *ptr);
 /* The body of an object whose k->n declared keys come in any order, each at most once, the
  * required ones always, each with its dependencies, other keys (k->okv) anywhere any number
  * of times. Appended to b, its rules to c->out (jschema_order.c). 0 or -1. */

@@ -1,13 +1,17 @@
 /*
  * jschema_order — objects whose declared keys may come in any order (jschema_opts.any_order),
- * and the key counts minProperties / maxProperties: part of the jschema module
- * (jschema_int.h).
+ * the key counts minProperties / maxProperties, and patternProperties beside declared
+ * keys: part of the jschema module (jschema_int.h).
  *
  * JSON Schema puts no order on an object's keys; the default grammar writes them in the
  * schema's order. The exact language of "each declared key at most once, the required
  * ones all, in any order" needs to know which keys are written: one rule per subset S of
  * the n declared keys (T_S: S written, something written), so 2^n rules; objects with more
  * keys keep the schema's order (jschema.c).
+ *
+ * Also patternProperties beside declared keys (jschema_pattern_values): each declared key
+ * is matched against every pattern (jschema_pattern_keys), and one that matches takes the
+ * pattern's schema as well; the object then writes its declared keys only.
  */
 #include "server/jschema.h"
 #include "server/jschema_int.h"
@@ -124,4 +128,51 @@ int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int 
     if (*nonempty && (mx == 0 || (n == 0 && *extra == -3)))
         return jfail(c, "no object satisfies minProperties at %s", ptr);
     return 0;
+}
+
+int jschema_pattern_values(struct jsc *c, json_t *pp, struct jsc_prop *pr, int n, json_t *owned,
+                           const char *ptr) {
+    if (!json_is_object(pp))
+        return jfail(c, "'patternProperties' must be an object at %s/patternProperties", ptr);
+    const char **names = malloc((size_t)n * sizeof(*names));
+    unsigned char *hit = malloc((size_t)n);
+    json_t **parts = calloc((size_t)n, sizeof(*parts));
+    int rc = names && hit && parts ? 0 : jfail(c, "out of memory");
+    for (int i = 0; !rc && i < n; i++) names[i] = pr[i].key;
+    const char *pat;
+    json_t *pv;
+    json_object_foreach(pp, pat, pv) {
+        char e2[200];
+        if (rc) break;
+        if (jschema_pattern_keys(pat, names, n, hit, e2, sizeof e2)) {
+            rc = jfail(c, "unsupported keyword 'patternProperties' at %s/patternProperties: %s",
+                       ptr, e2);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (!hit[i]) continue;
+            if (!parts[i] && !(parts[i] = json_array())) {
+                rc = jfail(c, "out of memory");
+                break;
+            }
+            if (pr[i].schema && json_array_size(parts[i]) == 0)
+                json_array_append(parts[i], pr[i].schema);
+            json_array_append(parts[i], pv);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!parts[i]) continue;
+        if (!rc) {
+            json_t *v = json_array_size(parts[i]) == 1
+                              ? json_incref(json_array_get(parts[i], 0))
+                              : json_pack("{sO}", "allOf", parts[i]);
+            if (!v || json_array_append_new(owned, v)) rc = jfail(c, "out of memory");
+            else pr[i].schema = v;
+        }
+        json_decref(parts[i]);
+    }
+    free(names);
+    free(hit);
+    free(parts);
+    return rc;
 }

@@ -10,6 +10,9 @@
  */
 #include "server/jschema_fmt.h"
 
+#include "scheduler/grammar.h"
+
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -709,5 +712,53 @@ int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_bu
 done:
     jsc_buf_free(&tmp);
     free(r);
+    return rc;
+}
+
+/* ---- matching keys against a pattern ------------------------------------------------ */
+
+int jschema_pattern_keys(const char *re, const char *const *keys, int n, unsigned char *hit,
+                         char *err, size_t errlen) {
+    struct jsc_buf t = {0};
+    struct gram *g = NULL;
+    struct gram_scratch *x = NULL;
+    struct gram_match *m = NULL;
+    int rc = -1;
+    jschema_json_base(&t);
+    jsc_buf_add(&t, "root ::= ", 9);
+    if (jschema_pattern(re, 0, &t, err, errlen)) goto done;
+    jsc_buf_add(&t, "\n", 1);
+    if (t.oom) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (gram_compile_gbnf(t.p, t.n, NULL, &g, err, errlen) || gram_scratch_create(NULL, 8, &x))
+        goto done;
+    for (int i = 0; i < n; i++) {
+        /* the key as JSON writes it between its quotes: what the pattern's grammar reads */
+        json_t *js = json_string(keys[i]);
+        char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        if (!q || gram_match_create(g, x, &m)) {
+            free(q);
+            snprintf(err, errlen, "out of memory");
+            goto done;
+        }
+        const size_t len = strlen(q);
+        const int r = gram_match_accept(m, x, (const uint8_t *)q + 1, len - 2);
+        hit[i] = r == GRAM_OK && gram_match_can_end(m);
+        gram_match_destroy(m);
+        m = NULL;
+        free(q);
+        if (r != GRAM_OK && r != GRAM_EREJECT) {
+            snprintf(err, errlen, "pattern too complex to match keys against");
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    gram_scratch_destroy(x);
+    gram_unref(g);
+    jsc_buf_free(&t);
     return rc;
 }
