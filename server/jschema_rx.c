@@ -44,8 +44,8 @@ struct rx {
     int raw;           /* content written as is (Gemma 4's notation), not JSON-escaped */
     long cap;          /* > 0: unbounded repeats (* + {m,}) repeat at most this often */
     /* Set when the last sequence, alternation or group was one item: an atom of at least one
-     * code point, repeated from 0 to one.qhi times (a* or a{0,n}); one.from..to is the
-     * atom's text in o. rx_seq sets it, rx_alt clears it for alternatives, rx_atom keeps
+     * code point, repeated one_it.qlo to one_it.qhi times; one_it.from..to is the atom's
+     * text in o. rx_seq sets it, rx_alt clears it for alternatives, rx_atom keeps
      * it for a group and clears it for anything else. */
     int one;
     struct rx_item one_it;
@@ -366,7 +366,7 @@ static int rx_seq(struct rx *r) {
         r->one = 0;
         if (rx_atom(r)) return -1;
         size_t to = r->o->n;
-        const int grp_one = r->one; /* a group of one optional repeated item */
+        const int grp_one = r->one; /* a group of one repeated item */
         const struct rx_item g = r->one_it;
         long amn = r->mn, amx = r->mx, qlo = 1, qhi = 1;
         items++;
@@ -395,7 +395,8 @@ static int rx_seq(struct rx *r) {
             qlo = lo;
             qhi = hi < 0 ? RX_INF : hi;
         }
-        if (grp_one && qhi != 1 && g.qhi != 0) { /* (a{0,k}){m,n}: left recursion in GBNF */
+        /* (a{0,k}){m,n}: left recursion in GBNF */
+        if (grp_one && g.qlo == 0 && qhi != 1 && g.qhi != 0) {
             if (flatten_repeat(r, from, &g, qhi)) return -1;
             to = from + (g.to - g.from) + 2;
             amn = g.amn, amx = g.amx, qlo = 0, qhi = r->one_it.qhi;
@@ -405,6 +406,7 @@ static int rx_seq(struct rx *r) {
         smx = len_add(smx, len_mul(amx, qhi));
         if (r->record && r->depth == 0) {
             if (r->n_items == RX_MAX_ITEMS) r->record = 0; /* too many: no rewriting */
+            else if (grp_one && qlo == 1 && qhi == 1) r->items[r->n_items++] = g; /* (a*): a* */
             else r->items[r->n_items++] = (struct rx_item){from, to, amn, amx, qlo, qhi};
         }
         if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
@@ -412,7 +414,7 @@ static int rx_seq(struct rx *r) {
             return rfail(r, "unsupported stacked quantifier");
     }
     if (!items) jsc_buf_add(r->o, " \"\"", sizeof(" \"\"") - 1);
-    r->one = items == 1 && last.amn > 0 && last.qlo == 0;
+    r->one = items == 1 && last.amn > 0;
     r->one_it = last;
     r->mn = smn;
     r->mx = smx;
@@ -601,11 +603,73 @@ static int pattern_capped(const char *re, int raw, long lo, long hi, struct jsc_
     return pattern_cap(re, raw, best, out, err, errlen, &mn, &mx);
 }
 
+/* Of several variable items, the one whose count jschema_pattern_len sets: the last open
+ * end (an unanchored end before an unanchored start: text tends to start with the match),
+ * else the last unbounded repeat of a fixed width, else -1. */
+static int rx_adjuster(const struct rx_item *it, int k) {
+    int open = -1, best = -1;
+    for (int i = 0; i < k; i++) {
+        const int fixed_w = it[i].amn == it[i].amx && it[i].amx != RX_INF && it[i].amx > 0;
+        if (fixed_w && it[i].to == 0) open = i;
+        if (fixed_w && it[i].qhi == RX_INF) best = i;
+    }
+    return open >= 0 ? open : best;
+}
+
+/* Caps the unbounded repeats of it[0..k) at one common count under which the longest
+ * match has hi code points at most (each keeps at least its fewest). 0, or -1 when that
+ * cannot be (a repeat of an unbounded atom, or no room). */
+static int rx_cap_free(struct rx_item *it, int k, long hi) {
+    long fin = 0, unb = 0;
+    for (int i = 0; i < k; i++) {
+        if (it[i].amx == RX_INF) return -1;
+        if (it[i].qhi == RX_INF) unb += it[i].amx;
+        else fin += it[i].amx * it[i].qhi;
+    }
+    if (!unb) return 0;
+    const long c = hi - fin >= 0 ? (hi - fin) / unb : -1;
+    for (int i = 0; i < k; i++)
+        if (it[i].qhi == RX_INF) {
+            if (c < it[i].qlo) return -1;
+            it[i].qhi = c;
+        }
+    return 0;
+}
+
+/* var's repeat count [*qlo, *qhi] under which every length the other items of it[0..k) can
+ * take fits lo..hi (hi < 0: no bound); var -1: none varies. 0; 1 when no count fits; -1 when
+ * var's width is not fixed, or the others have no longest length under a bound. */
+static int rx_var_range(const struct rx_item *it, int k, int var, long lo, long hi, long *qlo,
+                        long *qhi) {
+    long base_lo = 0, base_hi = 0;
+    for (int i = 0; i < k; i++)
+        if (i != var) {
+            base_lo += it[i].amn * it[i].qlo;
+            base_hi = len_add(base_hi, len_mul(it[i].amx, it[i].qhi));
+        }
+    if (var < 0) return base_lo >= lo && (hi < 0 || (base_hi != RX_INF && base_hi <= hi)) ? 0 : 1;
+    if (it[var].amn != it[var].amx || it[var].amx == RX_INF || it[var].amx == 0 ||
+        (hi >= 0 && base_hi == RX_INF))
+        return -1;
+    const long w = it[var].amx;
+    *qlo = it[var].qlo;
+    *qhi = it[var].qhi;
+    const long need_lo = lo - base_lo > 0 ? (lo - base_lo + w - 1) / w : 0;
+    if (need_lo > *qlo) *qlo = need_lo;
+    if (hi >= 0) {
+        const long cap = hi - base_hi >= 0 ? (hi - base_hi) / w : -1;
+        if (*qhi == RX_INF || cap < *qhi) *qhi = cap;
+    }
+    return *qhi != RX_INF && (*qhi < *qlo || *qhi < 0) ? 1 : 0;
+}
+
 /* The pattern's strings with between lo and hi code points (hi < 0: no upper bound), where
  * that can be written: when the bounds hold for every match anyway, or when the top level
  * is one sequence in which a single item's repeat count is free and each repeat is a fixed
  * number of code points (then the count is bounded instead). An unanchored end is such an
- * item (any character, repeated). Other combinations are refused. */
+ * item (any character, repeated). With several variable items, one such item (an open end
+ * first) gets the count that makes every length of the others fit: a subset of the
+ * pattern's strings within the bounds, never a superset. Other combinations are refused. */
 int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_buf *out,
                         char *err, size_t errlen) {
     struct jsc_buf tmp = {0};
@@ -676,21 +740,30 @@ int jschema_pattern_len(const char *re, int raw, long lo, long hi, struct jsc_bu
         n_var = 0;
     }
     if (n_var == 0 && fixed >= lo && (hi < 0 || fixed <= hi)) var = -1;
-    else if (n_var != 1 || it[var].amn != it[var].amx ||
-             it[var].amx == RX_INF || it[var].amx == 0) {
+    else if (n_var > 1) var = rx_adjuster(it, k);
+    long qlo = 0, qhi = 0;
+    int vr;
+    if (n_var > 1 && var >= 0 && hi >= 0) {
+        /* the unbounded repeats share the room equally (var among them); failing that, the
+         * others take their fewest repeats and var the rest */
+        struct rx_item keep[RX_MAX_ITEMS + 2];
+        memcpy(keep, it, (size_t)k * sizeof it[0]);
+        vr = rx_cap_free(it, k, hi) ? 1 : rx_var_range(it, k, var, lo, hi, &qlo, &qhi);
+        if (vr) {
+            memcpy(it, keep, (size_t)k * sizeof it[0]);
+            for (int i = 0; i < k; i++)
+                if (i != var && it[i].qhi == RX_INF) it[i].qhi = it[i].qlo;
+            vr = rx_var_range(it, k, var, lo, hi, &qlo, &qhi);
+        }
+    } else {
+        vr = rx_var_range(it, k, var, lo, hi, &qlo, &qhi);
+    }
+    if (vr < 0 || (vr > 0 && n_var > 1)) {
         rc = start && end ? pattern_capped(re, raw, lo, hi, out, err, errlen) : -1;
         if (rc) snprintf(err, errlen, "unsupported keyword combination (pattern with minLength/maxLength)");
         goto done;
     }
-    long w = var >= 0 ? it[var].amx : 1, qlo = var >= 0 ? it[var].qlo : 0,
-         qhi = var >= 0 ? it[var].qhi : 0;
-    long need_lo = lo - fixed > 0 ? (lo - fixed + w - 1) / w : 0;
-    if (need_lo > qlo) qlo = need_lo;
-    if (hi >= 0) {
-        long cap = hi - fixed >= 0 ? (hi - fixed) / w : -1;
-        if (qhi == RX_INF || cap < qhi) qhi = cap;
-    }
-    if (qhi != RX_INF && (qhi < qlo || qhi < 0)) {
+    if (vr > 0) {
         rfail(r, "no string of the pattern has a length within minLength/maxLength");
         goto done;
     }
