@@ -202,7 +202,8 @@ int jschema_format_len(const char *fmt, long *mn, long *mx) {
         long mn, mx;
     } t[] = {
         {"date", 10, 10}, {"time", 9, 21}, {"date-time", 20, 32}, {"uuid", 36, 36},
-        {"email", 5, 115}, {"hostname", 1, 114}, {"ipv4", 7, 15},
+        {"email", 5, 115}, {"hostname", 1, 114}, {"ipv4", 7, 15}, {"ipv6", 2, 45},
+        {"uri", 2, -1}, {"uri-reference", 0, -1}, {"duration", 3, -1},
     };
     for (size_t i = 0; fmt && i < sizeof t / sizeof t[0]; i++)
         if (strcmp(fmt, t[i].name) == 0) {

@@ -30,8 +30,8 @@ int jschema_pattern_keys(const char *re, const char *const *keys, int n, unsigne
 void jschema_int_range(long long lo, int has_lo, long long hi, int has_hi, struct jsc_buf *out);
 /* The GBNF expression of a string format's content, or NULL for an unknown format. */
 const char *jschema_format(const char *fmt);
-/* The fewest and most code points of jschema_format(fmt)'s strings; -1 when unbounded or
- * not a format. */
+/* The fewest and most code points of jschema_format(fmt)'s strings (*mx -1: no most);
+ * -1 when not a format. */
 int jschema_format_len(const char *fmt, long *mn, long *mx);
 
 #endif

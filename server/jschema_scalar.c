@@ -44,9 +44,9 @@ int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     int n_kw = (pat != NULL) + known_fmt + (mn > 0 || mx >= 0);
     long fmn, fmx;
     if (n_kw == 2 && known_fmt && !pat && !jschema_format_len(json_string_value(fmt), &fmn, &fmx)) {
-        /* a format of bounded length: the bounds hold for all of it, or for none */
-        if (fmn >= mn && (mx < 0 || fmx <= mx)) n_kw = 1, mn = 0, mx = -1;
-        else if ((mx >= 0 && fmn > mx) || fmx < mn)
+        /* the bounds hold for every string of the format, or for none */
+        if (fmn >= mn && (mx < 0 || (fmx >= 0 && fmx <= mx))) n_kw = 1, mn = 0, mx = -1;
+        else if ((mx >= 0 && fmn > mx) || (fmx >= 0 && fmx < mn))
             return jfail(c, "no '%.40s' string has a length within minLength/maxLength at %s",
                          json_string_value(fmt), ptr);
     }

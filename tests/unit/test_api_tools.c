@@ -284,6 +284,11 @@ static void test_jschema_instances(void) {
          "\"abcdef\"", 1},
         {"{\"type\":\"string\",\"minLength\":1,\"maxLength\":5,\"pattern\":\"^([a-z-]*)$\"}",
          "\"aB\"", 1},
+        /* format with lengths every string of the format meets (uri: at least 2) */
+        {"{\"type\":\"string\",\"format\":\"uri\",\"minLength\":1}", "\"a:b\"", 0},
+        {"{\"type\":\"string\",\"format\":\"uri\",\"minLength\":3}", "\"a:bc\"", -1},
+        {"{\"type\":\"string\",\"format\":\"ipv6\",\"maxLength\":45}", "\"::1\"", 0},
+        {"{\"type\":\"string\",\"format\":\"duration\",\"minLength\":2}", "\"P1D\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P1Y2M3DT4H5M6S\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"P4W\"", 0},
         {"{\"type\":\"string\",\"format\":\"duration\"}", "\"PT36H\"", 0},
