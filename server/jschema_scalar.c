@@ -95,14 +95,85 @@ int jschema_gen_string(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
 /* multipleOf m of a number as the decimals its values may have: -1 without it, d when m is
  * 10^-d (0.01: 2; 1: 0), which a decimal number with at most d decimals (then zeros) is a
  * multiple of. Other values are refused. *dec, 0 or -1. */
+/* multipleOf k, a whole number from 2 to 1e9: k, else 0. */
+static long long multiple_int(json_t *s) {
+    json_t *v = json_object_get(s, "multipleOf");
+    const double m = v && json_is_number(v) ? json_number_value(v) : 0;
+    return m >= 2 && m <= 1e9 && m == floor(m) ? (long long)m : 0;
+}
+
 static int multiple_dec(struct jsc *c, json_t *s, const char *ptr, int *dec) {
     json_t *v = json_object_get(s, "multipleOf");
     *dec = -1;
     if (!v) return 0;
+    if (multiple_int(s)) return *dec = 0, 0; /* integers (jschema_gen_integer) */
     double m = json_is_number(v) ? json_number_value(v) : 0, p = 1;
     for (int d = 0; d <= 15 && m > 0; d++, p /= 10)
         if (fabs(m - p) <= p * 1e-9) return *dec = d, 0;
     return jfail(c, "unsupported keyword 'multipleOf' (only 1, 0.1, 0.01, ...) at %s/multipleOf", ptr);
+}
+
+#define MULT_ENUM_MAX 512 /* multiples within both bounds written out, at most */
+#define MULT_DFA_MAX 100  /* a multipleOf the digit automaton (mult_dfa) takes, at most */
+
+/* Non-negative multiples of k (2 <= k <= MULT_DFA_MAX) of up to 16 digits, with 0 or not:
+ * the decimal digits read by the automaton of the remainder mod k, one rule per remainder
+ * and digit count (S_r,n: what may follow n digits whose value is r mod k). */
+static void mult_dfa(struct jsc *c, long long k, int zero, struct jsc_buf *b) {
+    int id[MULT_DFA_MAX][17];
+    struct jsc_buf t = {0};
+    for (int n = 16; n >= 1; n--)
+        for (int r = 0; r < k; r++) {
+            t.n = 0;
+            int alts = 0;
+            if (r == 0) jsc_buf_add(&t, "\"\"", 2), alts++;
+            for (int to = 0; n < 16 && to < k; to++) {
+                char ds[11];
+                int nd = 0;
+                for (int d = 0; d <= 9; d++)
+                    if ((10 * r + d) % k == to && id[to][n + 1] >= 0) ds[nd++] = (char)('0' + d);
+                if (!nd) continue;
+                ds[nd] = 0;
+                jsc_buf_printf(&t, "%s[%s] %s-%d", alts++ ? " | " : "", ds, c->name, id[to][n + 1]);
+            }
+            id[r][n] = alts ? jschema_add_rule(c, &t) : -1;
+        }
+    jsc_buf_free(&t);
+    jsc_buf_add(b, "(", 1);
+    int alts = 0;
+    if (zero) jsc_buf_add(b, "\"0\"", 3), alts++;
+    for (int d = 1; d <= 9; d++)
+        if (id[d % k][1] >= 0)
+            jsc_buf_printf(b, "%s\"%d\" %s-%d", alts++ ? " | " : "", d, c->name, id[d % k][1]);
+    jsc_buf_add(b, ")", 1);
+}
+
+/* Integers in [lo, hi] (has_lo / has_hi 0: unbounded) that k divides: written out when
+ * there are at most MULT_ENUM_MAX; else, without an upper bound and a lower one of at most
+ * k, the digit automaton (with "-" when unbounded below). 0, or -1 naming multipleOf. */
+static int gen_multiples(struct jsc *c, long long k, long long lo, int has_lo, long long hi,
+                         int has_hi, const char *ptr, struct jsc_buf *b) {
+    if (has_lo && has_hi) {
+        const long long first = lo >= 0 ? (lo + k - 1) / k * k : -((-lo) / k * k);
+        const long long last = hi >= 0 ? hi / k * k : -((-hi + k - 1) / k * k);
+        if (first > last) return jfail(c, "no multiple of %lld within the bounds at %s", k, ptr);
+        if ((last - first) / k >= MULT_ENUM_MAX)
+            return jfail(c, "unsupported keyword 'multipleOf' (more than %d multiples within "
+                         "the bounds) at %s/multipleOf", MULT_ENUM_MAX, ptr);
+        jsc_buf_add(b, "(", 1);
+        for (long long v = first; v <= last; v += k)
+            jsc_buf_printf(b, "%s\"%lld\"", v == first ? "" : " | ", v);
+        jsc_buf_add(b, ")", 1);
+        return 0;
+    }
+    if (k > MULT_DFA_MAX || has_hi || (has_lo && (lo <= -k || lo > k)))
+        return jfail(c, "unsupported keyword 'multipleOf' (a whole number up to %d, without "
+                     "an upper bound unless both bounds leave at most %d multiples) at "
+                     "%s/multipleOf", MULT_DFA_MAX, MULT_ENUM_MAX, ptr);
+    if (!has_lo) jsc_buf_add(b, "(\"-\"? ", sizeof("(\"-\"? ") - 1);
+    mult_dfa(c, k, !has_lo || lo <= 0, b);
+    if (!has_lo) jsc_buf_add(b, ")", 1);
+    return 0;
 }
 
 int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b) {
@@ -133,6 +204,8 @@ int jschema_gen_integer(struct jsc *c, json_t *s, const char *ptr, struct jsc_bu
         }
     }
     if (has_lo && has_hi && lo > hi) return jfail(c, "no integer satisfies the bounds at %s", ptr);
+    const long long k = multiple_int(s);
+    if (k) return gen_multiples(c, k, lo, has_lo, hi, has_hi, ptr, b);
     if (!has_lo && !has_hi) {
         jsc_buf_add(b, "integer", sizeof("integer") - 1);
         return 0;
