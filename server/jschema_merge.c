@@ -170,17 +170,30 @@ static int merge_object(struct jsm *m, json_t *a, json_t *b, json_t *out) {
     if ((pa && !json_is_object(pa)) || (pb && !json_is_object(pb)) ||
         (ra && !json_is_array(ra)) || (rb && !json_is_array(rb)))
         return jsm_fail(m, "malformed", "properties"), -1;
-    /* patternProperties: kept from a side whose object keywords stand alone; met by object
-     * keywords of the other side, the keys it matches would need both */
+    /* patternProperties: the patterns of both sides (one pattern in both: allOf of its two
+     * schemas). Beside object keywords of the other side the merged object must declare
+     * keys (checked below): the generator then writes only those, each with the schemas
+     * of the patterns it matches, which both sides' keys then meet. */
     static const char *const objkw[] = {"properties", "additionalProperties", "required",
                                         "patternProperties", NULL};
+    int pp_beside = 0;
     for (int side = 0; side < 2; side++) {
-        json_t *x = side ? b : a, *y = side ? a : b;
-        if (!json_object_get(x, "patternProperties")) continue;
-        for (int i = 0; objkw[i]; i++)
-            if (json_object_get(y, objkw[i]))
-                return jsm_fail(m, "object keywords of another part beside", "patternProperties"), -1;
-        json_object_set(out, "patternProperties", json_object_get(x, "patternProperties"));
+        json_t *x = side ? b : a, *y = side ? a : b, *ppx = json_object_get(x, "patternProperties");
+        if (!ppx) continue;
+        if (!json_is_object(ppx)) return jsm_fail(m, "malformed", "patternProperties"), -1;
+        for (int i = 0; objkw[i]; i++) pp_beside |= json_object_get(y, objkw[i]) != NULL;
+        json_t *pp = json_object_get(out, "patternProperties");
+        if (!pp) {
+            json_object_set_new(out, "patternProperties", json_deep_copy(ppx));
+            continue;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(ppx, k, v) {
+            json_t *have = json_object_get(pp, k);
+            json_object_set_new(pp, k, have ? json_pack("{s[OO]}", "allOf", have, v)
+                                            : json_incref(v));
+        }
     }
     json_t *props = json_object(), *req = json_array();
     int dropped = 0;
@@ -238,6 +251,10 @@ static int merge_object(struct jsm *m, json_t *a, json_t *b, json_t *out) {
     /* A forbidden key stays in properties as false: the generator never writes it, and
      * keeps it out of any other keys it writes. */
     (void)dropped;
+    if (pp_beside && !json_object_size(props) && !json_array_size(req)) {
+        jsm_fail(m, "object keywords of another part beside", "patternProperties");
+        goto fail;
+    }
     if (pa || pb || json_object_size(props)) json_object_set(out, "properties", props);
     if (json_array_size(req)) json_object_set(out, "required", req);
     if (addl) json_object_set_new(out, "additionalProperties", addl);
