@@ -228,6 +228,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     json_t *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *pp = json_object_get(s, "patternProperties"), *owned = NULL;
+    int pp_hits = 0; /* declared keys a pattern matches */
     char p2[512];
     if (props && !json_is_object(props)) return jfail(c, "'properties' must be an object at %s", ptr);
     if (req && !json_is_array(req)) return jfail(c, "'required' must be an array at %s", ptr);
@@ -265,7 +266,7 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
         }
     }
     if (pp && n > 0 && !c->g4 &&
-        (!(owned = json_array()) || jschema_pattern_values(c, pp, pr, n, owned, ptr))) {
+        (!(owned = json_array()) || jschema_pattern_values(c, pp, pr, n, owned, &pp_hits, ptr))) {
         if (!owned) jfail(c, "out of memory");
         goto done;
     }
@@ -293,16 +294,16 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     /* extra keys: only for objects without declared properties */
     int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
     int key_rule = -1; /* the rule of an extra key's text; -1: any string */
-    if (pp && n_decl > 0 && !c->g4) {
+    if (pp && n_decl > 0 && !c->g4 && (json_object_size(pp) != 1 || pp_hits)) {
         /* declared keys only, each with the pattern schemas its key matches (pattern_values):
          * another key would have to be kept apart from every pattern */
     } else if (pp) {
-        /* Only keys matching the one pattern are written, each with that pattern's value
-         * schema: always valid, whatever additionalProperties says of other keys. */
+        /* Keys matching the one pattern, each with its schema, after any declared keys
+         * (none of which it matches): valid whatever additionalProperties says of others. */
         const char *pat;
         json_t *pv = NULL;
         if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, pat, pv) break;
-        if (!pv || n_decl > 0 || c->g4) {
+        if (!pv || c->g4) {
             jfail(c, "unsupported keyword 'patternProperties' (several patterns on an object "
                   "without properties or required keys, or in Gemma 4's notation) at "
                   "%s/patternProperties", ptr);

@@ -113,9 +113,10 @@ int jschema_key_deps(struct jsc *c, json_t *s, const char *ptr, const char *cons
                      struct jsc_keys *k);
 /* patternProperties pp beside an object's declared keys pr[0..n): a key that patterns
  * match gets the allOf of its schema and theirs as its schema (new references kept in owned,
- * a JSON array). 0, or -1 (an unsupported pattern, named) (jschema_order.c). */
+ * a JSON array); *hits: how many keys patterns match. 0, or -1 (an unsupported pattern,
+ * named) (jschema_order.c). */
 int jschema_pattern_values(struct jsc *c, json_t *pp, struct jsc_prop *pr, int n, json_t *owned,
-                           const char *ptr);
+                           int *hits, const char *ptr);
 /* The body of an object whose k->n declared keys come in any order, each at most once, the
  * required ones always, each with its dependencies, other keys (k->okv) anywhere any number
  * of times. Appended to b, its rules to c->out (jschema_order.c). 0 or -1. */

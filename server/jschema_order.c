@@ -131,7 +131,7 @@ int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int 
 }
 
 int jschema_pattern_values(struct jsc *c, json_t *pp, struct jsc_prop *pr, int n, json_t *owned,
-                           const char *ptr) {
+                           int *hits, const char *ptr) {
     if (!json_is_object(pp))
         return jfail(c, "'patternProperties' must be an object at %s/patternProperties", ptr);
     const char **names = malloc((size_t)n * sizeof(*names));
@@ -160,8 +160,10 @@ int jschema_pattern_values(struct jsc *c, json_t *pp, struct jsc_prop *pr, int n
             json_array_append(parts[i], pv);
         }
     }
+    *hits = 0;
     for (int i = 0; i < n; i++) {
         if (!parts[i]) continue;
+        ++*hits;
         if (!rc) {
             json_t *v = json_array_size(parts[i]) == 1
                               ? json_incref(json_array_get(parts[i], 0))
