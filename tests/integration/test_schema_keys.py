@@ -251,8 +251,14 @@ def test_multiple_of_powers_of_ten(tmp_path):
           [0, 2.5, 10, 0.25], [0.125, 10.25, -0.5], ())
     check(tmp_path, {"type": "number", "multipleOf": 1, "minimum": 0}, [0, 3], [2.5, -1], ())
     check(tmp_path, {"type": "integer", "multipleOf": 1}, [3, -4], [2.5], ())
-    for schema, word in [({"type": "integer", "multipleOf": 5}, "multipleOf"),
-                         ({"multipleOf": 3}, "multipleOf"),
+    # a whole multipleOf: the remainder automaton, or the multiples within the bounds
+    check(tmp_path, {"type": "integer", "multipleOf": 5}, [0, 5, -10, 1000], [3, 7, 2.5], ())
+    check(tmp_path, {"type": "integer", "multipleOf": 12, "minimum": 1}, [12, 120], [0, 6], ())
+    check(tmp_path, {"type": "number", "multipleOf": 3, "minimum": -6, "maximum": 6},
+          [-6, 0, 3, 6], [9, 1, -9], ())
+    for schema, word in [({"type": "integer", "multipleOf": 500}, "multipleOf"),
+                         ({"multipleOf": 0.3}, "multipleOf"),
+                         ({"type": "integer", "multipleOf": 5, "minimum": 7}, "multipleOf"),
                          ({"type": "number", "multipleOf": 0.01, "minimum": 0.5}, "multipleOf")]:
         rc, err, _ = compile_schema(tmp_path, schema)
         assert rc == 2 and word in err, err

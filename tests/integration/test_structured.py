@@ -45,6 +45,15 @@ def corpus():
         out.append((f"str_max{n}", {"type": "string", "maxLength": n}))
     out.append(("str_min2_max4", {"type": "string", "minLength": 2, "maxLength": 4}))
     out.append(("str_max32767", {"type": "string", "minLength": 3, "maxLength": 32767}))
+    out.append(("int_mult7", {"type": "integer", "minimum": 0, "multipleOf": 7}))
+    out.append(("int_mult4_range", {"type": "integer", "minimum": 16, "maximum": 100,
+                                    "multipleOf": 4}))
+    out.append(("enum_len", {"enum": ["a", "bbbb", "cc"], "maxLength": 2}))
+    out.append(("str_pattern_len", {"type": "string", "minLength": 5, "maxLength": 40,
+                                    "pattern": r"^\S+@\S+$"}))
+    out.append(("obj_pattern_props", {"type": "object", "properties": {"name": {"type": "string"}},
+                                      "patternProperties": {"^x_": {"type": "integer"}},
+                                      "required": ["name"], "additionalProperties": False}))
     out.append(("bool", {"type": "boolean"}))
     out.append(("null", {"type": "null"}))
     out.append(("enum_str", {"enum": ["yes", "no", "maybe"]}))
@@ -334,7 +343,7 @@ BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "$ref": "#/$defs/missing"}}}}, "response_format.json_schema.schema", ["$ref"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-        "type": "number", "multipleOf": 3}}}}, "response_format.json_schema.schema",
+        "type": "number", "multipleOf": 0.3}}}}, "response_format.json_schema.schema",
      ["'multipleOf'"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "type": "string", "pattern": "(a)\\1"}}}}, "response_format.json_schema.schema",
