@@ -137,7 +137,7 @@ struct gram_scratch {
 };
 
 #define GRAM_DD_MIN 16                /* set_add hashes sets from this size */
-#define GRAM_MAX_SETS 4096
+#define GRAM_MAX_SETS 16384 /* interned sets; a walk that needs more starts over plain (slow) */
 #define GRAM_SS_CAP (GRAM_MAX_SETS * 16)
 #define GRAM_SH_CAP (GRAM_MAX_SETS * 2)
 #define GRAM_SF_LIVE 1                /* a stack that can take a byte */
