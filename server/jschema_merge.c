@@ -182,6 +182,11 @@ static int merge_object(struct jsm *m, json_t *a, json_t *b, json_t *out) {
         if (!ppx) continue;
         if (!json_is_object(ppx)) return jsm_fail(m, "malformed", "patternProperties"), -1;
         for (int i = 0; objkw[i]; i++) pp_beside |= json_object_get(y, objkw[i]) != NULL;
+        /* the other side's additionalProperties would hold for the keys x's patterns match,
+         * which the generator may write after the declared ones: refused unless true */
+        json_t *ay = json_object_get(y, "additionalProperties");
+        if (ay && !json_is_true(ay))
+            return jsm_fail(m, "object keywords of another part beside", "patternProperties"), -1;
         json_t *pp = json_object_get(out, "patternProperties");
         if (!pp) {
             json_object_set_new(out, "patternProperties", json_deep_copy(ppx));

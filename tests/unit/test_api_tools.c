@@ -317,6 +317,9 @@ static void test_jschema_instances(void) {
          "{\"xa\": 1}", 1},
         {"{\"allOf\":[{\"patternProperties\":{\"^x\":{}}},{\"additionalProperties\":false}]}",
          "{}", -1},
+        /* the other part's additionalProperties false would forbid the pattern's keys */
+        {"{\"allOf\":[{\"patternProperties\":{\"^x\":{}}},{\"properties\":{\"a\":{}},\"additionalProperties\":false}]}",
+         "{\"a\": 1, \"xfoo\": 2}", -1},
         /* one pattern that no declared key matches: its keys follow the declared ones */
         {"{\"properties\":{\"author\":{}},\"patternProperties\":{\"^c[1-9]$\":{\"type\":\"string\"}},\"additionalProperties\":false}",
          "{\"author\": 1, \"c1\": \"x\", \"c2\": \"y\"}", 0},
