@@ -10,7 +10,7 @@ narrows what can be generated. Instances are written as json.dumps writes them (
 benchmark and point --data at its maskbench/data folder.
 
     python3 tools/maskbench.py --data PATH/maskbench/data [--jobs 2] [--limit N] [--json OUT]
-        [--spec-keys]
+        [--spec-keys | --extra-keys]
     python3 tools/maskbench.py --data PATH/maskbench/data --mask-times N [--model GGUF]
 
 --mask-times N times the masks instead, as the published figures do (mask time per token):
@@ -24,7 +24,9 @@ grammar costs) and of a second pass over the same tokens (warm cache).
 keys follow the declared ones, and keys come in any order, as JSON Schema says (the server's
 json_schema_extra_keys and json_schema_any_order); by default only the declared keys are
 generated, in the schema's order, which rejects valid instances with others or in another
-order.
+order. --extra-keys runs `gemmad-cli grammar --extra-keys`: other keys may follow the declared
+ones, which keep the schema's order (json_schema_extra_keys alone), the rule LLGuidance's
+JSON Schema support follows.
 """
 import argparse
 import concurrent.futures as cf
@@ -144,6 +146,10 @@ def mask_times(a, files, extra):
     return 0
 
 
+def key_flags(a):
+    return ["--spec-keys"] if a.spec_keys else ["--extra-keys"] if a.extra_keys else []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
@@ -155,6 +161,9 @@ def main():
     ap.add_argument("--only", help="a file of schema file names to run (one a line)")
     ap.add_argument("--spec-keys", action="store_true",
                     help="gemmad-cli grammar --spec-keys (JSON Schema's additionalProperties)")
+    ap.add_argument("--extra-keys", action="store_true",
+                    help="gemmad-cli grammar --extra-keys (other keys after the declared ones, "
+                    "which keep the schema's order: LLGuidance's rule)")
     ap.add_argument("--mask-times", type=int, default=0,
                     help="time the masks of N schemas instead (see the module text)")
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf"))
@@ -167,10 +176,10 @@ def main():
     if a.limit:
         files = files[:a.limit]
     if a.mask_times:
-        return mask_times(a, files, ["--spec-keys"] if a.spec_keys else [])
+        return mask_times(a, files, key_flags(a))
     results = []
     with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(a.jobs) as ex:
-        extra = ["--spec-keys"] if a.spec_keys else []
+        extra = key_flags(a)
         for r in ex.map(lambda p: one(a.cli, p, tmp, a.timeout, extra), files):
             results.append(r)
             if len(results) % 500 == 0:

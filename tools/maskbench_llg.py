@@ -4,7 +4,7 @@ passes when it compiles, every valid instance (json.dumps text) is accepted whol
 invalid one rejected. A byte-level tokenizer (256 byte tokens + EOS) makes acceptance exact.
 A reference for comparisons, never a dependency: `pip install llguidance` first.
 
-    python3 tools/maskbench_llg.py PATH/maskbench/data
+    python3 tools/maskbench_llg.py PATH/maskbench/data [--json PER_SCHEMA.json]
 """
 import concurrent.futures as cf
 import json
@@ -49,14 +49,24 @@ def one(path):
         if not t["valid"] and a: ia += 1
     return {"compiled": True, "vr": vr, "ia": ia}
 
+def one_named(path):
+    r = one(path)
+    if r is not None: r["file"] = os.path.basename(path)
+    return r
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    out = None
+    if len(args) == 3 and args[1] == "--json":
+        out = args[2]
+        args = args[:1]
+    if len(args) != 1:
         sys.exit(__doc__)
-    d = sys.argv[1]
+    d = args[0]
     files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".json"))
     res = []
     with cf.ProcessPoolExecutor(2) as ex:
-        for r in ex.map(one, files, chunksize=20):
+        for r in ex.map(one_named, files, chunksize=20):
             res.append(r)
     res = [r for r in res if r is not None]
     comp = sum(r["compiled"] for r in res)
@@ -64,3 +74,6 @@ if __name__ == "__main__":
     print(f"llguidance {llg.get_version() if hasattr(llg,'get_version') else ''}: schemas {len(res)}, compiled {comp}, passing {ok}, "
           f"invalid accepted {sum(r['ia'] for r in res)} (in {sum(1 for r in res if r['ia'])} schemas), "
           f"valid rejected {sum(r['vr'] for r in res)}")
+    if out:
+        with open(out, "w") as f:
+            json.dump(res, f)

@@ -55,8 +55,9 @@ struct cli_opts {
     int bench;               /* grammar: timings */
     const char *times;       /* grammar: with -m, each token's mask time written here */
     int print;               /* grammar: print the GBNF */
-    int spec_keys;           /* grammar: jschema_opts.extra_keys and any_order (JSON Schema's
-                              * meaning of an absent additionalProperties and of key order) */
+    int spec_keys;           /* grammar: 1: jschema_opts.extra_keys and any_order (JSON Schema's
+                              * meaning of an absent additionalProperties and of key order);
+                              * 2: extra_keys alone (--extra-keys) */
 };
 
 /* "gemmad-cli: error: MESSAGE" on stderr, exit status 1. */

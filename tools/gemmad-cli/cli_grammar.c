@@ -66,7 +66,8 @@ static char *grammar_text(const struct cli_opts *o, size_t *len) {
     if (!schema) fail2("%s: invalid JSON: %s", path, je.text);
     struct jsc_buf b = {0};
     char err[512];
-    const struct jschema_opts opt = {.extra_keys = o->spec_keys, .any_order = o->spec_keys};
+    const struct jschema_opts opt = {.extra_keys = o->spec_keys != 0,
+                                     .any_order = o->spec_keys == 1};
     if (jschema_to_gbnf(schema, &opt, &b, err, sizeof err)) fail2("%s: %s", path, err);
     json_decref(schema);
     *len = b.n;

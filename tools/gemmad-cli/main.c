@@ -58,12 +58,15 @@ static const struct cli_cmd cli_cmds[] = {
      "           KV memory of one session, with and without the sliding-window ring\n"},
     {"grammar", cli_grammar,
      "  grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE.json] [-m MODEL] [--bench]\n"
-     "           [--print] [--spec-keys]  compile (exit 0, or the reason and exit 2); --check:\n"
+     "           [--print] [--spec-keys | --extra-keys]  compile (exit 0, or the reason and\n"
+     "           exit 2); --check:\n"
      "           0 when the grammar accepts the file whole, 1 when not (-m: token by token\n"
      "           through the vocabulary masks); --bench: compile and mask times; --print: the\n"
      "           GBNF; --spec-keys: an absent additionalProperties lets other keys follow the\n"
      "           declared ones, and keys come in any order, as JSON Schema says (the\n"
-     "           server's json_schema_extra_keys and json_schema_any_order); --times FILE\n"
+     "           server's json_schema_extra_keys and json_schema_any_order); --extra-keys:\n"
+     "           other keys may follow the declared ones, which keep the schema's order\n"
+     "           (json_schema_extra_keys alone; LLGuidance's rule); --times FILE\n"
      "           (with -m and --check): each token's mask time in microseconds, a line per\n"
      "           token, the first pass (cold cache) and the second (warm)\n"},
 };
@@ -172,6 +175,7 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         else if (!strcmp(a, "--times")) o->times = NEXT();
         else if (!strcmp(a, "--print")) o->print = 1;
         else if (!strcmp(a, "--spec-keys")) o->spec_keys = 1;
+        else if (!strcmp(a, "--extra-keys")) o->spec_keys = 2;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             o->n_gen = (int)parse_long(a, NEXT(), 0, 1 << 20);
         else if (!strcmp(a, "--temp")) o->temp = parse_float(a, NEXT(), 0.0f, 100.0f);
