@@ -102,14 +102,8 @@ static void ref_name(struct jsc *c, struct jsc_buf *b, int id) {
     jsc_buf_printf(b, " %s-%d ", c->name, id);
 }
 
-/* The literal JSON text of v (compact), or its notation. */
 static int lit_json(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr) {
-    if (c->g4) return jschema_g4_lit(v, c->q, b) ? jfail(c, "cannot encode the value at %s", ptr) : 0;
-    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!t) return jfail(c, "cannot encode the value at %s", ptr);
-    jsc_buf_lit(b, t, strlen(t));
-    free(t);
-    return 0;
+    return jschema_lit(c, b, v, ptr);
 }
 
 /* ---- $ref --------------------------------------------------------------------------- */
@@ -578,26 +572,12 @@ static const char *infer_type(json_t *s) {
     return NULL;
 }
 
-/* 1 when value v has one of the types `type` names (NULL: any). */
-static int type_is(const char *t, json_t *v) {
-    if (!strcmp(t, "string")) return json_is_string(v);
-    if (!strcmp(t, "boolean")) return json_is_boolean(v);
-    if (!strcmp(t, "null")) return json_is_null(v);
-    if (!strcmp(t, "object")) return json_is_object(v);
-    if (!strcmp(t, "array")) return json_is_array(v);
-    if (!strcmp(t, "number")) return json_is_number(v);
-    if (!strcmp(t, "integer"))
-        return json_is_integer(v) ||
-               (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
-    return 0;
-}
-
 static int type_allows(json_t *type, json_t *v) {
     if (!type) return 1;
-    if (json_is_string(type)) return type_is(json_string_value(type), v);
+    if (json_is_string(type)) return jschema_type_is(json_string_value(type), v) == 1;
     for (size_t i = 0; i < json_array_size(type); i++)
         if (json_is_string(json_array_get(type, i)) &&
-            type_is(json_string_value(json_array_get(type, i)), v))
+            jschema_type_is(json_string_value(json_array_get(type, i)), v) == 1)
             return 1;
     return 0;
 }
@@ -626,6 +606,14 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
     }
     if (!json_is_object(s)) return jfail(c, "a schema must be an object or a boolean at %s", ptr);
     if (++c->depth > JSC_MAX_DEPTH) return jfail(c, "schema nested too deeply at %s", ptr);
+    struct jsc_buf b = {0};
+    int id = new_id(c), rc = jschema_gen_values(c, s, ptr, &b);
+    if (rc) { /* a finite set of values, each checked against the whole schema */
+        c->depth--;
+        if (rc == 1 && !c->failed) emit_rule(c, id, &b);
+        jsc_buf_free(&b);
+        return rc == 1 && !c->failed ? id : rc == JSC_EMPTY && !c->failed ? JSC_EMPTY : -1;
+    }
     const char *k;
     json_t *v;
     int n_valid = 0;
@@ -636,8 +624,6 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
         }
         if (in_list(supported, k) && strcmp(k, "nullable") != 0) n_valid++;
     }
-    struct jsc_buf b = {0};
-    int id = new_id(c), rc = 0;
     json_t *ref = json_object_get(s, "$ref");
     json_t *anyof = json_object_get(s, "anyOf"), *oneof = json_object_get(s, "oneOf");
     json_t *allof = json_object_get(s, "allOf"), *cst = json_object_get(s, "const");

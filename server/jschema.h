@@ -8,7 +8,11 @@
  * says otherwise, see below), patternProperties
  * (one pattern, no properties or required keys: only matching keys are generated), items
  * (schema or false; an array is prefixItems, with additionalItems), prefixItems, minItems,
- * maxItems, enum, const, anyOf, oneOf (branches that provably exclude each other, or
+ * maxItems, enum, const (beside any keywords: a finite set of values, from an enum or const
+ * in the schema, an allOf part, a $ref target or every anyOf/oneOf branch, keeps the values a
+ * validator of constants finds valid against the whole schema, so not, if/then/else,
+ * uniqueItems, contains, propertyNames, dependentRequired/dependentSchemas and the rest are
+ * exact there; jschema_value.c says where that validator cannot tell), anyOf, oneOf (branches that provably exclude each other, or
  * required-key branches made exclusive; other oneOfs are refused), allOf (the parts
  * intersected into one schema; so are $ref, anyOf and oneOf with sibling keywords: see
  * jschema_merge.c), $ref into $defs /

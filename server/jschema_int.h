@@ -55,6 +55,7 @@ struct jsc {
     int extra_keys;        /* jschema_opts.extra_keys */
     int any_order;         /* jschema_opts.any_order */
     long order_bytes;      /* grammar text any-order objects may still take (JSC_ORDER_BYTES) */
+    int v_init, v_draft, v_nested_id; /* jschema_value.c's view of root, found once */
 };
 
 /* gen_any's result for a subschema that no value satisfies (an enum none of whose values has
@@ -82,6 +83,24 @@ int jschema_gen_number(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
 int jschema_value_fits(json_t *s, json_t *v);
 /* 1 when jschema_value_fits can tell for const cst (when not NULL) or every value of enum en. */
 int jschema_values_checkable(json_t *s, json_t *cst, json_t *en);
+
+/* Whether value v is valid against schema s (root: the document its "#..." $refs name):
+ * 1, 0, or -1 when it cannot tell (a keyword beyond it: format, unevaluated*, nullable, a
+ * $ref it cannot resolve, a keyword whose meaning depends on a draft the root's $schema does
+ * not name, a pattern outside the regex subset). Exact where it answers 0 or 1
+ * (jschema_value.c). */
+int jschema_valid(json_t *root, json_t *s, json_t *v);
+/* 1 when value v has JSON Schema type t ("integer": a real with no fraction too), 0 when
+ * not, -1 for a name that is no type. */
+int jschema_type_is(const char *t, json_t *v);
+/* The literal of JSON value v (JSON's whitespace free between an object's or array's
+ * tokens; Gemma 4's notation when c->g4), appended to b. 0 or -1. */
+int jschema_lit(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr);
+/* Schema s, when its values form a finite set (an enum or const, in s, an allOf part, its
+ * $ref target, or every anyOf/oneOf branch) and jschema_valid tells for each candidate:
+ * those valid against all of s, as alternatives appended to b; 1, JSC_EMPTY when none is,
+ * 0 when not such a schema (b untouched), -1 on error. */
+int jschema_gen_values(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
 
 /* Objects of at most this many declared keys may write them in any order (any_order), while
  * the schema's any-order objects take at most JSC_ORDER_BYTES of grammar text in all (the

@@ -163,7 +163,19 @@ static void test_jschema_instances(void) {
          "2", 1},
         {"{\"type\":\"boolean\",\"nullable\":true}", "null", 0},
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\":[1]}", 0},
-        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1]}", 1},
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1]}", 0}, /* JSON's free whitespace */
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{ \"b\" : [ 1 ] }", 0},
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [2]}", 1},
+        {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1],}", 1},
+        {"{\"enum\":[2.6,1e-05,100.0]}", "2.6", 0}, /* reals as Python writes them */
+        {"{\"enum\":[2.6,1e-05,100.0]}", "1e-05", 0},
+        {"{\"enum\":[2.6,1e-05,100.0]}", "100.0", 0},
+        {"{\"enum\":[\"a\",\"b\"],\"not\":{\"const\":\"a\"}}", "\"b\"", 0},
+        {"{\"enum\":[\"a\",\"b\"],\"not\":{\"const\":\"a\"}}", "\"a\"", 1},
+        {"{\"enum\":[\"ab\",\"a1\"],\"pattern\":\"[0-9]\"}", "\"a1\"", 0},
+        {"{\"enum\":[\"ab\",\"a1\"],\"pattern\":\"[0-9]\"}", "\"ab\"", 1},
+        {"{\"enum\":[[1,2],[3,3]],\"uniqueItems\":true}", "[1, 2]", 0},
+        {"{\"enum\":[[1,2],[3,3]],\"uniqueItems\":true}", "[3, 3]", 1},
         {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "\"a\"", 1},
         {"{\"enum\":[\"a\",1,2.0],\"type\":\"integer\"}", "2.0", 0},
         {"{\"type\":\"number\",\"minimum\":-3,\"exclusiveMaximum\":2}", "-2.5", 0},
@@ -239,7 +251,8 @@ static void test_jschema_instances(void) {
         {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "9", 1},
         {"{\"enum\":[1,5,6],\"minimum\":5,\"exclusiveMinimum\":true}", "5", 1},
         {"{\"enum\":[1,5,6],\"minimum\":5,\"exclusiveMinimum\":true}", "6", 0},
-        {"{\"type\":[\"object\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,{}]}", "true", -1},
+        {"{\"type\":[\"object\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,{}]}", "true", 0},
+        {"{\"type\":[\"object\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,{}]}", "{}", 0},
         {"{\"type\":[\"string\",\"boolean\"],\"properties\":{\"x\":{}},\"enum\":[true,\"a\"]}", "true", 0},
         {"{\"const\":4,\"multipleOf\":3}", "4", -1},
         {"{\"enum\":[[],[1,2]],\"maxItems\":1}", "[]", 0},
@@ -409,9 +422,12 @@ static void test_jschema_errors(void) {
     T_ASSERT(check("false", "", err, sizeof err) == -1);
     T_ASSERT(check("{\"type\":\"string\",\"format\":\"iri\"}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "'format'") && strstr(err, "#/format"));
-    T_ASSERT(check("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"enum\":[\"a\"],\"format\":\"email\"}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "enum with other keywords"));
-    T_ASSERT(check("{\"enum\":[{\"a\":1}],\"required\":[\"a\"]}", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"enum\":[\"a\"],\"not\":{\"const\":\"a\"}}", "", err, sizeof err) == -1);
+    T_ASSERT(strstr(err, "no value of the schema's enum or const is valid"));
+    T_ASSERT(check("{\"enum\":[{\"a\":1},{\"b\":1}],\"required\":[\"a\"]}", "{\"b\": 1}", err,
+                   sizeof err) == 1);
 }
 
 /* The server's json_schema_extra_keys / json_schema_any_order reach the converter: a
