@@ -288,7 +288,21 @@ static int gen_object(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     /* extra keys: only for objects without declared properties */
     int extra = -3; /* -3: none; -2: any value; >= 0: that rule */
     int key_rule = -1; /* the rule of an extra key's text; -1: any string */
-    if (pp && n_decl > 0 && !c->g4 && (json_object_size(pp) != 1 || pp_hits)) {
+    const char *upat = NULL; /* the one pattern, when it matches every key (".*") */
+    json_t *uval = NULL;
+    if (json_is_object(pp) && json_object_size(pp) == 1) json_object_foreach(pp, upat, uval) break;
+    if (upat && strcmp(upat, "") && strcmp(upat, ".*") && strcmp(upat, "^.*") &&
+        strcmp(upat, ".*$"))
+        upat = NULL; /* (not "^.*$": "." stops at a line break) */
+    if (upat && n_decl > 0 && !c->g4) {
+        /* every key matches: the declared ones (with the pattern's schema, pattern_values),
+         * then any others, each with the pattern's schema; additionalProperties is moot */
+        key_rule = jschema_gen_other_key(c, names, n_decl);
+        ptr_join(p2, sizeof p2, ptr, "patternProperties");
+        char p3[512];
+        ptr_join(p3, sizeof p3, p2, upat);
+        if (key_rule < 0 || (extra = gen(c, uval, p3)) < 0) goto done;
+    } else if (pp && n_decl > 0 && !c->g4 && (json_object_size(pp) != 1 || pp_hits)) {
         /* declared keys only, each with the pattern schemas its key matches (pattern_values):
          * another key would have to be kept apart from every pattern */
     } else if (pp) {

@@ -6,7 +6,10 @@
  * (false, true, a schema: beside declared properties, true or a schema lets other keys
  * follow them; absent, only the declared ones are generated unless jschema_opts.extra_keys
  * says otherwise, see below), patternProperties
- * (one pattern, no properties or required keys: only matching keys are generated), items
+ * (one pattern, no properties or required keys: only matching keys are generated; beside
+ * declared keys, each declared key takes the schemas of the patterns it matches, and one
+ * pattern that matches no declared key, or that matches every key (".*"), writes other
+ * keys after the declared ones), items
  * (schema or false; an array is prefixItems, with additionalItems), prefixItems, minItems,
  * maxItems, enum, const (beside any keywords: a finite set of values, from an enum or const
  * in the schema, an allOf part, a $ref target or every anyOf/oneOf branch, keeps the values a

@@ -167,6 +167,17 @@ static void test_jschema_instances(void) {
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{ \"b\" : [ 1 ] }", 0},
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [2]}", 1},
         {"{\"enum\":[\"a\",{\"b\":[1]}]}", "{\"b\": [1],}", 1},
+        /* one pattern every key matches, beside declared keys: other keys after them */
+        {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"patternProperties\":{\".*\":{\"type\":\"string\"}},\"required\":[\"a\"]}",
+         "{\"a\": \"x\", \"b\": \"y\", \"c\": \"z\"}", 0},
+        {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"patternProperties\":{\".*\":{\"type\":\"string\"}},\"required\":[\"a\"]}",
+         "{\"a\": \"x\", \"b\": 1}", 1},
+        {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"patternProperties\":{\".*\":{\"type\":\"string\"}},\"required\":[\"a\"]}",
+         "{\"a\": \"x\", \"a\": \"y\"}", 1},
+        {"{\"properties\":{\"a\":{}},\"patternProperties\":{\".*\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+         "{\"a\": \"x\"}", 1}, /* the pattern's schema holds for the declared key too */
+        {"{\"properties\":{\"a\":{}},\"patternProperties\":{\".*\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+         "{\"a\": 1, \"zz\": 2}", 0},
         {"{\"enum\":[2.6,1e-05,100.0]}", "2.6", 0}, /* reals as Python writes them */
         {"{\"enum\":[2.6,1e-05,100.0]}", "1e-05", 0},
         {"{\"enum\":[2.6,1e-05,100.0]}", "100.0", 0},
