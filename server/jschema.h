@@ -27,8 +27,9 @@
  * minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers: bounds of up to 15
  * decimals, with an integer between a lower and an upper one; no exponent is written),
  * minProperties (implied by the required keys, or 1), maxProperties (at least the declared
- * keys; no other keys are written beside them), dependencies (property lists, with
- * any_order only), multipleOf (1, 0.1, 0.01, ...: at most that many decimals, exact in
+ * keys; other keys beside them only when every declared key is required and keys keep the
+ * schema's order: at most maxProperties minus the declared ones), dependencies (property
+ * lists, with any_order only), multipleOf (1, 0.1, 0.01, ...: at most that many decimals, exact in
  * decimal arithmetic), nullable (OpenAPI) and type
  * unions with "null". Annotations (title, description, default, examples, $comment, ...)
  * are ignored. A keyword that would change validity and is not supported fails with a

@@ -123,7 +123,11 @@ int jschema_object_counts(struct jsc *c, json_t *s, const char *ptr, int n, int 
     if (mx >= 0 && n > mx)
         return jfail(c, "unsupported keyword 'maxProperties' (fewer than the declared keys) at "
                      "%s/maxProperties", ptr);
-    if (mx >= 0 && *extra != -3 && n > 0) *extra = -3;
+    const int fixed = !c->any_order || (n < 2 && !json_object_get(s, "dependencies"));
+    if (mx >= 0 && *extra != -3 && n > 0 && n == n_req && fixed && mx > n)
+        *cap = mx - n + 1; /* every declared key written: then at most mx - n others (the
+                            * tail after a written key takes cap - 1) */
+    else if (mx >= 0 && *extra != -3 && n > 0) *extra = -3;
     else if (mx >= 0 && *extra != -3) *cap = mx;
     if (*nonempty && (mx == 0 || (n == 0 && *extra == -3)))
         return jfail(c, "no object satisfies minProperties at %s", ptr);

@@ -178,6 +178,11 @@ static void test_jschema_instances(void) {
          "{\"a\": \"x\"}", 1}, /* the pattern's schema holds for the declared key too */
         {"{\"properties\":{\"a\":{}},\"patternProperties\":{\".*\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
          "{\"a\": 1, \"zz\": 2}", 0},
+        /* maxProperties beside declared keys that are all required: mx - n others */
+        {"{\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":3,\"additionalProperties\":{\"type\":\"integer\"}}",
+         "{\"a\": 0, \"b\": 1, \"c\": 2}", 0},
+        {"{\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":3,\"additionalProperties\":{\"type\":\"integer\"}}",
+         "{\"a\": 0, \"b\": 1, \"c\": 2, \"d\": 3}", 1},
         {"{\"enum\":[2.6,1e-05,100.0]}", "2.6", 0}, /* reals as Python writes them */
         {"{\"enum\":[2.6,1e-05,100.0]}", "1e-05", 0},
         {"{\"enum\":[2.6,1e-05,100.0]}", "100.0", 0},
