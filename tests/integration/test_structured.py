@@ -54,6 +54,17 @@ def corpus():
     out.append(("obj_pattern_props", {"type": "object", "properties": {"name": {"type": "string"}},
                                       "patternProperties": {"^x_": {"type": "integer"}},
                                       "required": ["name"], "additionalProperties": False}))
+    # a finite set beside keywords the generator alone refuses (server/jschema_value.c)
+    out.append(("enum_not", {"enum": ["red", "green", "blue"], "not": {"const": "green"}}))
+    out.append(("enum_unique_items", {"type": "array", "uniqueItems": True,
+                                      "enum": [[1, 2], [3, 3], ["a", "b"]]}))
+    out.append(("enum_if_then_else", {"enum": [1, 5, 12], "if": {"minimum": 10},
+                                      "then": {"multipleOf": 4}, "else": {"maximum": 3}}))
+    out.append(("obj_any_key_pattern", {"type": "object", "properties": {"id": {"type": "integer"}},
+                                        "required": ["id"], "maxProperties": 3,
+                                        "patternProperties": {".*": {"type": "integer",
+                                                                     "minimum": 0,
+                                                                     "maximum": 9}}}))
     out.append(("bool", {"type": "boolean"}))
     out.append(("null", {"type": "null"}))
     out.append(("enum_str", {"enum": ["yes", "no", "maybe"]}))
