@@ -571,21 +571,6 @@ static int gen_merged(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf 
     return 0;
 }
 
-static const char *infer_type(json_t *s) {
-    static const char *const obj[] = {"properties", "required", "additionalProperties",
-                                      "patternProperties", "minProperties", "maxProperties",
-                                      "dependencies", NULL};
-    static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
-    static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                      "multipleOf", NULL};
-    for (int i = 0; obj[i]; i++) if (json_object_get(s, obj[i])) return "object";
-    for (int i = 0; arr[i]; i++) if (json_object_get(s, arr[i])) return "array";
-    for (int i = 0; str[i]; i++) if (json_object_get(s, str[i])) return "string";
-    for (int i = 0; num[i]; i++) if (json_object_get(s, num[i])) return "number";
-    return NULL;
-}
-
 static int type_allows(json_t *type, json_t *v) {
     if (!type) return 1;
     if (json_is_string(type)) return jschema_type_is(json_string_value(type), v) == 1;
@@ -627,6 +612,13 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
         if (rc == 1 && !c->failed) emit_rule(c, id, &b);
         jsc_buf_free(&b);
         return rc == 1 && !c->failed ? id : rc == JSC_EMPTY && !c->failed ? JSC_EMPTY : -1;
+    }
+    json_t *pos = json_object_get(s, "not") ? jschema_drop_not(c->root, s) : NULL;
+    if (pos) { /* not, as positive keywords in an allOf part */
+        rc = gen_any(c, pos, ptr);
+        json_decref(pos);
+        c->depth--;
+        return rc;
     }
     const char *k;
     json_t *v;
@@ -720,7 +712,7 @@ static int gen_any(struct jsc *c, json_t *s, const char *ptr) {
     } else if (type) {
         rc = jfail(c, "'type' must be a string or an array at %s/type", ptr);
     } else {
-        const char *t = infer_type(s);
+        const char *t = jschema_infer_type(s);
         if (t) rc = gen_typed(c, s, t, ptr, &b);
         else jsc_buf_add(&b, "value", sizeof("value") - 1);
     }

@@ -15,7 +15,9 @@
  * in the schema, an allOf part, a $ref target or every anyOf/oneOf branch, keeps the values a
  * validator of constants finds valid against the whole schema, so not, if/then/else,
  * uniqueItems, contains, propertyNames, dependentRequired/dependentSchemas and the rest are
- * exact there; jschema_value.c says where that validator cannot tell), anyOf, oneOf (branches that provably exclude each other, or
+ * exact there; jschema_value.c says where that validator cannot tell), not (rewritten as
+ * positive keywords where it is a type list, required keys, anyOf/allOf of such, a double
+ * not, true or false; other forms are refused), anyOf, oneOf (branches that provably exclude each other, or
  * required-key branches made exclusive; other oneOfs are refused), allOf (the parts
  * intersected into one schema; so are $ref, anyOf and oneOf with sibling keywords: see
  * jschema_merge.c), $ref into $defs /

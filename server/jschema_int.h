@@ -90,6 +90,9 @@ int jschema_values_checkable(json_t *s, json_t *cst, json_t *en);
  * not name, a pattern outside the regex subset). Exact where it answers 0 or 1
  * (jschema_value.c). */
 int jschema_valid(json_t *root, json_t *s, json_t *v);
+/* The type a schema without "type" implies by its keywords (object, array, string, number),
+ * or NULL. */
+const char *jschema_infer_type(json_t *s);
 /* 1 when value v has JSON Schema type t ("integer": a real with no fraction too), 0 when
  * not, -1 for a name that is no type. */
 int jschema_type_is(const char *t, json_t *v);
@@ -101,6 +104,11 @@ int jschema_lit(struct jsc *c, struct jsc_buf *b, json_t *v, const char *ptr);
  * those valid against all of s, as alternatives appended to b; 1, JSC_EMPTY when none is,
  * 0 when not such a schema (b untouched), -1 on error. */
 int jschema_gen_values(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf *b);
+
+/* Schema s with its "not" written as positive keywords, an allOf part (a new reference), or
+ * NULL when that "not" is not one of the forms jschema_value.c rewrites (a type list,
+ * required keys, anyOf/allOf of such, a double not, true/false). */
+json_t *jschema_drop_not(json_t *root, json_t *s);
 
 /* Objects of at most this many declared keys may write them in any order (any_order), while
  * the schema's any-order objects take at most JSC_ORDER_BYTES of grammar text in all (the

@@ -490,6 +490,21 @@ int jschema_valid(json_t *root, json_t *s, json_t *v) {
     return valid(&x, s, v);
 }
 
+const char *jschema_infer_type(json_t *s) {
+    static const char *const obj[] = {"properties", "required", "additionalProperties",
+                                      "patternProperties", "minProperties", "maxProperties",
+                                      "dependencies", NULL};
+    static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems", NULL};
+    static const char *const str[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                      "multipleOf", NULL};
+    for (int i = 0; obj[i]; i++) if (json_object_get(s, obj[i])) return "object";
+    for (int i = 0; arr[i]; i++) if (json_object_get(s, arr[i])) return "array";
+    for (int i = 0; str[i]; i++) if (json_object_get(s, str[i])) return "string";
+    for (int i = 0; num[i]; i++) if (json_object_get(s, num[i])) return "number";
+    return NULL;
+}
+
 /* ---- literals and finite sets -------------------------------------------------------- */
 
 /* A double as Python's repr writes it (and most JSON writers: the fewest digits that read
@@ -621,4 +636,110 @@ int jschema_gen_values(struct jsc *c, json_t *s, const char *ptr, struct jsc_buf
     free(ok);
     json_decref(cand);
     return rc;
+}
+
+/* ---- not, rewritten as positive keywords ---------------------------------------------- */
+
+/* 1 when every keyword of s but `kw` is an annotation or unknown. */
+static int only_kw(json_t *s, const char *kw) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (strcmp(k, kw) && jschema_keyword_kind(k) != 0) return 0;
+    return json_object_get(s, kw) != NULL;
+}
+
+/* A schema that accepts exactly what n rejects, in keywords the generator knows, or NULL:
+ * true/false, a type list, required keys, anyOf/allOf of negatable parts, a double not, a
+ * lone $ref to one of these. */
+static json_t *negate(json_t *root, json_t *n, int depth) {
+    if (depth > 16) return NULL;
+    if (json_is_boolean(n)) return json_boolean(!json_is_true(n));
+    if (!json_is_object(n)) return NULL;
+    const char *k;
+    json_t *v;
+    int any = 0;
+    json_object_foreach(n, k, v) any |= jschema_keyword_kind(k) != 0;
+    if (!any) return json_false(); /* {}: everything */
+    if (only_kw(n, "$ref") && json_is_string(json_object_get(n, "$ref")))
+        return negate(root, jschema_resolve(root, json_string_value(json_object_get(n, "$ref"))),
+                      depth + 1);
+    if (only_kw(n, "not")) return json_incref(json_object_get(n, "not"));
+    if (only_kw(n, "type")) { /* the other types ("integer" alone: not without fractions) */
+        static const char *const all[] = {"string", "number", "boolean", "null", "object",
+                                          "array", NULL};
+        json_t *t = json_object_get(n, "type"), *out = json_array();
+        int has[6] = {0}, num = 0, integer = 0;
+        for (size_t i = 0; out && i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
+            const char *name = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
+            if (!name) goto bad;
+            if (!strcmp(name, "integer")) integer = 1;
+            for (int j = 0; all[j]; j++) has[j] |= !strcmp(name, all[j]);
+        }
+        num = has[1];
+        if (integer && !num) goto bad;
+        for (int j = 0; out && all[j]; j++)
+            if (!has[j]) json_array_append_new(out, json_string(all[j]));
+        if (!out) return NULL;
+        if (json_array_size(out)) return json_pack("{so}", "type", out);
+        json_decref(out);
+        return json_false();
+    bad:
+        json_decref(out);
+        return NULL;
+    }
+    if (only_kw(n, "required")) { /* an object without one of the keys */
+        json_t *r = json_object_get(n, "required"), *alts = json_array();
+        if (!json_is_array(r) || !json_array_size(r) || !alts) {
+            json_decref(alts);
+            return NULL;
+        }
+        for (size_t i = 0; i < json_array_size(r); i++) {
+            const char *key = json_string_value(json_array_get(r, i));
+            if (!key) {
+                json_decref(alts);
+                return NULL;
+            }
+            json_array_append_new(alts, json_pack("{s{sb}}", "properties", key, 0));
+        }
+        if (json_array_size(alts) == 1) {
+            json_t *one = json_incref(json_array_get(alts, 0));
+            json_decref(alts);
+            json_object_set_new(one, "type", json_string("object"));
+            return one;
+        }
+        return json_pack("{ssso}", "type", "object", "anyOf", alts);
+    }
+    const int is_any = only_kw(n, "anyOf");
+    if (is_any || only_kw(n, "allOf")) { /* De Morgan */
+        json_t *parts = json_object_get(n, is_any ? "anyOf" : "allOf"), *out = json_array();
+        if (!json_is_array(parts) || !json_array_size(parts) || !out) {
+            json_decref(out);
+            return NULL;
+        }
+        for (size_t i = 0; i < json_array_size(parts); i++) {
+            json_t *p = negate(root, json_array_get(parts, i), depth + 1);
+            if (!p) {
+                json_decref(out);
+                return NULL;
+            }
+            json_array_append_new(out, p);
+        }
+        return json_pack("{so}", is_any ? "allOf" : "anyOf", out);
+    }
+    return NULL;
+}
+
+json_t *jschema_drop_not(json_t *root, json_t *s) {
+    json_t *pos = negate(root, json_object_get(s, "not"), 0);
+    if (!pos) return NULL;
+    json_t *out = json_copy(s), *al = json_object_get(s, "allOf");
+    json_t *parts = json_is_array(al) ? json_copy(al) : json_array();
+    if (!out || !parts || json_array_append_new(parts, pos)) {
+        json_decref(out);
+        json_decref(parts);
+        return NULL;
+    }
+    json_object_del(out, "not");
+    json_object_set_new(out, "allOf", parts);
+    return out;
 }

@@ -152,3 +152,57 @@ def test_no_candidate_left_is_refused_with_the_reason(tmp_path):
     sf.write_text(json.dumps({"enum": ["a"], "not": {"const": "a"}}))
     r = subprocess.run([CLI, "grammar", "--schema", str(sf)], capture_output=True, text=True)
     assert r.returncode == 2 and NONE_LEFT in r.stderr
+
+
+# ---- not rewritten as positive keywords (jschema_drop_not) -----------------------------
+
+def rand_not(rng, depth=0):
+    k = rng.randrange(5 if depth < 1 else 3)
+    if k == 0:
+        return {"type": rng.sample(["string", "number", "boolean", "null", "object", "array"],
+                                   rng.randint(1, 3))}
+    if k == 1:
+        return {"required": rng.sample(["a", "b", "c"], rng.randint(1, 2))}
+    if k == 2:
+        return rng.choice([{}, True, False])
+    return {rng.choice(["anyOf", "allOf"]): [rand_not(rng, depth + 1) for _ in range(2)]}
+
+
+def test_not_forms_accept_only_valid(tmp_path):
+    rng = random.Random(20261207)
+    compiled = accepted = rejected = 0
+    for i in range(120):
+        s = {"not": rand_not(rng)}
+        if rng.random() < 0.6:
+            s.update({"type": "object", "properties": {"a": {"type": "integer"}, "b": {},
+                                                       "c": {"type": "string"}}})
+            if rng.random() < 0.3:
+                s["required"] = ["a"]
+        sf = tmp_path / "s.json"
+        sf.write_text(json.dumps(s))
+        r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--spec-keys"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode in (0, 2), r.stderr
+        if r.returncode:
+            continue
+        compiled += 1
+        for _ in range(12):
+            x = rand_value(rng)
+            if isinstance(x, dict) and rng.random() < 0.5:
+                x = {k: rng.choice([1, "s"]) for k in rng.sample(["a", "b", "c"], rng.randint(0, 3))}
+            vf = tmp_path / "v.json"
+            vf.write_text(json.dumps(x, ensure_ascii=False))
+            r = subprocess.run([CLI, "grammar", "--schema", str(sf), "--check", str(vf),
+                                "--spec-keys"], capture_output=True, text=True, timeout=30)
+            assert r.returncode in (0, 1), r.stderr
+            ok = jsonschema.Draft202012Validator(s).is_valid(x)
+            if r.returncode == 0:
+                accepted += 1
+                assert ok, f"accepted invalid {json.dumps(x)} against {json.dumps(s)}"
+            else:
+                rejected += 1
+                # with JSON Schema's meaning of objects (--spec-keys) nothing valid is lost
+                # either: the rewriting is exact
+                assert not ok, f"rejected valid {json.dumps(x)} against {json.dumps(s)}"
+    print(f"not forms: {compiled} of 120 compiled, {accepted} accepted, {rejected} rejected")
+    assert compiled >= 50 and accepted >= 100 and rejected >= 100, (compiled, accepted, rejected)

@@ -349,7 +349,7 @@ def test_streamed_output_follows_the_grammar(server, model_id):
 
 BAD = [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
-        "type": "object", "properties": {"a": {"not": {"type": "null"}}}}}}},
+        "type": "object", "properties": {"a": {"not": {"minimum": 3}}}}}}},
      "response_format.json_schema.schema", ["'not'", "#/properties/a"]),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {
         "$ref": "#/$defs/missing"}}}}, "response_format.json_schema.schema", ["$ref"]),

@@ -183,6 +183,17 @@ static void test_jschema_instances(void) {
          "{\"a\": 0, \"b\": 1, \"c\": 2}", 0},
         {"{\"properties\":{\"a\":{}},\"required\":[\"a\"],\"maxProperties\":3,\"additionalProperties\":{\"type\":\"integer\"}}",
          "{\"a\": 0, \"b\": 1, \"c\": 2, \"d\": 3}", 1},
+        /* not as positive keywords: required keys, types, De Morgan */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"not\":{\"required\":[\"a\",\"b\"]}}",
+         "{\"a\": 1}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"not\":{\"required\":[\"a\",\"b\"]}}",
+         "{\"a\": 1, \"b\": 2}", 1},
+        {"{\"not\":{\"type\":[\"object\",\"array\"]}}", "\"x\"", 0},
+        {"{\"not\":{\"type\":[\"object\",\"array\"]}}", "[1]", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"not\":{\"anyOf\":[{\"required\":[\"a\"]},{\"type\":\"null\"}]}}",
+         "{\"a\": 1}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"not\":{\"anyOf\":[{\"required\":[\"a\"]},{\"type\":\"null\"}]}}",
+         "{}", 0},
         {"{\"enum\":[2.6,1e-05,100.0]}", "2.6", 0}, /* reals as Python writes them */
         {"{\"enum\":[2.6,1e-05,100.0]}", "1e-05", 0},
         {"{\"enum\":[2.6,1e-05,100.0]}", "100.0", 0},
@@ -423,7 +434,7 @@ static void test_jschema_long_strings(void) {
 
 static void test_jschema_errors(void) {
     char err[256];
-    T_ASSERT(check("{\"properties\":{\"a\":{\"not\":{}}}}", "", err, sizeof err) == -1);
+    T_ASSERT(check("{\"properties\":{\"a\":{\"not\":{\"minimum\":3}}}}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "'not'") && strstr(err, "#/properties/a"));
     T_ASSERT(check("{\"items\":{\"$ref\":\"#/$defs/x\"}}", "", err, sizeof err) == -1);
     T_ASSERT(strstr(err, "#/$defs/x") && strstr(err, "#/items"));
