@@ -123,9 +123,15 @@ static int compatible(json_t *a, json_t *b) {
     return 1;
 }
 
-/* s with $ref (chains) and allOf folded in; a new reference. */
+/* s with $ref (chains), allOf and a rewritable not folded in; a new reference. */
 static json_t *flatten(struct jsm *m, json_t *s) {
     if (!json_is_object(s)) return json_incref(s);
+    json_t *dn = json_object_get(s, "not") ? jschema_drop_not(m->root, s) : NULL;
+    if (dn) { /* a not that reads as positive keywords: one more allOf part */
+        json_t *r = flatten(m, dn);
+        json_decref(dn);
+        return r;
+    }
     json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     if (!ref && !all) return json_incref(s);
     if (++m->depth > JSM_MAX_DEPTH) return jsm_fail(m, "nesting too deep:", "$ref");

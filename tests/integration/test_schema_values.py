@@ -173,6 +173,8 @@ def test_not_forms_accept_only_valid(tmp_path):
     compiled = accepted = rejected = 0
     for i in range(120):
         s = {"not": rand_not(rng)}
+        if rng.random() < 0.3:  # two nots intersected (jschema_merge)
+            s = {"allOf": [{"not": rand_not(rng)}, {"not": rand_not(rng)}]}
         if rng.random() < 0.6:
             s.update({"type": "object", "properties": {"a": {"type": "integer"}, "b": {},
                                                        "c": {"type": "string"}}})
