@@ -168,7 +168,7 @@ static int kw_number(struct vctx *x, json_t *s, const char *k, json_t *kv, json_
         return f <= 1e-9 * fmax(1.0, fabs(q)) ? 1 : f > 1e-6 ? 0 : -1;
     }
     const int lo = !strcmp(k, "minimum") || !strcmp(k, "exclusiveMinimum");
-    if (json_is_boolean(kv)) return 1; /* draft 4's exclusive flag, read with its bound */
+    if (json_is_boolean(kv) && k[0] == 'e') return 1; /* draft 4's flag, read with its bound */
     if (!json_is_number(kv)) return -1;
     const int c = cmp_num(v, kv);
     int strict = k[0] == 'e';
@@ -672,8 +672,13 @@ static json_t *negate(json_t *root, json_t *n, int depth) {
         for (size_t i = 0; out && i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
             const char *name = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
             if (!name) goto bad;
-            if (!strcmp(name, "integer")) integer = 1;
-            for (int j = 0; all[j]; j++) has[j] |= !strcmp(name, all[j]);
+            int known = !strcmp(name, "integer");
+            integer |= known;
+            for (int j = 0; all[j]; j++) {
+                has[j] |= !strcmp(name, all[j]);
+                known |= !strcmp(name, all[j]);
+            }
+            if (!known) goto bad; /* no such type: the schema is malformed */
         }
         num = has[1];
         if (integer && !num) goto bad;
