@@ -1,15 +1,17 @@
 /*
- * kern_amx — the Q8_0 / Q5_0 panel kernels (panel.h) on AMX tiles, for batches of 16 and
- * more activation rows (prefill, multi-sequence decode). Compiled with the AVX-512 options
+ * kern_amx — the panel kernels (panel.h: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1) on AMX tiles,
+ * for batches of 16 and more activation rows (prefill, multi-sequence decode). Compiled with the AVX-512 options
  * plus -mamx-tile -mamx-int8; kern_init installs it only when kern_isa_supported(KERN_ISA_AMX)
  * (the CPU has AMX-INT8 and the kernel granted this process the tile state).
  *
  * One tile product per (16 activations, 16 weight rows, block): A = the 16 activation rows'
- * 32 quant bytes of block b, read in place from the Q8_0 rows (stride a_stride); B = the
- * block's 8 groups x [16 rows x 4 bytes] of signed weights q, unpacked from the panel record
- * (panel_x86.h) once per panel and chunk of blocks and shared by all the activations of the
- * call; TDPBSSD gives C[m][i] = S, the exact integer block sum. The float steps then are the
- * VNNI kernel's, in the same order: acc = fma((float)S, dw * da, acc) per block from acc = 0.
+ * 32 quant bytes of block b, read in place from the Q8_0 (Q8_1 for Q4_1 / Q5_1) rows (stride
+ * a_stride); B = the block's 8 groups x [16 rows x 4 bytes] of signed weights q (Q4_1 / Q5_1:
+ * u, 0..31), unpacked from the panel record (panel_x86.h) once per panel and chunk of blocks
+ * and shared by all the activations of the call; TDPBSSD gives C[m][i] = S, the exact integer
+ * block sum. The float steps then are the VNNI kernel's, in the same order: acc =
+ * fma((float)S, dw * da, acc) per block from acc = 0, then for Q4_1 / Q5_1 acc = fma(m, s_a,
+ * acc).
  * Integer sums are exact in any order, so the result has the VNNI kernel's bits (and
  * panel_gemm_ref's, the scalar twin): test_panel checks it bit for bit. Batch and thread
  * invariance therefore hold whichever kernel computes a row. The tile products of up to
@@ -33,8 +35,11 @@
 #define AX_KB 64 /* blocks per chunk: B tiles 32 KiB, activation scales 16 KiB */
 _Static_assert(KERN_GEMM_MAX_ACTS <= AX_NA, "a call's activations must fit the prep arrays");
 
-/* The VNNI kernels, which take the activations past the last whole group of 16. */
-static kern_panel_fn g_vnni[2];
+/* The VNNI kernels, which take the activations past the last whole group of 16, by
+ * ax_types' index. */
+static const uint32_t ax_types[] = {QT_Q8_0, QT_Q5_0, QT_Q4_0, QT_IQ4_NL, QT_Q4_1, QT_Q5_1};
+#define AX_NT ((int)(sizeof ax_types / sizeof ax_types[0]))
+static kern_panel_fn g_vnni[AX_NT];
 
 /* Tile numbers: C0, C1 accumulate two blocks in flight, A0/A1 and B0/B1 their operands.
  * (Macros, expanded before the intrinsics paste them into the instruction text.) */
@@ -68,35 +73,41 @@ static void ax_config(void) {
     _tile_loadconfig(&c);
 }
 
-/* Scales of one chunk's activation blocks: [activation][block of the chunk]. */
+/* Scales (and Q8_1's s) of one chunk's activation blocks: [activation][block of the chunk]. */
 struct ax_prep {
     float d[AX_NA][AX_KB];
+    float sa[AX_NA][AX_KB];
 };
 
 /* Blocks of a chunk that go through the tiles before their float steps (16 KiB of C). */
 #define AX_TB 16
 
 /* The float steps of one block for 16 activations: C (16 x 16 int32 = the exact sums S)
- * converted, times dw * da, into acc. Exactly pz_panel's per-block steps. */
-static inline __attribute__((always_inline)) void ax_accum(const int32_t *cbuf, __m512 dw,
-                                                           const float *da, int kb, __m512 *acc) {
+ * converted, times dw * da, into acc, then (mins) + mw * s_a. Exactly pz_panel's per-block
+ * steps. */
+static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf,
+                                                           __m512 dw, __m512 mw, const float *da,
+                                                           const float *sa, int kb, __m512 *acc) {
     for (int m = 0; m < AX_G; m++) {
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + m * PANEL_ROWS)), d,
                                  acc[m]);
+        if (mins) acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[m * AX_KB + kb]), acc[m]);
     }
 }
 
-static inline __attribute__((always_inline)) __m512 ax_dw(const uint8_t *pp, size_t rb, int64_t b) {
+/* The f16 row scales (at 0) or mins (at 64) of block b of a panel, as floats. */
+static inline __attribute__((always_inline)) __m512 ax_half16(const uint8_t *pp, size_t rb,
+                                                              int64_t b, int at) {
     const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
-    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + at + (b & 1) * 32)));
 }
 
-/* B tiles of blocks [kb0, kb0 + kbn) of one panel as signed bytes q (the panel holds
- * q + off): 512 bytes per block, 8 groups x [16 rows x 4 bytes]. */
+/* B tiles of blocks [kb0, kb0 + kbn) of one panel as signed bytes q (unpacked as u = q + off;
+ * Q4_1 / Q5_1: u, off 0): 512 bytes per block, 8 groups x [16 rows x 4 bytes]. */
 static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, int kbn,
                       uint8_t *bbuf) {
-    const __m512i off = _mm512_set1_epi8(type == QT_Q8_0 ? (char)0x80 : 16);
+    const __m512i off = _mm512_set1_epi8((char)pz_off(type));
     for (int k = 0; k < kbn; k++) {
         const int64_t b = kb0 + k;
         __m512i w[8];
@@ -110,7 +121,7 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 #define AX_BLOCK(TC, TA, TB, b)                                                                    \
     do {                                                                                           \
         AX_ZERO(TC);                                                                               \
-        AX_LOAD(TA, ag + (size_t)(b) * sizeof(struct block_q8_0), (long)as);                       \
+        AX_LOAD(TA, ag + (size_t)(b)*abytes, (long)as);                       \
         AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                           \
         AX_DP(TC, TA, TB);                                                                         \
         AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64);                             \
@@ -120,7 +131,8 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
                      const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
                      const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
-    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
+    const size_t rb = pz_rec_bytes(type), abytes = pz_abytes(type);
+    const int mins = pz_has_min(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
@@ -130,8 +142,9 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
         const __mmask16 msk =
             (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
         for (int g = 0; g < ng; g++) {
-            const uint8_t *ag = act + (size_t)g * AX_G * as + 2; /* past the block's scale */
-            const float *da = P->d[g * AX_G];
+            /* past the block's scale (and s) */
+            const uint8_t *ag = act + (size_t)g * AX_G * as + pz_aqoff(type);
+            const float *da = P->d[g * AX_G], *sa = P->sa[g * AX_G];
             float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
             __m512 acc[AX_G];
             for (int m = 0; m < AX_G; m++)
@@ -146,7 +159,9 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
                 }
                 if (b < t1) AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
                 for (b = t0; b < t1; b++)
-                    ax_accum(cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS, ax_dw(pp, rb, b), da,
+                    ax_accum(mins, cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS,
+                             ax_half16(pp, rb, b, 0),
+                             mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa,
                              (int)(b - kb0), acc);
             }
             for (int m = 0; m < AX_G; m++)
@@ -155,9 +170,10 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
     }
 }
 
-static void ax_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r1,
                     const void *act, size_t as, int na, float *y, int ldy) {
-    const kern_panel_fn vnni = g_vnni[type == QT_Q8_0 ? 0 : 1];
+    const uint32_t type = ax_types[ti];
+    const kern_panel_fn vnni = g_vnni[ti];
     const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
     if (ng == 0 || r1 <= r0) {
         vnni(n, panels, r0, r1, act, as, na, y, ldy);
@@ -171,34 +187,40 @@ static void ax_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, in
     ax_config();
     for (int64_t kb0 = 0; kb0 < nb; kb0 += AX_KB) {
         const int kbn = (int)(nb - kb0 < AX_KB ? nb - kb0 : AX_KB);
+        const size_t abytes = pz_abytes(type);
         for (int c = 0; c < done; c++) {
-            const struct block_q8_0 *ab =
-                (const struct block_q8_0 *)((const uint8_t *)act + (size_t)c * as) + kb0;
-            for (int k = 0; k < kbn; k++)
-                P.d[c][k] = _cvtsh_ss(ab[k].d);
+            const uint8_t *ab = (const uint8_t *)act + (size_t)c * as + (size_t)kb0 * abytes;
+            for (int k = 0; k < kbn; k++) {
+                P.d[c][k] = pz_h2f(ab + (size_t)k * abytes);
+                P.sa[c][k] = pz_has_min(type) ? pz_h2f(ab + (size_t)k * abytes + 2) : 0.0f;
+            }
         }
         ax_chunk(type, nb, panels, r0, r1, act, as, ng, y, ldy, kb0, kbn, &P, bbuf, cbuf);
     }
     _tile_release();
     if (na > done)
-        ax_gemm(type, n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
+        ax_gemm(ti, n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
                 y + (size_t)done * (size_t)ldy, ldy);
 }
 
-static void ax_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    ax_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void ax_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    ax_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
+#define AX_ENTRY(ti, name)                                                                         \
+    static void ax_gemm_##name(int64_t n, const void *panels, int64_t r0, int64_t r1,              \
+                               const void *act, size_t as, int na, float *y, int ldy) {            \
+        ax_gemm(ti, n, panels, r0, r1, act, as, na, y, ldy);                                       \
+    }
+AX_ENTRY(0, q8_0)
+AX_ENTRY(1, q5_0)
+AX_ENTRY(2, q4_0)
+AX_ENTRY(3, iq4_nl)
+AX_ENTRY(4, q4_1)
+AX_ENTRY(5, q5_1)
 
 void panel_register_amx(struct kern_ops *ops) {
-    if (!ops->t[QT_Q8_0].panel || !ops->t[QT_Q5_0].panel) return; /* no VNNI kernel below */
-    g_vnni[0] = ops->t[QT_Q8_0].panel;
-    g_vnni[1] = ops->t[QT_Q5_0].panel;
-    ops->t[QT_Q8_0].panel = ax_gemm_q8_0;
-    ops->t[QT_Q5_0].panel = ax_gemm_q5_0;
+    static const kern_panel_fn amx[AX_NT] = {ax_gemm_q8_0,   ax_gemm_q5_0, ax_gemm_q4_0,
+                                             ax_gemm_iq4_nl, ax_gemm_q4_1, ax_gemm_q5_1};
+    for (int i = 0; i < AX_NT; i++) {
+        if (!ops->t[ax_types[i]].panel) continue; /* no VNNI kernel below */
+        g_vnni[i] = ops->t[ax_types[i]].panel;
+        ops->t[ax_types[i]].panel = amx[i];
+    }
 }

@@ -1,13 +1,15 @@
 /*
- * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0 and Q5_0 panels (layout and arithmetic:
- * panel.h).
+ * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1
+ * panels (layout and arithmetic: panel.h).
  *
  * Block b of 16 rows unpacks into eight registers of [16 rows x 4 unsigned bytes] (Q8_0:
- * loaded as they are; Q5_0: nibbles split, high bits added under a byte mask); an
- * activation contributes each 4-byte group as a broadcast, so eight vpdpbusd leave the 16
- * rows' block sums in the 16 lanes, already reduced. The weights enter unsigned (q + off,
- * off = 128 or 16): the accumulator starts at -off * sum(a) of the block, so the lanes are
- * exact sum(q * a).
+ * loaded as they are; the nibble types: nibbles split, Q5_0's / Q5_1's high bits added under
+ * a byte mask, IQ4_NL's levels looked up by vpshufb); an activation contributes each 4-byte
+ * group as a broadcast, so eight vpdpbusd leave the 16 rows' block sums in the 16 lanes,
+ * already reduced. The weights enter unsigned (u = q + off, off = 128 for Q8_0 and IQ4_NL,
+ * 16 for Q5_0, 8 for Q4_0): the accumulator starts at -off * sum(a) of the block, so the
+ * lanes are exact sum(q * a). Q4_1 / Q5_1 sum u itself (off 0) and add their min as
+ * fma(m, s_a, acc) after the block's product, as panel_gemm_ref does.
  * Integer sums are exact in any order (two chains, for latency); the float steps per row
  * and block are panel_gemm_ref's.
  *
@@ -31,40 +33,47 @@
 struct pz_act {
     int32_t corr[PANEL_NB_MAX]; /* -off * sum of the block's 32 activation bytes */
     float d[PANEL_NB_MAX];      /* the block's scale */
+    float sa[PANEL_NB_MAX];     /* Q8_1 (Q4_1 / Q5_1): the block's s */
 };
 
-PZ_AI __m512i pz_grp(const struct block_q8_0 *ab, int g) {
+PZ_AI __m512i pz_grp(const uint8_t *qs, int g) {
     int32_t v;
-    memcpy(&v, ab->qs + 4 * g, 4);
+    memcpy(&v, qs + 4 * g, 4);
     return _mm512_set1_epi32(v);
 }
 
-/* NC activations (prepared in A, bytes in act[c]) against one panel: acc[c] = 16 rows. */
+/* NC activations (prepared in A, quants of block b at act[c] + b * abytes) against one
+ * panel: acc[c] = 16 rows. */
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
-                    const struct pz_act *A, const struct block_q8_0 *const *act, __m512 *acc) {
-    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
+                    const struct pz_act *A, const uint8_t *const *act, __m512 *acc) {
+    const size_t rb = pz_rec_bytes(type), abytes = pz_abytes(type);
     PZ_UNROLL(8)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
+        __m512 mw = _mm512_setzero_ps();
+        if (pz_has_min(type))
+            mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 64 + (b & 1) * 32)));
         __m512i w[8];
         pz_unpack(type, rec, (int)(b & 1), w);
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++) {
-            const struct block_q8_0 *ab = act[c] + b;
+            const uint8_t *qs = act[c] + (size_t)b * abytes;
             __m512i s0 = _mm512_set1_epi32(A[c].corr[b]), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, w[0], pz_grp(ab, 0));
-            s1 = _mm512_dpbusd_epi32(s1, w[1], pz_grp(ab, 1));
-            s0 = _mm512_dpbusd_epi32(s0, w[2], pz_grp(ab, 2));
-            s1 = _mm512_dpbusd_epi32(s1, w[3], pz_grp(ab, 3));
-            s0 = _mm512_dpbusd_epi32(s0, w[4], pz_grp(ab, 4));
-            s1 = _mm512_dpbusd_epi32(s1, w[5], pz_grp(ab, 5));
-            s0 = _mm512_dpbusd_epi32(s0, w[6], pz_grp(ab, 6));
-            s1 = _mm512_dpbusd_epi32(s1, w[7], pz_grp(ab, 7));
+            s0 = _mm512_dpbusd_epi32(s0, w[0], pz_grp(qs, 0));
+            s1 = _mm512_dpbusd_epi32(s1, w[1], pz_grp(qs, 1));
+            s0 = _mm512_dpbusd_epi32(s0, w[2], pz_grp(qs, 2));
+            s1 = _mm512_dpbusd_epi32(s1, w[3], pz_grp(qs, 3));
+            s0 = _mm512_dpbusd_epi32(s0, w[4], pz_grp(qs, 4));
+            s1 = _mm512_dpbusd_epi32(s1, w[5], pz_grp(qs, 5));
+            s0 = _mm512_dpbusd_epi32(s0, w[6], pz_grp(qs, 6));
+            s1 = _mm512_dpbusd_epi32(s1, w[7], pz_grp(qs, 7));
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(A[c].d[b]));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[c]);
+            if (pz_has_min(type)) /* + m * s_a, after the product (panel_gemm_ref's order) */
+                acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(A[c].sa[b]), acc[c]);
         }
     }
 }
@@ -72,9 +81,9 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
 /* Rows [r0, r1) of panels x activations [0, na): NC at a time, every panel of the range
  * for each group; partial panels at either end store only their rows. */
 PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panels, int64_t r0,
-                   int64_t r1, const struct pz_act *A, const struct block_q8_0 *const *act,
-                   float *y, int ldy) {
-    const size_t rb = type == QT_Q8_0 ? PANEL_REC_Q8_0 : PANEL_REC_Q5_0;
+                   int64_t r1, const struct pz_act *A, const uint8_t *const *act, float *y,
+                   int ldy) {
+    const size_t rb = pz_rec_bytes(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
@@ -94,19 +103,20 @@ PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panel
 PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32;
-    const int off = type == QT_Q8_0 ? 128 : 16;
     struct pz_act A[PZ_NC];
-    const struct block_q8_0 *ap[PZ_NC];
+    const uint8_t *ap[PZ_NC];
     /* Activations per pass, measured with bench_kern --cpu --fastest (one Zen 4 thread):
      * Q8_0 LM head 4 at a time, M = 8 / 16: 16-17 / 26-28 ms, 8 at a time: 23-27 / 35-42 ms;
      * Q5_0 640 -> 2048, whose unpacking is shared by the pass, 8 at a time: M = 16 / 64
-     * 0.20 / 0.67 ms against 0.24-0.31 / 0.73-1.12 ms with 4. */
+     * 0.20 / 0.67 ms against 0.24-0.31 / 0.73-1.12 ms with 4. The other nibble types unpack
+     * as Q5_0 does (IQ4_NL: a table lookup more), so they take 8 too. */
     const int G = type == QT_Q8_0 ? 4 : PZ_NC;
     for (int c0 = 0; c0 < na; c0 += G) {
         const int nc = na - c0 < G ? na - c0 : G;
         for (int c = 0; c < nc; c++) {
-            ap[c] = (const struct block_q8_0 *)((const uint8_t *)act + (size_t)(c0 + c) * as);
-            pz_prep(off, nb, ap[c], A[c].corr, A[c].d);
+            const uint8_t *ar = (const uint8_t *)act + (size_t)(c0 + c) * as;
+            ap[c] = ar + pz_aqoff(type);
+            pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
         /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-8 go unused) */
@@ -125,17 +135,23 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
     }
 }
 
-static void pz_gemm_q8_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pz_gemm(QT_Q8_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pz_gemm_q5_0(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pz_gemm(QT_Q5_0, n, panels, r0, r1, act, as, na, y, ldy);
-}
+#define PZ_ENTRY(name, T)                                                                          \
+    static void pz_gemm_##name(int64_t n, const void *panels, int64_t r0, int64_t r1,              \
+                               const void *act, size_t as, int na, float *y, int ldy) {            \
+        pz_gemm(T, n, panels, r0, r1, act, as, na, y, ldy);                                        \
+    }
+PZ_ENTRY(q8_0, QT_Q8_0)
+PZ_ENTRY(q5_0, QT_Q5_0)
+PZ_ENTRY(q4_0, QT_Q4_0)
+PZ_ENTRY(iq4_nl, QT_IQ4_NL)
+PZ_ENTRY(q4_1, QT_Q4_1)
+PZ_ENTRY(q5_1, QT_Q5_1)
 
 void panel_register_avx512(struct kern_ops *ops) {
     ops->t[QT_Q8_0].panel = pz_gemm_q8_0;
     ops->t[QT_Q5_0].panel = pz_gemm_q5_0;
+    ops->t[QT_Q4_0].panel = pz_gemm_q4_0;
+    ops->t[QT_IQ4_NL].panel = pz_gemm_iq4_nl;
+    ops->t[QT_Q4_1].panel = pz_gemm_q4_1;
+    ops->t[QT_Q5_1].panel = pz_gemm_q5_1;
 }

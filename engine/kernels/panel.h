@@ -1,8 +1,8 @@
 /*
- * panel — Q8_0 and Q5_0 weight matrices repacked once, at start-up, into 16-row panels
- * for the AVX-512 VNNI kernels (and Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1 for the AVX2 ones,
- * kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x the row kernel's multiply-adds
- * per second at 64+ rows on a Zen 4 core for Q5_0). The mmap'd rows stay as
+ * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 weight matrices repacked once, at start-up,
+ * into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
+ * (kern_amx.c) and the AVX2 ones (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
+ * the row kernel's multiply-adds per second at 64+ rows on a Zen 4 core for Q5_0). The mmap'd rows stay as
  * they are; a panel copy holds the same bytes in another order, and the forward pass hands
  * the original pages back to the kernel (madvise) so memory does not double.
  *
@@ -24,14 +24,14 @@
  *     [64, 192)    high bits [h][g = 0..7] as 64-bit words, bit i * 4 + k % 4 = u >> 4
  *     [192, 704)   nibbles [h][g = 0..3][i][k % 4]: low nibble u & 15 of element k = 4g + k%4,
  *                  high nibble u & 15 of element 16 + 4g + k % 4
- *   Q4_0 (AVX2 only), 576 bytes per record (u = q + 8, the file's nibble):
+ *   Q4_0, 576 bytes per record (u = q + 8, the file's nibble):
  *     [0, 64)      f16 scales [h][i]
  *     [64, 576)    nibbles [h][g = 0..3][i][k % 4], as Q5_0's
- *   IQ4_NL (AVX2 only): Q4_0's record; the nibble indexes the level, q = quant_iq4_nl_level
+ *   IQ4_NL: Q4_0's record; the nibble indexes the level, q = quant_iq4_nl_level
  *     (padding rows: nibble 8, level 1, scale 0)
- *   Q4_1 (AVX2 only), 640 bytes (u = the nibble, value d * u + m):
+ *   Q4_1, 640 bytes (u = the nibble, value d * u + m):
  *     [0, 64) f16 scales [h][i], [64, 128) f16 mins [h][i], [128, 640) nibbles as Q4_0's
- *   Q5_1 (AVX2 only), 768 bytes (u = nibble | high bit << 4, value d * u + m):
+ *   Q5_1, 768 bytes (u = nibble | high bit << 4, value d * u + m):
  *     [0, 64) scales, [64, 128) mins, [128, 256) high bits as Q5_0's, [256, 768) nibbles
  * The same bytes per block and row as the mmap (34, 22, 18, 18, 20 and 24). The kernels unpack a block of
  * 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
