@@ -692,6 +692,8 @@ KX_AI void kz_gemm_kq_batch(enum kx_kq k, const int TR, const int TC, const int 
                       int na, float *y, int ldy) {                                                 \
         if (na == 1)                                                                               \
             kz1_gemm_##name(n, w, ws, nw, a, as, na, y, ldy);                                      \
+        else if (na <= KX_FUSE_NC) /* speculative checks, a few streams */                         \
+            kx_kq_gemm_few(kind, n, w, ws, nw, a, as, na, y, ldy);                                 \
         else                                                                                       \
             kz_gemm_kq_batch(kind, tr, tc, sb, n, w, ws, nw, a, as, na, y, ldy);                   \
     }

@@ -455,15 +455,28 @@ KX_AI void kx_chunk_emit(__m256i *qs, const __m256i *sc, int j, __m256i q, int f
     *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), sc[j]));
 }
 
-KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int fused, const struct block_q8_K *ab,
-                      __m256i *s) {
-    kx_chunk_emit(o->q, o->sc, j, q, fused, ab, s);
+/* Most activations one unpacking of a K-quant super-block multiplies in the same pass
+ * (kx_kq_rows_fused). */
+#define KX_FUSE_NC 8
+
+/* Chunk j of a super-block: kept in o (nf == 0), or multiplied at once with the nf
+ * activation blocks ab[c] into s[c] (kx_chunk_emit's lanes for each). */
+KX_AI void kx_kq_emit(struct kx_kblk *o, int j, __m256i q, int nf,
+                      const struct block_q8_K *const *ab, __m256i *s) {
+    if (!nf) {
+        o->q[j] = q;
+        return;
+    }
+    KX_UNROLL(8)
+    for (int c = 0; c < nf; c++)
+        kx_chunk_emit(o->q, o->sc, j, q, 1, ab[c], &s[c]);
 }
 
-/* Unpacks the super-block at p into o; with `fused` it also returns, in *s, the integer
- * part of its product with ab (kx_kq_sumi without the Q6_K offset term), the same lanes. */
+/* Unpacks the super-block at p into o; with fused = nf > 0 activation blocks ab[0..nf) it
+ * also returns, in s[c], the integer part of its product with ab[c] (kx_kq_sumi without the
+ * Q6_K offset term), the same lanes. */
 KX_AI void kx_kq_unpack_x(enum kx_kq k, const uint8_t *p, struct kx_kblk *o, int fused,
-                          const struct block_q8_K *ab, __m256i *s) {
+                          const struct block_q8_K *const *ab, __m256i *s) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (k == KX_Q6_K) {
         const struct block_q6_K *b = (const void *)p;
@@ -556,7 +569,7 @@ KX_AI __m256i kx_q6_offset(__m256i s, const struct kx_kblk *wb, const struct blo
 KX_AI __m256i kx_kq_fused(enum kx_kq k, const uint8_t *p, struct kx_kblk *o,
                           const struct block_q8_K *ab) {
     __m256i s = _mm256_setzero_si256();
-    kx_kq_unpack_x(k, p, o, 1, ab, &s);
+    kx_kq_unpack_x(k, p, o, 1, &ab, &s);
     return k == KX_Q6_K ? kx_q6_offset(s, o, ab) : s;
 }
 
@@ -636,6 +649,65 @@ KX_AI __m128 kx_kq_mins(const struct kx_kblk *wb, const struct block_q8_K *ab) {
 
 #define KX_SELF(b) (b)
 KX_DEFINE_TILE_KQ(kx_tile_kq, struct kx_kblk, kx_kq_unpack, kx_kq_sumi, KX_SELF)
+
+/* Rows [0, nw) x NC (2..KX_FUSE_NC) activations: every super-block unpacked once, in
+ * registers, and multiplied with the NC activation blocks in the same pass (few activations:
+ * speculative checks, a few streams; preparing the super-blocks in memory for reuse costs
+ * about two one-activation passes). The integer lanes and float steps are kx_tile_kq's, per
+ * row and activation in the same order, so the bits are too. */
+KX_AI void kx_kq_rows_fused(enum kx_kq k, const int NC, int64_t n, const uint8_t *w, size_t ws,
+                            int nw, const uint8_t *a, size_t as, float *y, int ldy) {
+    const size_t bs = kx_kq_size(k);
+    for (int r = 0; r < nw; r++) {
+        __m256 acc[KX_FUSE_NC];
+        __m128 accm[KX_FUSE_NC];
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++) {
+            acc[c] = _mm256_setzero_ps();
+            accm[c] = _mm_setzero_ps();
+        }
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {
+            const struct block_q8_K *ab[KX_FUSE_NC];
+            __m256i s[KX_FUSE_NC];
+            KX_UNROLL(8)
+            for (int c = 0; c < NC; c++) {
+                ab[c] = (const void *)(a + (size_t)c * as + (size_t)ib * sizeof(*ab[c]));
+                s[c] = _mm256_setzero_si256();
+            }
+            struct kx_kblk o;
+            kx_kq_unpack_x(k, w + (size_t)r * ws + (size_t)ib * bs, &o, NC, ab, s);
+            KX_UNROLL(8)
+            for (int c = 0; c < NC; c++) {
+                const __m256i si = k == KX_Q6_K ? kx_q6_offset(s[c], &o, ab[c]) : s[c];
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(o.d * ab[c]->d), _mm256_cvtepi32_ps(si),
+                                         acc[c]);
+                if (k != KX_Q6_K)
+                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(-ab[c]->d * o.dmin), kx_kq_mins(&o, ab[c]),
+                                           accm[c]);
+            }
+        }
+        KX_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            y[(size_t)c * (size_t)ldy + (size_t)r] =
+                k == KX_Q6_K ? kx_hsum8(acc[c]) : kx_hsum8(acc[c]) + kx_hsum4(accm[c]);
+    }
+}
+
+/* kx_kq_rows_fused for na in 2..KX_FUSE_NC (an instance per count). */
+KX_AI void kx_kq_gemm_few(enum kx_kq k, int64_t n, const void *w, size_t ws, int nw,
+                          const void *a, size_t as, int na, float *y, int ldy) {
+    /* clang-format off */
+    switch (na) {
+    case 2: kx_kq_rows_fused(k, 2, n, w, ws, nw, a, as, y, ldy); break;
+    case 3: kx_kq_rows_fused(k, 3, n, w, ws, nw, a, as, y, ldy); break;
+    case 4: kx_kq_rows_fused(k, 4, n, w, ws, nw, a, as, y, ldy); break;
+    case 5: kx_kq_rows_fused(k, 5, n, w, ws, nw, a, as, y, ldy); break;
+    case 6: kx_kq_rows_fused(k, 6, n, w, ws, nw, a, as, y, ldy); break;
+    case 7: kx_kq_rows_fused(k, 7, n, w, ws, nw, a, as, y, ldy); break;
+    default: kx_kq_rows_fused(k, 8, n, w, ws, nw, a, as, y, ldy); break;
+    }
+    /* clang-format on */
+}
 
 /* ---- F16 x F16 and BF16 x BF16 (f32 products, two accumulators per pair) ---------------- */
 
