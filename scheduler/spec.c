@@ -123,8 +123,7 @@ void spec_feedback(struct spec_state *st, int drafted, int accepted) {
     st->accepted = 0.8 * st->accepted + accepted;
     if (accepted == 0) {
         st->misses++;
-        int c = 1 << (st->misses < 6 ? st->misses : 6);
-        st->cooldown = c < SPEC_MAX_COOLDOWN ? c : SPEC_MAX_COOLDOWN;
+        st->cooldown = st->misses - 1 < SPEC_MAX_COOLDOWN ? st->misses - 1 : SPEC_MAX_COOLDOWN;
         st->limit = st->limit > 1 ? st->limit / 2 : 1;
         return;
     }

@@ -64,7 +64,7 @@ def replay(prompt, out, row_cost, oracle_ngram=None):
             if d:
                 if a == 0:
                     misses += 1
-                    cooldown = min(1 << min(misses, 6), MAX_COOLDOWN)
+                    cooldown = min(misses - 1, MAX_COOLDOWN)
                     limit = max(limit // 2, 1)
                 else:
                     misses = 0

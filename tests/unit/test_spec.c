@@ -58,12 +58,14 @@ static void test_backoff(void) {
     /* Partial acceptance: one more than accepted. */
     spec_feedback(&st, 8, 2);
     T_ASSERT(st.limit == 3 && st.misses == 0);
-    /* Misses: cooldowns 2, 4, 8, 16, 32, 32 steps with no lookup, limit halves to 1. */
-    int expect[] = {2, 4, 8, 16, 32, 32, 32};
-    for (int m = 0; m < 7; m++) {
+    /* Misses: cooldowns 0, 1, 2, ... steps with no lookup (one more per consecutive miss)
+     * up to SPEC_MAX_COOLDOWN, limit halves to 1. */
+    for (int m = 0; m < SPEC_MAX_COOLDOWN + 3; m++) {
         spec_feedback(&st, 1, 0);
-        T_ASSERT(st.cooldown == expect[m]);
-        for (int k = 0; k < expect[m]; k++) T_ASSERT(spec_budget(&st, 8) == 0);
+        const int expect = m < SPEC_MAX_COOLDOWN ? m : SPEC_MAX_COOLDOWN;
+        T_ASSERTF(st.cooldown == expect, "miss %d: cooldown %d", m + 1, st.cooldown);
+        T_ASSERT(st.limit == 1 || m < 3);
+        for (int k = 0; k < expect; k++) T_ASSERT(spec_budget(&st, 8) == 0);
         T_ASSERT(spec_budget(&st, 8) == 1);
     }
     /* In steady misses at most one drafted row per 33 steps. */
