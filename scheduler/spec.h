@@ -35,9 +35,9 @@
  * verification that accepts nothing halves the sequence's length limit and pauses lookups
  * for 0, 1, 2, ... steps (one more per consecutive miss) up to SPEC_MAX_COOLDOWN (doubling
  * pauses, as before 2026-12-06, skipped lookups that would have been accepted on code
- * being rewritten: tools/spec_bound.py, 1.73x -> 1.92x modelled); one that accepts everything doubles it (up to
- * SPEC_MAX_DRAFT); a sequence the cost model keeps from drafting probes with one draft every
- * SPEC_MAX_COOLDOWN steps, so its estimate can recover. A sequence with no match drafts
+ * being rewritten: tools/spec_bound.py, 1.73x -> 1.92x modelled); one that accepts
+ * everything doubles it (up to SPEC_MAX_DRAFT); a sequence the cost model keeps from
+ * drafting probes with one draft every SPEC_MAX_COOLDOWN steps, so its estimate can recover. A sequence with no match drafts
  * nothing and costs only the lookup (one pass over its history).
  *
  * Not drafted: prompt-logprob scoring, embeddings, requests that opted out, and constrained

@@ -1,8 +1,9 @@
 /*
  * kern_amx — the panel kernels (panel.h: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1) on AMX tiles,
- * for batches of 16 and more activation rows (prefill, multi-sequence decode). Compiled with the AVX-512 options
- * plus -mamx-tile -mamx-int8; kern_init installs it only when kern_isa_supported(KERN_ISA_AMX)
- * (the CPU has AMX-INT8 and the kernel granted this process the tile state).
+ * for batches of 16 and more activation rows (prefill, multi-sequence decode). Compiled with
+ * the AVX-512 options plus -mamx-tile -mamx-int8; kern_init installs it only when
+ * kern_isa_supported(KERN_ISA_AMX) (the CPU has AMX-INT8 and the kernel granted this process
+ * the tile state).
  *
  * One tile product per (16 activations, 16 weight rows, block): A = the 16 activation rows'
  * 32 quant bytes of block b, read in place from the Q8_0 (Q8_1 for Q4_1 / Q5_1) rows (stride
@@ -121,7 +122,7 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 #define AX_BLOCK(TC, TA, TB, b)                                                                    \
     do {                                                                                           \
         AX_ZERO(TC);                                                                               \
-        AX_LOAD(TA, ag + (size_t)(b)*abytes, (long)as);                       \
+        AX_LOAD(TA, ag + (size_t)(b) * abytes, (long)as);                                         \
         AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                           \
         AX_DP(TC, TA, TB);                                                                         \
         AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64);                             \
@@ -131,8 +132,8 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
                      const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
                      const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
-    const size_t rb = pz_rec_bytes(type), abytes = pz_abytes(type);
-    const int mins = pz_has_min(type);
+    const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
+    const int mins = panel_has_min(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
@@ -143,7 +144,7 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
             (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
         for (int g = 0; g < ng; g++) {
             /* past the block's scale (and s) */
-            const uint8_t *ag = act + (size_t)g * AX_G * as + pz_aqoff(type);
+            const uint8_t *ag = act + (size_t)g * AX_G * as + panel_act_qoff(type);
             const float *da = P->d[g * AX_G], *sa = P->sa[g * AX_G];
             float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
             __m512 acc[AX_G];
@@ -187,12 +188,12 @@ static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r
     ax_config();
     for (int64_t kb0 = 0; kb0 < nb; kb0 += AX_KB) {
         const int kbn = (int)(nb - kb0 < AX_KB ? nb - kb0 : AX_KB);
-        const size_t abytes = pz_abytes(type);
+        const size_t abytes = panel_act_bytes(type);
         for (int c = 0; c < done; c++) {
             const uint8_t *ab = (const uint8_t *)act + (size_t)c * as + (size_t)kb0 * abytes;
             for (int k = 0; k < kbn; k++) {
                 P.d[c][k] = pz_h2f(ab + (size_t)k * abytes);
-                P.sa[c][k] = pz_has_min(type) ? pz_h2f(ab + (size_t)k * abytes + 2) : 0.0f;
+                P.sa[c][k] = panel_has_min(type) ? pz_h2f(ab + (size_t)k * abytes + 2) : 0.0f;
             }
         }
         ax_chunk(type, nb, panels, r0, r1, act, as, ng, y, ldy, kb0, kbn, &P, bbuf, cbuf);

@@ -53,26 +53,15 @@ PA_AI __m256i pa_bits16(uint32_t bits) {
                             _mm256_set1_epi8(0x10));
 }
 
-/* Q4_1 / Q5_1 carry a min per row and block (their activations are Q8_1: d, s, qs); Q5_0
- * and Q5_1 a fifth bit. Where block h's nibbles and high bits start in a record (panel.h). */
-PA_AI int pa_has_min(uint32_t t) {
-    return t == QT_Q4_1 || t == QT_Q5_1;
-}
-PA_AI int pa_has_hb(uint32_t t) {
-    return t == QT_Q5_0 || t == QT_Q5_1;
-}
+/* Where block h's nibbles and high bits start in a record (panel.h). */
 PA_AI const uint8_t *pa_nib(uint32_t t, const uint8_t *rec, int h) {
-    return rec + (t == QT_Q5_0 ? 192 : t == QT_Q4_1 ? 128 : t == QT_Q5_1 ? 256 : 64) + h * 256;
+    return rec + panel_nib_at(t) + h * 256;
 }
 PA_AI const uint8_t *pa_hbits(uint32_t t, const uint8_t *rec, int h) {
-    return rec + (t == QT_Q5_1 ? 128 : 64) + h * 64;
-}
-/* Bytes of an activation block, and its quants (Q8_0: d, qs; Q8_1: d, s, qs). */
-PA_AI size_t pa_abytes(uint32_t t) {
-    return pa_has_min(t) ? 36 : 34;
+    return rec + panel_hbits_at(t) + h * 64;
 }
 PA_AI const int8_t *pa_aqs(uint32_t t, const uint8_t *blk) {
-    return (const int8_t *)(blk + (pa_has_min(t) ? 4 : 2));
+    return (const int8_t *)(blk + panel_act_qoff(t));
 }
 /* Signed weights (Q8_0, IQ4_NL: |q| and q's sign, no correction), and the unsigned types'
  * offset (u = q + off; 0 for Q4_1 / Q5_1, whose min replaces it). */
@@ -105,7 +94,7 @@ PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 64 * g + 32 * half));
             w[2 * g + half] = _mm256_and_si256(v, m4);
             w[2 * (g + 4) + half] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (pa_has_hb(type)) {
+            if (panel_has_hbits(type)) {
                 uint32_t lo, hi;
                 memcpy(&lo, hb + 8 * g + 4 * half, 4);
                 memcpy(&hi, hb + 8 * (g + 4) + 4 * half, 4);
@@ -116,26 +105,17 @@ PA_AI void pa_unpack(uint32_t type, const uint8_t *rec, int h, __m256i *w) {
     }
 }
 
-/* Bytes of a record (panel.h's constants: panel_rec_bytes is panel.c's, a module above). */
-PA_AI size_t pa_rec_bytes(uint32_t type) {
-    return type == QT_Q8_0   ? PANEL_REC_Q8_0
-           : type == QT_Q5_0 ? PANEL_REC_Q5_0
-           : type == QT_Q4_1 ? PANEL_REC_Q4_1
-           : type == QT_Q5_1 ? PANEL_REC_Q5_1
-                             : PANEL_REC_Q4_0;
-}
-
 /* Blocks [b0, b0 + nbk) of one activation row (the type's activation blocks): corrections
  * (-off * sum of the 32 activation bytes; 0 when off is 0), scales d and, for the types
  * with a min, the blocks' s (d * sum, as stored). */
 PA_AI void pa_prep(uint32_t type, int off, int64_t b0, int nbk, const uint8_t *ab, int32_t *corr,
                    float *d, float *sa) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    const size_t bs = pa_abytes(type);
+    const size_t bs = panel_act_bytes(type);
     for (int b = 0; b < nbk; b++) {
         const uint8_t *blk = ab + (size_t)(b0 + b) * bs;
         d[b] = pa_h2f(blk);
-        if (pa_has_min(type)) sa[b] = pa_h2f(blk + 2);
+        if (panel_has_min(type)) sa[b] = pa_h2f(blk + 2);
         corr[b] = 0;
         if (!off) continue; /* signed weights, or a min instead: no correction */
         const __m256i u =
@@ -179,10 +159,10 @@ PA_AI void pa_block(const __m256i *w, const int8_t *qs, int32_t corr, __m256i *s
 PA_AI void pa_gemm_part(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                         const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
-    const size_t rb = pa_rec_bytes(type);
+    const size_t rb = panel_rec_bytes(type);
     const int off = pa_off(type);
-    const int mins = pa_has_min(type);
-    const size_t abs_ = pa_abytes(type);
+    const int mins = panel_has_min(type);
+    const size_t abs_ = panel_act_bytes(type);
     __m256i W[PA_KB][16];
     __m256 DW[PA_KB][2], DM[PA_KB][2];
     int32_t corr[KERN_GEMM_MAX_ACTS][PA_KB];
@@ -277,7 +257,7 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
             if (sgn) {
                 al = _mm256_abs_epi8(ul);
                 ah = _mm256_abs_epi8(uh);
-            } else if (pa_has_hb(type)) {
+            } else if (panel_has_hbits(type)) {
                 uint32_t bl, bh;
                 memcpy(&bl, hb + 8 * g + 4 * half, 4);
                 memcpy(&bh, hb + 8 * (g + 4) + 4 * half, 4);
@@ -324,10 +304,10 @@ PA_AI void pa_blockn(uint32_t type, const int NA, const uint8_t *rec, int h,
 PA_AI void pa_gemmn(uint32_t type, const int NA, int64_t n, const void *panels, int64_t r0,
                     int64_t r1, const void *act, size_t as, float *y, int ldy) {
     const int64_t nb = n / 32, npair = (nb + 1) / 2;
-    const size_t rb = pa_rec_bytes(type);
+    const size_t rb = panel_rec_bytes(type);
     const int off = pa_off(type);
-    const int mins = pa_has_min(type);
-    const size_t abs_ = pa_abytes(type);
+    const int mins = panel_has_min(type);
+    const size_t abs_ = panel_act_bytes(type);
     int32_t corr[PA_NA_MAX][PANEL_NB_MAX];
     float da[PA_NA_MAX][PANEL_NB_MAX], sa[PA_NA_MAX][PANEL_NB_MAX];
     const uint8_t *ab[PA_NA_MAX];

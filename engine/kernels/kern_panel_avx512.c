@@ -52,7 +52,7 @@ PZ_AI __m512i pz_grp(const uint8_t *qs, int g) {
  * panel: acc[c] = 16 rows. */
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
                     const struct pz_act *A, const uint8_t *const *act, __m512 *acc) {
-    const size_t rb = pz_rec_bytes(type), abytes = pz_abytes(type);
+    const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
     PZ_UNROLL(8)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
@@ -63,7 +63,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
                 __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
         __m512 mw = _mm512_setzero_ps();
-        if (pz_has_min(type))
+        if (panel_has_min(type))
             mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 64 + (b & 1) * 32)));
         __m512i w[8];
         pz_unpack(type, rec, (int)(b & 1), w);
@@ -81,7 +81,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
             s1 = _mm512_dpbusd_epi32(s1, w[7], pz_grp(qs, 7));
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(A[c].d[b]));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[c]);
-            if (pz_has_min(type)) /* + m * s_a, after the product (panel_gemm_ref's order) */
+            if (panel_has_min(type)) /* + m * s_a, after the product (panel_gemm_ref's order) */
                 acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(A[c].sa[b]), acc[c]);
         }
     }
@@ -92,7 +92,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
 PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panels, int64_t r0,
                    int64_t r1, const struct pz_act *A, const uint8_t *const *act, float *y,
                    int ldy) {
-    const size_t rb = pz_rec_bytes(type);
+    const size_t rb = panel_rec_bytes(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
@@ -124,7 +124,7 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
         const int nc = na - c0 < G ? na - c0 : G;
         for (int c = 0; c < nc; c++) {
             const uint8_t *ar = (const uint8_t *)act + (size_t)(c0 + c) * as;
-            ap[c] = ar + pz_aqoff(type);
+            ap[c] = ar + panel_act_qoff(type);
             pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;

@@ -10,16 +10,6 @@
 
 #include "engine/kernels/kern_impl.h"
 
-size_t panel_rec_bytes(uint32_t type) {
-    return type == QT_Q8_0   ? PANEL_REC_Q8_0
-           : type == QT_Q5_0 ? PANEL_REC_Q5_0
-           : type == QT_Q4_0 ? PANEL_REC_Q4_0
-           : type == QT_IQ4_NL ? PANEL_REC_IQ4_NL
-           : type == QT_Q4_1 ? PANEL_REC_Q4_1
-           : type == QT_Q5_1 ? PANEL_REC_Q5_1
-                             : 0;
-}
-
 int panel_supported(const struct kern_weight *w) {
     if (!w || !w->data || !panel_rec_bytes(w->type) || w->n_in <= 0 || w->n_in % 32 != 0 ||
         w->n_in / 32 > PANEL_NB_MAX || w->n_out <= 0)

@@ -2,9 +2,10 @@
  * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 weight matrices repacked once, at start-up,
  * into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
  * (kern_amx.c) and the AVX2 ones (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
- * the row kernel's multiply-adds per second at 64+ rows on a Zen 4 core for Q5_0). The mmap'd rows stay as
- * they are; a panel copy holds the same bytes in another order, and the forward pass hands
- * the original pages back to the kernel (madvise) so memory does not double.
+ * the row kernel's multiply-adds per second at 64+ rows on a Zen 4 core for Q5_0). The
+ * mmap'd rows stay as they are; a panel copy holds the same bytes in another order, and the
+ * forward pass hands the original pages back to the kernel (madvise) so memory does not
+ * double.
  *
  * Why: in the row layout a 512-bit register holds two 32-element blocks of ONE row, so each
  * 64 multiply-adds need a conversion, a scale product and an FMA over 16 lanes that carry
@@ -62,10 +63,43 @@
 #define PANEL_REC_Q5_1 768
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
+/* Where the layout above puts a type's parts, for the kernels (inline: no call into panel.c).
+ * Q4_1 / Q5_1 carry a min per row and block (their activations are Q8_1: d, s, qs); Q5_0 /
+ * Q5_1 a fifth bit; block h's nibbles start at rec + panel_nib_at + h * 256 and its high bits
+ * at rec + panel_hbits_at + h * 64. */
+static inline int panel_has_min(uint32_t t) {
+    return t == QT_Q4_1 || t == QT_Q5_1;
+}
+static inline int panel_has_hbits(uint32_t t) {
+    return t == QT_Q5_0 || t == QT_Q5_1;
+}
+static inline size_t panel_nib_at(uint32_t t) {
+    return t == QT_Q5_0 ? 192 : t == QT_Q4_1 ? 128 : t == QT_Q5_1 ? 256 : 64;
+}
+static inline size_t panel_hbits_at(uint32_t t) {
+    return t == QT_Q5_1 ? 128 : 64;
+}
+/* Bytes of one activation block of the type's kernels (Q8_0, or Q8_1 for the types with a
+ * min) and where its 32 quants start. */
+static inline size_t panel_act_bytes(uint32_t t) {
+    return panel_has_min(t) ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
+}
+static inline size_t panel_act_qoff(uint32_t t) {
+    return panel_has_min(t) ? 4 : 2;
+}
+/* Bytes of one record (a block pair of 16 rows) of a panel of this type, 0 if none. */
+static inline size_t panel_rec_bytes(uint32_t type) {
+    return type == QT_Q8_0     ? PANEL_REC_Q8_0
+           : type == QT_Q5_0   ? PANEL_REC_Q5_0
+           : type == QT_Q4_0   ? PANEL_REC_Q4_0
+           : type == QT_IQ4_NL ? PANEL_REC_IQ4_NL
+           : type == QT_Q4_1   ? PANEL_REC_Q4_1
+           : type == QT_Q5_1   ? PANEL_REC_Q5_1
+                               : 0;
+}
+
 /* 1 when the active ISA has a panel kernel for w (type, n_in within PANEL_NB_MAX). */
 int panel_supported(const struct kern_weight *w);
-/* Bytes of one record (a block pair of 16 rows) of a panel of this type, 0 if none. */
-size_t panel_rec_bytes(uint32_t type);
 /* Bytes of w's panel copy. */
 size_t panel_bytes(const struct kern_weight *w);
 /* Repacks w (which must be panel_supported's type) into fresh anonymous memory, on the

@@ -17,40 +17,10 @@
 
 #define PZ_AI static inline __attribute__((always_inline))
 
-/* Q4_1 / Q5_1 carry a min per row and block (their activations are Q8_1: d, s, qs); Q5_0
- * and Q5_1 a fifth bit. */
-PZ_AI int pz_has_min(uint32_t t) {
-    return t == QT_Q4_1 || t == QT_Q5_1;
-}
-PZ_AI int pz_has_hb(uint32_t t) {
-    return t == QT_Q5_0 || t == QT_Q5_1;
-}
 /* The unsigned weight the kernels feed vpdpbusd is u = q + off (Q8_0 and IQ4_NL: q + 128;
  * Q4_1 / Q5_1: u itself, off 0, their min replaces the offset). */
 PZ_AI int pz_off(uint32_t t) {
     return t == QT_Q8_0 || t == QT_IQ4_NL ? 128 : t == QT_Q5_0 ? 16 : t == QT_Q4_0 ? 8 : 0;
-}
-/* Bytes of a record (panel.h's constants; panel_rec_bytes is panel.c's, a module above). */
-PZ_AI size_t pz_rec_bytes(uint32_t t) {
-    return t == QT_Q8_0   ? PANEL_REC_Q8_0
-           : t == QT_Q5_0 ? PANEL_REC_Q5_0
-           : t == QT_Q4_1 ? PANEL_REC_Q4_1
-           : t == QT_Q5_1 ? PANEL_REC_Q5_1
-                          : PANEL_REC_Q4_0; /* and IQ4_NL */
-}
-/* Where block h's nibbles and high bits start in a record. */
-PZ_AI const uint8_t *pz_nib(uint32_t t, const uint8_t *rec, int h) {
-    return rec + (t == QT_Q5_0 ? 192 : t == QT_Q4_1 ? 128 : t == QT_Q5_1 ? 256 : 64) + h * 256;
-}
-PZ_AI const uint64_t *pz_hbits(uint32_t t, const uint8_t *rec, int h) {
-    return (const uint64_t *)(rec + (t == QT_Q5_1 ? 128 : 64) + h * 64);
-}
-/* Bytes of an activation block (Q8_0: d, qs; Q8_1: d, s, qs) and where its quants start. */
-PZ_AI size_t pz_abytes(uint32_t t) {
-    return pz_has_min(t) ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);
-}
-PZ_AI size_t pz_aqoff(uint32_t t) {
-    return pz_has_min(t) ? 4 : 2;
 }
 PZ_AI float pz_h2f(const uint8_t *p) {
     uint16_t h;
@@ -65,11 +35,11 @@ PZ_AI void pz_prep(uint32_t type, int64_t nb, const uint8_t *ab, int32_t *corr, 
                    float *sa) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const int off = pz_off(type);
-    const size_t bs = pz_abytes(type), qo = pz_aqoff(type);
+    const size_t bs = panel_act_bytes(type), qo = panel_act_qoff(type);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = ab + (size_t)b * bs;
         d[b] = pz_h2f(blk);
-        if (pz_has_min(type)) sa[b] = pz_h2f(blk + 2);
+        if (panel_has_min(type)) sa[b] = pz_h2f(blk + 2);
         corr[b] = 0;
         if (!off) continue;
         /* sum(a) = sum(a ^ 0x80 as unsigned) - 32 * 128 */
@@ -99,14 +69,14 @@ PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
             w[g] = _mm512_load_si512(q + g);
         return;
     }
-    const __m512i *x = (const __m512i *)pz_nib(type, rec, h);
-    const uint64_t *hb = pz_hbits(type, rec, h);
+    const __m512i *x = (const __m512i *)(rec + panel_nib_at(type) + h * 256);
+    const uint64_t *hb = (const uint64_t *)(rec + panel_hbits_at(type) + h * 64);
     const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
     for (int g = 0; g < 4; g++) {
         const __m512i v = _mm512_load_si512(x + g);
         __m512i lo = _mm512_and_si512(v, m4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (pz_has_hb(type)) {
+        if (panel_has_hbits(type)) {
             lo = _mm512_mask_add_epi8(lo, (__mmask64)hb[g], lo, b16);
             hi = _mm512_mask_add_epi8(hi, (__mmask64)hb[g + 4], hi, b16);
         }
