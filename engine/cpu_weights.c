@@ -1,6 +1,6 @@
 /*
  * cpu_weights — the model's weights as the CPU backend's matmuls read them (cpu_int.h):
- * Q8_0/Q5_0 weights repacked into panels where the active ISA has a panel kernel
+ * quantized weights repacked into panels where the active ISA has a panel kernel
  * (engine/kernels/panel.h), F32/F16/BF16 ones allowed the BLAS path unless deterministic, for a tied-embedding model, copies of everything else the
  * forward pass reads, so the model's file mapping is no longer read. The copies belong to
  * the cpu_ctx; the model itself is never modified.

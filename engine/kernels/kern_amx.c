@@ -1,9 +1,9 @@
 /*
- * kern_amx — the panel kernels (panel.h: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1) on AMX tiles,
- * for batches of 16 and more activation rows (prefill, multi-sequence decode). Compiled with
- * the AVX-512 options plus -mamx-tile -mamx-int8; kern_init installs it only when
- * kern_isa_supported(KERN_ISA_AMX) (the CPU has AMX-INT8 and the kernel granted this process
- * the tile state).
+ * kern_amx — the panel kernels (panel.h: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1; the
+ * K-quants Q4_K, Q5_K, Q6_K below) on AMX tiles, for batches of 16 and more activation rows
+ * (prefill, multi-sequence decode). Compiled with the AVX-512 options plus -mamx-tile
+ * -mamx-int8; kern_init installs it only when kern_isa_supported(KERN_ISA_AMX) (the CPU has
+ * AMX-INT8 and the kernel granted this process the tile state).
  *
  * One tile product per (16 activations, 16 weight rows, block): A = the 16 activation rows'
  * 32 quant bytes of block b, read in place from the Q8_0 (Q8_1 for Q4_1 / Q5_1) rows (stride
@@ -14,8 +14,8 @@
  * fma((float)S, dw * da, acc) per block from acc = 0, then for Q4_1 / Q5_1 acc = fma(m, s_a,
  * acc).
  * Integer sums are exact in any order, so the result has the VNNI kernel's bits (and
- * panel_gemm_ref's, the scalar twin): test_panel checks it bit for bit. Batch and thread
- * invariance therefore hold whichever kernel computes a row. The tile products of up to
+ * panel_gemm_ref's, the scalar twin): test_panel and test_kpanel check it bit for bit. Batch and
+ * thread invariance therefore hold whichever kernel computes a row. The tile products of up to
  * AX_TB blocks run back to back (two in flight) before their float steps, so the tile unit
  * and the vector units overlap.
  *
@@ -24,6 +24,7 @@
  * released at its end, so no thread keeps tile state between calls.
  */
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -61,17 +62,21 @@ struct ax_cfg {
     uint8_t rows[16];
 };
 
-static void ax_config(void) {
+/* kb: the bytes of one product's K (32: a block, or a Q4_K sub-block; 16: a Q6_K one). */
+static void ax_config(int kb) {
     struct ax_cfg c __attribute__((aligned(64)));
     memset(&c, 0, sizeof(c));
     c.palette = 1;
     for (int t = AX_C0; t <= AX_C1; t++)
         c.rows[t] = AX_G, c.colsb[t] = PANEL_ROWS * 4; /* 16 x 16 int32 */
     for (int t = AX_A0; t <= AX_A1; t++)
-        c.rows[t] = AX_G, c.colsb[t] = 32; /* 16 activations x one block's 32 bytes */
+        c.rows[t] = AX_G, c.colsb[t] = (uint16_t)kb; /* 16 activations x kb bytes */
     for (int t = AX_B0; t <= AX_B1; t++)
-        c.rows[t] = 8, c.colsb[t] = PANEL_ROWS * 4; /* 8 groups x [16 rows x 4 bytes] */
-    _tile_loadconfig(&c);
+        c.rows[t] = (uint8_t)(kb / 4), c.colsb[t] = PANEL_ROWS * 4; /* groups x [16 x 4 bytes] */
+    /* not _tile_loadconfig: gcc's intrinsic names only the first 8 bytes as its input, so
+     * the stores above may be dropped as dead once ax_config is inlined (then tilezero
+     * faults with SIGILL); the whole struct as the operand keeps them */
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
 /* Scales (and Q8_1's s) of one chunk's activation blocks: [activation][block of the chunk]. */
@@ -86,8 +91,8 @@ struct ax_prep {
 /* The float steps of one block for 16 activations: C (16 x 16 int32 = the exact sums S)
  * converted, times dw * da, into acc, then (mins) + mw * s_a. Exactly pz_panel's per-block
  * steps. */
-static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf,
-                                                           __m512 dw, __m512 mw, const float *da,
+static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf, __m512 dw,
+                                                           __m512 mw, const float *da,
                                                            const float *sa, int kb, __m512 *acc) {
     for (int m = 0; m < AX_G; m++) {
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
@@ -122,7 +127,7 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 #define AX_BLOCK(TC, TA, TB, b)                                                                    \
     do {                                                                                           \
         AX_ZERO(TC);                                                                               \
-        AX_LOAD(TA, ag + (size_t)(b) * abytes, (long)as);                                         \
+        AX_LOAD(TA, ag + (size_t)(b)*abytes, (long)as);                                            \
         AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                           \
         AX_DP(TC, TA, TB);                                                                         \
         AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64);                             \
@@ -138,10 +143,7 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
         ax_btiles(type, pp, rb, kb0, kbn, bbuf);
-        const int64_t lo = p * PANEL_ROWS < r0 ? r0 : p * PANEL_ROWS;
-        const int64_t hi = (p + 1) * PANEL_ROWS > r1 ? r1 : (p + 1) * PANEL_ROWS;
-        const __mmask16 msk =
-            (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
+        const __mmask16 msk = pz_rows_mask(p, r0, r1);
         for (int g = 0; g < ng; g++) {
             /* past the block's scale (and s) */
             const uint8_t *ag = act + (size_t)g * AX_G * as + panel_act_qoff(type);
@@ -171,8 +173,8 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
     }
 }
 
-static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r1,
-                    const void *act, size_t as, int na, float *y, int ldy) {
+static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                    size_t as, int na, float *y, int ldy) {
     const uint32_t type = ax_types[ti];
     const kern_panel_fn vnni = g_vnni[ti];
     const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
@@ -185,7 +187,7 @@ static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r
     struct ax_prep P __attribute__((aligned(64)));
     uint8_t bbuf[AX_KB * 512] __attribute__((aligned(64)));
     int32_t cbuf[AX_TB * AX_G * PANEL_ROWS] __attribute__((aligned(64)));
-    ax_config();
+    ax_config(32);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += AX_KB) {
         const int kbn = (int)(nb - kb0 < AX_KB ? nb - kb0 : AX_KB);
         const size_t abytes = panel_act_bytes(type);
@@ -202,6 +204,149 @@ static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r
     if (na > done)
         ax_gemm(ti, n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
                 y + (size_t)done * (size_t)ldy, ldy);
+}
+
+/* The K-quants (panel.h: Q4_K, Q6_K): per super-block of 16 rows, one tile product per
+ * sub-block j (Q4_K / Q5_K 8 of 32 elements, Q6_K 16 of 16): A = the activations' quants of
+ * sub-block j, B = its unsigned weights u (pk_unpack: valid signed bytes, 0..63), so C_j[m][i]
+ * is the exact sub-block sum; then per activation S = sum_j sc_j * C_j (vpmulld), M by
+ * vpdpwssd and pk_step, as the VNNI kernel does. */
+#define AK_SB 8 /* super-blocks per chunk: B tiles 32 KiB */
+#define AK_TB 2 /* super-blocks whose tile products run before their integer steps */
+static kern_panel_fn g_vnni_q4_K, g_vnni_q5_K, g_vnni_q6_K;
+
+struct ak_prep {
+    float d[AX_NA][AK_SB];
+    int32_t bp[AX_NA][AK_SB][8];
+};
+
+/* Sub-blocks per super-block and bytes per sub-block. */
+#define AK_NSUB(t) ((t) == QT_Q6_K ? 16 : 8)
+#define AK_KB(t) ((t) == QT_Q6_K ? 16 : 32)
+
+/* B tiles of super-blocks [s0, s0 + sn) of one panel, 4096 bytes each, laid out [chunk][lo,
+ * hi][g][16 rows x 4 bytes]: that is sub-block after sub-block for both types, sub-block j at
+ * j * AK_KB * 16 (Q4_K 512 bytes each, Q6_K 256). */
+static void ak_btiles(uint32_t type, const uint8_t *pp, int64_t s0, int sn, uint8_t *bbuf) {
+    const size_t rb = panel_rec_bytes(type);
+    for (int k = 0; k < sn; k++) {
+        const uint8_t *rec = pp + (size_t)(s0 + k) * rb;
+        uint8_t *o = bbuf + (size_t)k * 4096;
+        for (int cc = 0; cc < 4; cc++) {
+            __m512i lo[8], hi[8];
+            pk_unpack(type, rec, cc, lo, hi);
+            for (int g = 0; g < 8; g++) {
+                _mm512_store_si512(o + cc * 1024 + g * 64, lo[g]);
+                _mm512_store_si512(o + cc * 1024 + 512 + g * 64, hi[g]);
+            }
+        }
+    }
+}
+
+/* One sub-block's tile product for 16 activations into cbuf slot q. */
+#define AK_SUB(TC, TA, TB, k, j, q)                                                                \
+    do {                                                                                           \
+        AX_ZERO(TC);                                                                               \
+        AX_LOAD(TA, ag + (size_t)(s0 + (k)) * sizeof(struct block_q8_K) + kb * (j), (long)as);     \
+        AX_LOAD(TB, bbuf + (size_t)(k)*4096 + (size_t)(j) * (size_t)kb * 16, 64);                  \
+        AX_DP(TC, TA, TB);                                                                         \
+        AX_STORE(TC, cbuf + (size_t)(q)*AX_G * PANEL_ROWS, 64);                                    \
+    } while (0)
+
+/* Rows [r0, r1) x activations [0, ng * 16) for super-blocks [s0, s0 + sn). */
+static inline __attribute__((always_inline)) void
+ak_chunk(uint32_t type, int64_t nsb, const uint8_t *panels, int64_t r0, int64_t r1,
+         const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t s0, int sn,
+         const struct ak_prep *P, uint8_t *bbuf, int32_t *cbuf) {
+    const size_t rb = panel_rec_bytes(type);
+    const int nsub = AK_NSUB(type), kb = AK_KB(type);
+    for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+        const uint8_t *pp = panels + (size_t)p * (size_t)nsb * rb;
+        ak_btiles(type, pp, s0, sn, bbuf);
+        const __mmask16 msk = pz_rows_mask(p, r0, r1);
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *ag = act + (size_t)g * AX_G * as + offsetof(struct block_q8_K, qs);
+            float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
+            __m512 acc[AX_G];
+            for (int m = 0; m < AX_G; m++)
+                acc[m] = s0 == 0 ? _mm512_setzero_ps()
+                                 : _mm512_maskz_loadu_ps(msk, yg + (size_t)m * (size_t)ldy);
+            for (int t0 = 0; t0 < sn; t0 += AK_TB) {
+                const int t1 = t0 + AK_TB < sn ? t0 + AK_TB : sn;
+                for (int k = t0; k < t1; k++) /* the tiles first, two in flight */
+                    for (int j = 0; j < nsub; j += 2) {
+                        AK_SUB(AX_C0, AX_A0, AX_B0, k, j, (k - t0) * nsub + j);
+                        AK_SUB(AX_C1, AX_A1, AX_B1, k, j + 1, (k - t0) * nsub + j + 1);
+                    }
+                for (int k = t0; k < t1; k++) {
+                    const uint8_t *rec = pp + (size_t)(s0 + k) * rb;
+                    __m512i sc[16], mp[8];
+                    for (int j = 0; j < nsub; j++)
+                        sc[j] = pk_scale(type, rec, j);
+                    pk_pairs(type, rec, mp);
+                    const __m512 dw = pk_half(rec, 0);
+                    const __m512 mw = type == QT_Q6_K ? _mm512_setzero_ps() : pk_half(rec, 32);
+                    const int32_t *ck = cbuf + (size_t)(k - t0) * (size_t)nsub * AX_G * PANEL_ROWS;
+                    for (int m = 0; m < AX_G; m++) {
+                        __m512i S = _mm512_setzero_si512();
+                        for (int j = 0; j < nsub; j++)
+                            S = _mm512_add_epi32(
+                                S, _mm512_mullo_epi32(
+                                       _mm512_load_si512(ck + (j * AX_G + m) * PANEL_ROWS), sc[j]));
+                        const int c = g * AX_G + m;
+                        acc[m] = pk_step(type, S, pk_mins(type, mp, P->bp[c][k]), dw, mw,
+                                         P->d[c][k], acc[m]);
+                    }
+                }
+            }
+            for (int m = 0; m < AX_G; m++)
+                _mm512_mask_storeu_ps(yg + (size_t)m * (size_t)ldy, msk, acc[m]);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void ak_gemm(uint32_t type, kern_panel_fn vnni,
+                                                          int64_t n, const void *panels, int64_t r0,
+                                                          int64_t r1, const void *act, size_t as,
+                                                          int na, float *y, int ldy) {
+    const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
+    if (ng == 0 || r1 <= r0) {
+        vnni(n, panels, r0, r1, act, as, na, y, ldy);
+        return;
+    }
+    const int done = ng * AX_G;
+    const int64_t nsb = n / 256;
+    struct ak_prep P __attribute__((aligned(64)));
+    uint8_t bbuf[AK_SB * 4096] __attribute__((aligned(64)));
+    int32_t cbuf[AK_TB * 16 * AX_G * PANEL_ROWS] __attribute__((aligned(64)));
+    ax_config(AK_KB(type));
+    for (int64_t s0 = 0; s0 < nsb; s0 += AK_SB) {
+        const int sn = (int)(nsb - s0 < AK_SB ? nsb - s0 : AK_SB);
+        for (int c = 0; c < done; c++)
+            pk_prep(type, sn,
+                    (const uint8_t *)act + (size_t)c * as + (size_t)s0 * sizeof(struct block_q8_K),
+                    P.d[c], P.bp[c]);
+        ak_chunk(type, nsb, panels, r0, r1, act, as, ng, y, ldy, s0, sn, &P, bbuf, cbuf);
+    }
+    _tile_release();
+    if (na > done)
+        vnni(n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
+             y + (size_t)done * (size_t)ldy, ldy);
+}
+
+static void ak_gemm_q4_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ak_gemm(QT_Q4_K, g_vnni_q4_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void ak_gemm_q5_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ak_gemm(QT_Q5_K, g_vnni_q5_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void ak_gemm_q6_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ak_gemm(QT_Q6_K, g_vnni_q6_K, n, panels, r0, r1, act, as, na, y, ldy);
 }
 
 #define AX_ENTRY(ti, name)                                                                         \
@@ -223,5 +368,17 @@ void panel_register_amx(struct kern_ops *ops) {
         if (!ops->t[ax_types[i]].panel) continue; /* no VNNI kernel below */
         g_vnni[i] = ops->t[ax_types[i]].panel;
         ops->t[ax_types[i]].panel = amx[i];
+    }
+    if (ops->t[QT_Q4_K].panel) {
+        g_vnni_q4_K = ops->t[QT_Q4_K].panel;
+        ops->t[QT_Q4_K].panel = ak_gemm_q4_K;
+    }
+    if (ops->t[QT_Q5_K].panel) {
+        g_vnni_q5_K = ops->t[QT_Q5_K].panel;
+        ops->t[QT_Q5_K].panel = ak_gemm_q5_K;
+    }
+    if (ops->t[QT_Q6_K].panel) {
+        g_vnni_q6_K = ops->t[QT_Q6_K].panel;
+        ops->t[QT_Q6_K].panel = ak_gemm_q6_K;
     }
 }

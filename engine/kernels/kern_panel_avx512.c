@@ -1,6 +1,6 @@
 /*
- * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1
- * panels (layout and arithmetic: panel.h).
+ * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1,
+ * Q4_K, Q5_K and Q6_K panels (layout and arithmetic: panel.h; the K-quants: pk_panel below).
  *
  * Block b of 16 rows unpacks into eight registers of [16 rows x 4 unsigned bytes] (Q8_0:
  * loaded as they are; the nibble types: nibbles split, Q5_0's / Q5_1's high bits added under
@@ -18,6 +18,7 @@
  * than PZ_NC the task's panels are re-read from cache, not memory.
  */
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "engine/kernels/kern_impl.h"
@@ -98,10 +99,7 @@ PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panel
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
         __m512 acc[PZ_NC];
         pz_panel(type, NC, nb, pp, A, act, acc);
-        const int64_t lo = p * PANEL_ROWS < r0 ? r0 : p * PANEL_ROWS;
-        const int64_t hi = (p + 1) * PANEL_ROWS > r1 ? r1 : (p + 1) * PANEL_ROWS;
-        const __mmask16 m =
-            (__mmask16)(((1u << (hi - p * PANEL_ROWS)) - 1) & ~((1u << (lo - p * PANEL_ROWS)) - 1));
+        const __mmask16 m = pz_rows_mask(p, r0, r1);
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
@@ -144,6 +142,134 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
     }
 }
 
+/* K-quants: per activation, the super-blocks' d_a and sum pairs (panel_x86.h: pk_prep). */
+#define PK_SB_MAX (PANEL_NB_MAX / 8)
+struct pk_act {
+    float d[PK_SB_MAX];
+    int32_t bp[PK_SB_MAX][8];
+};
+
+/* Sum of vpdpbusd over groups [g0, g1) of one chunk's unpacked weights w against the
+ * activation's quants qs (4 bytes a group). */
+PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
+    __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
+    for (int g = g0; g < g1; g += 2) {
+        t0 = _mm512_dpbusd_epi32(t0, w[g], pz_grp(qs, g));
+        t1 = _mm512_dpbusd_epi32(t1, w[g + 1], pz_grp(qs, g + 1));
+    }
+    return _mm512_add_epi32(t0, t1);
+}
+
+/* NC Q8_K activations (quants of super-block s at act[c] + s * sizeof(block_q8_K)) against
+ * one K-quant panel (Q4_K, Q5_K, Q6_K): per super-block and chunk of 64 elements, the unpacked
+ * weights (pk_unpack) meet each activation in vpdpbusd, one sum per sub-block (Q4_K 2, Q6_K
+ * 4 per chunk), and vpmulld by the sub-block scales adds them into the exact S; M is four
+ * (eight) vpdpwssd, then pk_step. */
+PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
+                    const struct pk_act *A, const uint8_t *const *act, __m512 *acc) {
+    const size_t rb = panel_rec_bytes(type);
+    PZ_UNROLL(8)
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *rec = pp + (size_t)s * rb;
+        if (NC <= 4)
+            for (size_t o = 0; o < rb; o += 64)
+                __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
+        __m512i S[PZ_NC];
+        PZ_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            S[c] = _mm512_setzero_si512();
+        for (int cc = 0; cc < 4; cc++) {
+            __m512i lo[8], hi[8];
+            pk_unpack(type, rec, cc, lo, hi);
+            PZ_UNROLL(8)
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *qs = act[c] + (size_t)s * sizeof(struct block_q8_K) + 64 * cc;
+                __m512i t;
+                if (type == QT_Q6_K)
+                    t = _mm512_add_epi32(
+                        _mm512_add_epi32(
+                            _mm512_mullo_epi32(pk_dot(lo, qs, 0, 4), pk_scale(type, rec, 4 * cc)),
+                            _mm512_mullo_epi32(pk_dot(lo, qs, 4, 8),
+                                               pk_scale(type, rec, 4 * cc + 1))),
+                        _mm512_add_epi32(_mm512_mullo_epi32(pk_dot(hi, qs + 32, 0, 4),
+                                                            pk_scale(type, rec, 4 * cc + 2)),
+                                         _mm512_mullo_epi32(pk_dot(hi, qs + 32, 4, 8),
+                                                            pk_scale(type, rec, 4 * cc + 3))));
+                else
+                    t = _mm512_add_epi32(
+                        _mm512_mullo_epi32(pk_dot(lo, qs, 0, 8), pk_scale(type, rec, 2 * cc)),
+                        _mm512_mullo_epi32(pk_dot(hi, qs + 32, 0, 8),
+                                           pk_scale(type, rec, 2 * cc + 1)));
+                S[c] = _mm512_add_epi32(S[c], t);
+            }
+        }
+        __m512i mp[8];
+        pk_pairs(type, rec, mp);
+        const __m512 dw = pk_half(rec, 0);
+        const __m512 mw = type == QT_Q6_K ? _mm512_setzero_ps() : pk_half(rec, 32);
+        PZ_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            acc[c] = pk_step(type, S[c], pk_mins(type, mp, A[c].bp[s]), dw, mw, A[c].d[s], acc[c]);
+    }
+}
+
+PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *panels, int64_t r0,
+                   int64_t r1, const struct pk_act *A, const uint8_t *const *act, float *y,
+                   int ldy) {
+    for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
+        const uint8_t *pp = panels + (size_t)p * (size_t)nsb * panel_rec_bytes(type);
+        __m512 acc[PZ_NC];
+        pk_panel(type, NC, nsb, pp, A, act, acc);
+        const __mmask16 m = pz_rows_mask(p, r0, r1);
+        PZ_UNROLL(8)
+        for (int c = 0; c < NC; c++)
+            _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
+                                  acc[c]);
+    }
+}
+
+#define PK_G 4 /* activations per pass */
+PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
+                   const void *act, size_t as, int na, float *y, int ldy) {
+    const int64_t nsb = n / 256;
+    struct pk_act A[PK_G];
+    const uint8_t *ap[PK_G];
+    for (int c0 = 0; c0 < na; c0 += PK_G) {
+        const int nc = na - c0 < PK_G ? na - c0 : PK_G;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *ar = (const uint8_t *)act + (size_t)(c0 + c) * as;
+            ap[c] = ar + offsetof(struct block_q8_K, qs);
+            pk_prep(type, nsb, ar, A[c].d, A[c].bp);
+        }
+        float *yc = y + (size_t)c0 * (size_t)ldy;
+        /* clang-format off */
+        switch (nc) {
+        case 1: pk_rows(type, 1, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 2: pk_rows(type, 2, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 3: pk_rows(type, 3, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        default: pk_rows(type, 4, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        }
+        /* clang-format on */
+    }
+}
+
+static void pz_gemm_q4_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pk_gemm(QT_Q4_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void pz_gemm_q5_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pk_gemm(QT_Q5_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
+static void pz_gemm_q6_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pk_gemm(QT_Q6_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
 #define PZ_ENTRY(name, T)                                                                          \
     static void pz_gemm_##name(int64_t n, const void *panels, int64_t r0, int64_t r1,              \
                                const void *act, size_t as, int na, float *y, int ldy) {            \
@@ -163,4 +289,7 @@ void panel_register_avx512(struct kern_ops *ops) {
     ops->t[QT_IQ4_NL].panel = pz_gemm_iq4_nl;
     ops->t[QT_Q4_1].panel = pz_gemm_q4_1;
     ops->t[QT_Q5_1].panel = pz_gemm_q5_1;
+    ops->t[QT_Q4_K].panel = pz_gemm_q4_K;
+    ops->t[QT_Q5_K].panel = pz_gemm_q5_K;
+    ops->t[QT_Q6_K].panel = pz_gemm_q6_K;
 }

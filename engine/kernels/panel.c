@@ -1,6 +1,6 @@
 /*
- * panel — packing of Q8_0 / Q5_0 / Q4_0 / IQ4_NL rows into 16-row panels, and the scalar twin of the panel
- * kernels (see panel.h for the layout and the arithmetic).
+ * panel — packing of Q8_0 / Q5_0 / Q4_0 / IQ4_NL rows into 16-row panels, and the scalar twin of
+ * the panel kernels (see panel.h for the layout and the arithmetic).
  */
 #include "engine/kernels/panel.h"
 
@@ -11,8 +11,9 @@
 #include "engine/kernels/kern_impl.h"
 
 int panel_supported(const struct kern_weight *w) {
-    if (!w || !w->data || !panel_rec_bytes(w->type) || w->n_in <= 0 || w->n_in % 32 != 0 ||
-        w->n_in / 32 > PANEL_NB_MAX || w->n_out <= 0)
+    if (!w || !w->data || !panel_rec_bytes(w->type) || w->n_in <= 0 ||
+        w->n_in % (panel_is_k(w->type) ? 256 : 32) != 0 || w->n_in / 32 > PANEL_NB_MAX ||
+        w->n_out <= 0)
         return 0;
     return kern_panel_kernel(w->type) != NULL;
 }
@@ -22,8 +23,7 @@ static int64_t n_panels(const struct kern_weight *w) {
 }
 
 size_t panel_bytes(const struct kern_weight *w) {
-    const int64_t npair = (w->n_in / 32 + 1) / 2;
-    return (size_t)n_panels(w) * (size_t)npair * panel_rec_bytes(w->type);
+    return (size_t)n_panels(w) * (size_t)panel_recs(w->type, w->n_in) * panel_rec_bytes(w->type);
 }
 
 struct pack_job {
@@ -39,6 +39,73 @@ static const void *src_block(const struct kern_weight *w, int64_t r, int64_t b, 
            (size_t)b * quant_row_size(w->type, 32);
 }
 
+/* (scale, min) pair j of the 12 packed Q4_K scale bytes (quant_dequant_q4_K_ref's). */
+static void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Panel p of a Q4_K or Q5_K weight (layout: panel.h); padding rows stay zero (fresh
+ * memory). Both blocks start d, dmin, scales[12]; Q5_K then has qh[32] before qs. */
+static void pack_q45_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
+    const int64_t nsb = w->n_in / 256;
+    const int five = w->type == QT_Q5_K;
+    const size_t bs = five ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const size_t rb = panel_rec_bytes(w->type);
+    for (int64_t s = 0; s < nsb; s++) {
+        uint8_t *rec = pp + (size_t)s * rb;
+        for (int i = 0; i < PANEL_ROWS && p * PANEL_ROWS + i < w->n_out; i++) {
+            const uint8_t *blk = (const uint8_t *)w->data +
+                                 (size_t)(p * PANEL_ROWS + i) * w->row_bytes + (size_t)s * bs;
+            const uint8_t *qs = blk + (five ? 48 : 16);
+            memcpy(rec + 2 * i, blk, 2);
+            memcpy(rec + 32 + 2 * i, blk + 2, 2);
+            for (int j = 0; j < 8; j++)
+                k4_scale_min(j, blk + 4, rec + 64 + j * 16 + i, rec + 192 + j * 16 + i);
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++)
+                    memcpy(rec + 320 + c * 512 + g * 64 + i * 4, qs + 32 * c + 4 * g, 4);
+            for (int g = 0; g < 8 && five; g++)
+                memcpy(rec + 2368 + g * 64 + i * 4, blk + 16 + 4 * g, 4);
+        }
+    }
+}
+
+/* u = q + 32 (0..63) of element e of a Q6_K block (quant_dequant_q6_K_ref's order). */
+static int q6_u(const struct block_q6_K *b, int e) {
+    const int h = e / 128, m = (e % 128) / 32, l = e % 32;
+    const uint8_t ql = b->ql[64 * h + 32 * (m & 1) + l];
+    return (m < 2 ? ql & 15 : ql >> 4) | ((b->qh[32 * h + l] >> (2 * m)) & 3) << 4;
+}
+
+/* Panel p of a Q6_K weight (layout: panel.h); padding rows stay zero. */
+static void pack_q6_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
+    const int64_t nsb = w->n_in / 256;
+    for (int64_t s = 0; s < nsb; s++) {
+        uint8_t *rec = pp + (size_t)s * PANEL_REC_Q6_K;
+        for (int i = 0; i < PANEL_ROWS && p * PANEL_ROWS + i < w->n_out; i++) {
+            const struct block_q6_K *blk =
+                (const struct block_q6_K *)((const uint8_t *)w->data +
+                                            (size_t)(p * PANEL_ROWS + i) * w->row_bytes) +
+                s;
+            memcpy(rec + 2 * i, &blk->d, 2);
+            for (int j = 0; j < 16; j++)
+                rec[32 + j * 16 + i] = (uint8_t)blk->scales[j];
+            for (int e = 0; e < 256; e++) {
+                const int u = q6_u(blk, e), c = e / 64, hi = (e % 64) / 32, g = (e % 32) / 4;
+                rec[320 + c * 512 + g * 64 + i * 4 + e % 4] |= (uint8_t)((u & 15) << (4 * hi));
+                const int h = e / 128, t = (e % 128) / 32;
+                rec[2368 + h * 512 + g * 64 + i * 4 + e % 4] |= (uint8_t)((u >> 4) << (2 * t));
+            }
+        }
+    }
+}
+
 static void pack_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct pack_job *j = arg;
@@ -47,7 +114,11 @@ static void pack_task(void *arg, int task, int n_tasks) {
     const int64_t nb = w->n_in / 32, npair = (nb + 1) / 2, np = n_panels(w);
     const int64_t p0 = (int64_t)task * j->per, p1 = p0 + j->per < np ? p0 + j->per : np;
     for (int64_t p = p0; p < p1; p++) {
-        uint8_t *pp = j->mem + (size_t)p * (size_t)npair * rb;
+        uint8_t *pp = j->mem + (size_t)p * (size_t)panel_recs(w->type, w->n_in) * rb;
+        if (panel_is_k(w->type)) {
+            (w->type == QT_Q6_K ? pack_q6_K : pack_q45_K)(w, pp, p);
+            continue;
+        }
         for (int64_t b = 0; b < 2 * npair; b++) {
             uint8_t *rec = pp + (size_t)(b / 2) * rb;
             const int h = (int)(b & 1);
@@ -125,7 +196,7 @@ static void pack_task(void *arg, int task, int n_tasks) {
 int panel_pack(const struct kern_weight *w, struct pool *pool, void **out, size_t *bytes) {
     *out = NULL;
     *bytes = 0;
-    if (!panel_rec_bytes(w->type) || w->n_in % 32 != 0) return -1;
+    if (!panel_rec_bytes(w->type) || w->n_in % (panel_is_k(w->type) ? 256 : 32) != 0) return -1;
     const size_t sz = panel_bytes(w);
     void *mem = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return -1;
@@ -148,23 +219,45 @@ void panel_free(void *p, size_t bytes) {
     if (p) munmap(p, bytes);
 }
 
+/* The record holding block b (32 elements) of row r. */
 static const uint8_t *rec_of(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
-    const int64_t npair = (n / 32 + 1) / 2;
-    return (const uint8_t *)panels +
-           ((size_t)(r / PANEL_ROWS) * (size_t)npair + (size_t)(b / 2)) * panel_rec_bytes(type);
+    return (const uint8_t *)panels + ((size_t)(r / PANEL_ROWS) * (size_t)panel_recs(type, n) +
+                                      (size_t)(panel_is_k(type) ? b / 8 : b / 2)) *
+                                         panel_rec_bytes(type);
 }
 
 uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
     quant_half d;
+    if (panel_is_k(type)) {
+        memcpy(&d, rec_of(type, panels, n, r, b) + (r % PANEL_ROWS) * 2, 2);
+        return d;
+    }
     memcpy(&d, rec_of(type, panels, n, r, b) + ((b & 1) * PANEL_ROWS + r % PANEL_ROWS) * 2, 2);
     return d;
 }
 
+void panel_sub(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int *sc,
+               int *mn) {
+    *sc = *mn = 0;
+    if (type == QT_Q6_K) { /* b: a sub-block of 16 */
+        *sc = (int8_t)rec_of(type, panels, n, r, b / 2)[32 + (b % 16) * 16 + r % PANEL_ROWS];
+        return;
+    }
+    if (!panel_is_k(type)) return;
+    const uint8_t *rec = rec_of(type, panels, n, r, b);
+    *sc = rec[64 + (b % 8) * 16 + r % PANEL_ROWS];
+    *mn = rec[192 + (b % 8) * 16 + r % PANEL_ROWS];
+}
+
 uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
     quant_half m = 0;
+    if (type == QT_Q6_K) return 0;
+    if (type == QT_Q4_K || type == QT_Q5_K) {
+        memcpy(&m, rec_of(type, panels, n, r, b) + 32 + (r % PANEL_ROWS) * 2, 2);
+        return m;
+    }
     if (type == QT_Q4_1 || type == QT_Q5_1)
-        memcpy(&m,
-               rec_of(type, panels, n, r, b) + 64 + ((b & 1) * PANEL_ROWS + r % PANEL_ROWS) * 2,
+        memcpy(&m, rec_of(type, panels, n, r, b) + 64 + ((b & 1) * PANEL_ROWS + r % PANEL_ROWS) * 2,
                2);
     return m;
 }
@@ -172,6 +265,19 @@ uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_
 int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k) {
     const uint8_t *rec = rec_of(type, panels, n, r, b);
     const int h = (int)(b & 1), i = (int)(r % PANEL_ROWS);
+    if (type == QT_Q4_K || type == QT_Q5_K) { /* sub-block b % 8 = 2c (low nibbles), 2c + 1 */
+        const int j = (int)(b % 8), at = (k / 4) * 64 + i * 4 + k % 4;
+        const uint8_t x = rec[320 + (j / 2) * 512 + at];
+        const int fifth = type == QT_Q5_K ? (rec[2368 + at] >> j & 1) << 4 : 0;
+        return (j & 1 ? x >> 4 : x & 15) | fifth;
+    }
+    if (type == QT_Q6_K) { /* element e of the super-block */
+        const int e = (int)(b % 8) * 32 + k, c = e / 64, hi = (e % 64) / 32, g = (e % 32) / 4;
+        const int nib = (rec[320 + c * 512 + g * 64 + i * 4 + e % 4] >> (4 * hi)) & 15;
+        const int hb =
+            (rec[2368 + (e / 128) * 512 + g * 64 + i * 4 + e % 4] >> (2 * ((e % 128) / 32))) & 3;
+        return (nib | hb << 4) - 32;
+    }
     if (type == QT_Q8_0) return (int)rec[64 + h * 512 + (k / 4) * 64 + i * 4 + k % 4] - 128;
     if (type == QT_Q4_0 || type == QT_IQ4_NL) {
         const uint8_t x = rec[64 + h * 256 + ((k % 16) / 4) * 64 + i * 4 + k % 4];
@@ -191,7 +297,40 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
     return (nib | (int)((hb >> (i * 4 + k % 4)) & 1) << 4) - (five1 ? 0 : 16);
 }
 
+/* Row r of a Q4_K / Q5_K panel, quant_dequant_q4_K_ref's (q5_K's) expressions. */
+static void get_row_q45_K(const struct kern_weight *w, int64_t r, float *dst) {
+    for (int64_t b = 0; b < w->n_in / 32; b++) {
+        const float d = quant_f16_to_f32(panel_d(w->type, w->panel, w->n_in, r, b));
+        const float dmin = quant_f16_to_f32(panel_m(w->type, w->panel, w->n_in, r, b));
+        int sc, mn;
+        panel_sub(w->type, w->panel, w->n_in, r, b, &sc, &mn);
+        const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+        for (int k = 0; k < 32; k++)
+            dst[b * 32 + k] = d1 * (float)panel_q(w->type, w->panel, w->n_in, r, b, k) - m1;
+    }
+}
+
+/* Row r of a Q6_K panel, quant_dequant_q6_K_ref's expressions. */
+static void get_row_q6_K(const struct kern_weight *w, int64_t r, float *dst) {
+    for (int64_t b = 0; b < w->n_in / 32; b++) {
+        const float d = quant_f16_to_f32(panel_d(w->type, w->panel, w->n_in, r, b));
+        for (int k = 0; k < 32; k++) {
+            int sc, mn;
+            panel_sub(w->type, w->panel, w->n_in, r, b * 2 + k / 16, &sc, &mn);
+            dst[b * 32 + k] = d * (float)sc * (float)panel_q(w->type, w->panel, w->n_in, r, b, k);
+        }
+    }
+}
+
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
+    if (w->type == QT_Q6_K) {
+        get_row_q6_K(w, r, dst);
+        return;
+    }
+    if (panel_is_k(w->type)) {
+        get_row_q45_K(w, r, dst);
+        return;
+    }
     const int i = (int)(r % PANEL_ROWS);
     for (int64_t b = 0; b < w->n_in / 32; b++) {
         const uint8_t *rec = rec_of(w->type, w->panel, w->n_in, r, b);
@@ -217,8 +356,45 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
     }
 }
 
+/* One super-block s of row r against activation block a, from acc (panel.h's K-quant steps):
+ * Q4_K / Q5_K integers S and M, then two fused steps; Q6_K one integer S over sub-blocks of
+ * 16, one fused step. */
+static float kref_step(uint32_t type, int64_t n, const void *panels, int64_t r, int64_t s,
+                       const struct block_q8_K *a, float acc) {
+    const int six = type == QT_Q6_K, nsub = six ? 16 : 8, len = six ? 16 : 32;
+    int32_t S = 0, M = 0;
+    for (int j = 0; j < nsub; j++) {
+        int sc, mn;
+        panel_sub(type, panels, n, r, s * nsub + j, &sc, &mn);
+        int32_t sj = 0;
+        for (int k = 0; k < len; k++) { /* element e of the super-block: block s * 8 + e / 32 */
+            const int e = j * len + k;
+            sj += panel_q(type, panels, n, r, s * 8 + e / 32, e % 32) * (int32_t)a->qs[e];
+        }
+        S += sc * sj;
+        if (!six) M += mn * ((int32_t)a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    }
+    const float d = quant_f16_to_f32(panel_d(type, panels, n, r, s * 8));
+    acc = fmaf((float)S, d * a->d, acc);
+    if (six) return acc;
+    const float dmin = quant_f16_to_f32(panel_m(type, panels, n, r, s * 8));
+    return fmaf(-(float)M, dmin * a->d, acc);
+}
+
 void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                     const void *act, size_t as, int na, float *y, int ldy) {
+    if (panel_is_k(type)) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int c = 0; c < na; c++) {
+                const struct block_q8_K *a =
+                    (const struct block_q8_K *)((const uint8_t *)act + (size_t)c * as);
+                float acc = 0.0f;
+                for (int64_t s = 0; s < n / 256; s++)
+                    acc = kref_step(type, n, panels, r, s, a + s, acc);
+                y[(size_t)c * (size_t)ldy + (size_t)r] = acc;
+            }
+        return;
+    }
     const int64_t nb = n / 32;
     const int mins = type == QT_Q4_1 || type == QT_Q5_1; /* Q8_1 activations: d, s, qs */
     const size_t bs = mins ? sizeof(struct block_q8_1) : sizeof(struct block_q8_0);

@@ -1,6 +1,7 @@
 /*
- * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 weight matrices repacked once, at start-up,
- * into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
+ * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K weight
+ * matrices repacked once, at
+ * start-up, into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
  * (kern_amx.c) and the AVX2 ones (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
  * the row kernel's multiply-adds per second at 64+ rows on a Zen 4 core for Q5_0). The
  * mmap'd rows stay as they are; a panel copy holds the same bytes in another order, and the
@@ -34,14 +35,40 @@
  *     [0, 64) f16 scales [h][i], [64, 128) f16 mins [h][i], [128, 640) nibbles as Q4_0's
  *   Q5_1, 768 bytes (u = nibble | high bit << 4, value d * u + m):
  *     [0, 64) scales, [64, 128) mins, [128, 256) high bits as Q5_0's, [256, 768) nibbles
- * The same bytes per block and row as the mmap (34, 22, 18, 18, 20 and 24). The kernels unpack a block of
- * 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
+ * The same bytes per block and row as the mmap (34, 22, 18, 18, 20 and 24). The kernels unpack a
+ * block of 16 rows into eight registers [16 rows x 4 unsigned bytes] and feed vpdpbusd directly.
+ *
+ * Q4_K (AVX-512 and AMX only): a record is one 256-element super-block of 16 rows (nsb =
+ * n_in / 256 records per panel), 2368 bytes, 148 per row against the file's 144:
+ *     [0, 32) f16 d [i], [32, 64) f16 dmin [i],
+ *     [64, 192) 6-bit sub-block scales sc [j = 0..7][i], [192, 320) 6-bit mins mn [j][i],
+ *     [320, 2368) nibbles [c = 0..3][g = 0..7][i][k % 4]: the file's qs[32c + 4g + k % 4]
+ *     of row i, whose low nibble u is element 64c + 4g + k % 4 (sub-block j = 2c, group g)
+ *     and high nibble element 64c + 32 + 4g + k % 4 (sub-block 2c + 1, group g).
+ * Its value is d * sc_j * u - dmin * mn_j (quant_dequant_q4_K_ref's). Padding rows: all 0.
+ * Q5_K: Q4_K's record and 512 bytes more, 2880 (180 per row against the file's 176): [2368,
+ *     2880) fifth bits [g][i][k % 4], the file's qh[4g + k % 4]: bit 2c (2c + 1) is the fifth
+ *     bit of u of element 64c + 4g + k % 4 (64c + 32 + 4g + k % 4); u = 0..31.
+ * Q6_K (AVX-512 and AMX only): the same, one super-block of 16 rows, 3392 bytes (210 per row
+ * as in the file, plus 32 of padding), u = q + 32 in 0..63:
+ *     [0, 32) f16 d [i], [32, 288) signed scales sc [j = 0..15][i] (sub-blocks of 16),
+ *     [320, 2368) low nibbles of u as Q4_K's nibbles (element 64c + 4g + k % 4 low, 64c +
+ *     32 + 4g + k % 4 high), [2368, 3392) high bits [h = 0..1][g = 0..7][i][k % 4]: bits 2t,
+ *     2t + 1 of the byte are u >> 4 of element 128h + 32t + 4g + k % 4.
+ * Its value is d * sc_j * (u - 32) (quant_dequant_q6_K_ref's).
  *
  * Arithmetic, fixed for every M, row range and thread count (so deterministic mode holds):
  * per row and block the exact integer S = sum q * a, then acc = fma((float)S, dw * da, acc)
  * over the blocks in order from acc = 0; Q4_1 / Q5_1 (S over u, activations Q8_1 with their
- * s = da * sum a) then also acc = fma(mw, s_a, acc) after each block's product. panel_gemm_ref is the scalar twin (same bits). It
- * is not vec_dot's order: a weight with a panel always goes through the panel kernels.
+ * s = da * sum a) then also acc = fma(mw, s_a, acc) after each block's product.
+ * Q4_K / Q5_K (activations Q8_K: a float d_a per 256, bsums per 16), per row and super-block:
+ * exact integers S = sum_j sc_j * (sum u * a over sub-block j) and M = sum_j mn_j *
+ * (bsums[2j] + bsums[2j + 1]), then acc = fma((float)S, d * d_a, acc) and acc =
+ * fma(-(float)M, dmin * d_a, acc), super-blocks in order from acc = 0 (vec_dot's formula,
+ * d * S - dmin * M, with its products fused). Q6_K: S = sum_j sc_j * (sum q * a over
+ * sub-block j of 16), then acc = fma((float)S, d * d_a, acc). panel_gemm_ref is the scalar twin
+ * (same bits). It is not vec_dot's order: a weight with a panel always goes through the panel
+ * kernels.
  *
  * Ownership: panel_pack returns memory the caller owns and frees with panel_free.
  * Threads: pure functions; panel_pack and panel_free on the owning thread.
@@ -61,6 +88,9 @@
 #define PANEL_REC_IQ4_NL 576 /* Q4_0's layout */
 #define PANEL_REC_Q4_1 640
 #define PANEL_REC_Q5_1 768
+#define PANEL_REC_Q4_K 2368 /* one super-block of 16 rows */
+#define PANEL_REC_Q5_K 2880
+#define PANEL_REC_Q6_K 3392
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
 /* Where the layout above puts a type's parts, for the kernels (inline: no call into panel.c).
@@ -87,6 +117,14 @@ static inline size_t panel_act_bytes(uint32_t t) {
 static inline size_t panel_act_qoff(uint32_t t) {
     return panel_has_min(t) ? 4 : 2;
 }
+/* Types whose records are 256-element super-blocks (Q8_K activations), not block pairs. */
+static inline int panel_is_k(uint32_t t) {
+    return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K;
+}
+/* Records per panel of a type for rows of n elements. */
+static inline int64_t panel_recs(uint32_t t, int64_t n) {
+    return panel_is_k(t) ? n / 256 : (n / 32 + 1) / 2;
+}
 /* Bytes of one record (a block pair of 16 rows) of a panel of this type, 0 if none. */
 static inline size_t panel_rec_bytes(uint32_t type) {
     return type == QT_Q8_0     ? PANEL_REC_Q8_0
@@ -95,6 +133,9 @@ static inline size_t panel_rec_bytes(uint32_t type) {
            : type == QT_IQ4_NL ? PANEL_REC_IQ4_NL
            : type == QT_Q4_1   ? PANEL_REC_Q4_1
            : type == QT_Q5_1   ? PANEL_REC_Q5_1
+           : type == QT_Q4_K   ? PANEL_REC_Q4_K
+           : type == QT_Q5_K   ? PANEL_REC_Q5_K
+           : type == QT_Q6_K   ? PANEL_REC_Q6_K
                                : 0;
 }
 
@@ -108,19 +149,25 @@ size_t panel_bytes(const struct kern_weight *w);
 int panel_pack(const struct kern_weight *w, struct pool *pool, void **out, size_t *bytes);
 void panel_free(void *p, size_t bytes);
 
-/* Element k of row i of block b (the integer of the weight: signed q, or Q4_1 / Q5_1's
- * unsigned u), that block's f16 scale and (Q4_1 / Q5_1, else 0) f16 min, read from the panel
- * layout above (tests and the scalar twin). */
+/* Element k of row i of block b (the integer of the weight: signed q, or Q4_1 / Q5_1's and
+ * Q4_K's / Q5_K's unsigned u), that block's f16 scale and (Q4_1 / Q5_1, else 0) f16 min, read
+ * from the panel layout above (tests and the scalar twin). K-quants: b counts 32-element
+ * blocks; panel_d / panel_m give the super-block's d / dmin (Q6_K: 0), Q6_K's q is signed.
+ * panel_sub gives Q4_K's / Q5_K's 6-bit scale and min of 32-element sub-block b, Q6_K's signed
+ * scale of 16-element sub-block b (min 0); the others: 0. */
 int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k);
 uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
 uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
+void panel_sub(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int *sc,
+               int *mn);
 
 /* Row r of a packed weight w (w->panel set) dequantized into dst[n_in]: the embedding
  * lookup of a tied LM head, the same values kern_get_row gives from the file's row. */
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst);
 
 /* Scalar twin of the panel kernels: y[c * ldy + r] for r in [r0, r1), c < na, from the
- * activation rows act + c * as (Q8_0; Q8_1 for Q4_1 / Q5_1). Same bits as the SIMD kernel. */
+ * activation rows act + c * as (Q8_0; Q8_1 for Q4_1 / Q5_1; Q8_K for the K-quants). Same bits as
+ * the SIMD kernel. */
 void panel_gemm_ref(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                     const void *act, size_t as, int na, float *y, int ldy);
 
