@@ -1,6 +1,6 @@
 /*
  * kern_amx — the panel kernels (panel.h: Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1; the
- * K-quants Q4_K, Q5_K, Q6_K below) on AMX tiles, for batches of 16 and more activation rows
+ * K-quants Q3_K, Q4_K, Q5_K, Q6_K below) on AMX tiles, for batches of 16 and more activation rows
  * (prefill, multi-sequence decode). Compiled with the AVX-512 options plus -mamx-tile
  * -mamx-int8; kern_init installs it only when kern_isa_supported(KERN_ISA_AMX) (the CPU has
  * AMX-INT8 and the kernel granted this process the tile state).
@@ -206,14 +206,14 @@ static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r
                 y + (size_t)done * (size_t)ldy, ldy);
 }
 
-/* The K-quants (panel.h: Q4_K, Q6_K): per super-block of 16 rows, one tile product per
- * sub-block j (Q4_K / Q5_K 8 of 32 elements, Q6_K 16 of 16): A = the activations' quants of
+/* The K-quants (panel.h: Q3_K, Q4_K, Q5_K, Q6_K): per super-block of 16 rows, one tile product per
+ * sub-block j (Q4_K / Q5_K 8 of 32 elements, Q6_K / Q3_K 16 of 16): A = the activations' quants of
  * sub-block j, B = its unsigned weights u (pk_unpack: valid signed bytes, 0..63), so C_j[m][i]
  * is the exact sub-block sum; then per activation S = sum_j sc_j * C_j (vpmulld), M by
  * vpdpwssd and pk_step, as the VNNI kernel does. */
 #define AK_SB 8 /* super-blocks per chunk: B tiles 32 KiB */
 #define AK_TB 2 /* super-blocks whose tile products run before their integer steps */
-static kern_panel_fn g_vnni_q4_K, g_vnni_q5_K, g_vnni_q6_K;
+static kern_panel_fn g_vnni_q3_K, g_vnni_q4_K, g_vnni_q5_K, g_vnni_q6_K;
 
 struct ak_prep {
     float d[AX_NA][AK_SB];
@@ -221,8 +221,8 @@ struct ak_prep {
 };
 
 /* Sub-blocks per super-block and bytes per sub-block. */
-#define AK_NSUB(t) ((t) == QT_Q6_K ? 16 : 8)
-#define AK_KB(t) ((t) == QT_Q6_K ? 16 : 32)
+#define AK_NSUB(t) (panel_k16(t) ? 16 : 8)
+#define AK_KB(t) (panel_k16(t) ? 16 : 32)
 
 /* B tiles of super-blocks [s0, s0 + sn) of one panel, 4096 bytes each, laid out [chunk][lo,
  * hi][g][16 rows x 4 bytes]: that is sub-block after sub-block for both types, sub-block j at
@@ -285,7 +285,7 @@ ak_chunk(uint32_t type, int64_t nsb, const uint8_t *panels, int64_t r0, int64_t 
                         sc[j] = pk_scale(type, rec, j);
                     pk_pairs(type, rec, mp);
                     const __m512 dw = pk_half(rec, 0);
-                    const __m512 mw = type == QT_Q6_K ? _mm512_setzero_ps() : pk_half(rec, 32);
+                    const __m512 mw = panel_k16(type) ? _mm512_setzero_ps() : pk_half(rec, 32);
                     const int32_t *ck = cbuf + (size_t)(k - t0) * (size_t)nsub * AX_G * PANEL_ROWS;
                     for (int m = 0; m < AX_G; m++) {
                         __m512i S = _mm512_setzero_si512();
@@ -344,6 +344,11 @@ static void ak_gemm_q5_K(int64_t n, const void *panels, int64_t r0, int64_t r1, 
     ak_gemm(QT_Q5_K, g_vnni_q5_K, n, panels, r0, r1, act, as, na, y, ldy);
 }
 
+static void ak_gemm_q3_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    ak_gemm(QT_Q3_K, g_vnni_q3_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
 static void ak_gemm_q6_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
                          size_t as, int na, float *y, int ldy) {
     ak_gemm(QT_Q6_K, g_vnni_q6_K, n, panels, r0, r1, act, as, na, y, ldy);
@@ -376,6 +381,10 @@ void panel_register_amx(struct kern_ops *ops) {
     if (ops->t[QT_Q5_K].panel) {
         g_vnni_q5_K = ops->t[QT_Q5_K].panel;
         ops->t[QT_Q5_K].panel = ak_gemm_q5_K;
+    }
+    if (ops->t[QT_Q3_K].panel) {
+        g_vnni_q3_K = ops->t[QT_Q3_K].panel;
+        ops->t[QT_Q3_K].panel = ak_gemm_q3_K;
     }
     if (ops->t[QT_Q6_K].panel) {
         g_vnni_q6_K = ops->t[QT_Q6_K].panel;

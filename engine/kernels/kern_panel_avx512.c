@@ -1,6 +1,6 @@
 /*
  * kern_panel_avx512 — the AVX-512 VNNI kernels over Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1,
- * Q4_K, Q5_K and Q6_K panels (layout and arithmetic: panel.h; the K-quants: pk_panel below).
+ * Q3_K, Q4_K, Q5_K and Q6_K panels (layout and arithmetic: panel.h; the K-quants: pk_panel below).
  *
  * Block b of 16 rows unpacks into eight registers of [16 rows x 4 unsigned bytes] (Q8_0:
  * loaded as they are; the nibble types: nibbles split, Q5_0's / Q5_1's high bits added under
@@ -161,10 +161,10 @@ PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
 }
 
 /* NC Q8_K activations (quants of super-block s at act[c] + s * sizeof(block_q8_K)) against
- * one K-quant panel (Q4_K, Q5_K, Q6_K): per super-block and chunk of 64 elements, the unpacked
- * weights (pk_unpack) meet each activation in vpdpbusd, one sum per sub-block (Q4_K 2, Q6_K
- * 4 per chunk), and vpmulld by the sub-block scales adds them into the exact S; M is four
- * (eight) vpdpwssd, then pk_step. */
+ * one K-quant panel (Q3_K, Q4_K, Q5_K, Q6_K): per super-block and chunk of 64 elements, the
+ * unpacked weights (pk_unpack) meet each activation in vpdpbusd, one sum per sub-block (Q4_K 2,
+ * Q6_K / Q3_K 4 per chunk), and vpmulld by the sub-block scales adds them into the exact S; M is
+ * four (eight) vpdpwssd, then pk_step. */
 PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
                     const struct pk_act *A, const uint8_t *const *act, __m512 *acc) {
     const size_t rb = panel_rec_bytes(type);
@@ -187,7 +187,7 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
             for (int c = 0; c < NC; c++) {
                 const uint8_t *qs = act[c] + (size_t)s * sizeof(struct block_q8_K) + 64 * cc;
                 __m512i t;
-                if (type == QT_Q6_K)
+                if (panel_k16(type))
                     t = _mm512_add_epi32(
                         _mm512_add_epi32(
                             _mm512_mullo_epi32(pk_dot(lo, qs, 0, 4), pk_scale(type, rec, 4 * cc)),
@@ -208,7 +208,7 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
         __m512i mp[8];
         pk_pairs(type, rec, mp);
         const __m512 dw = pk_half(rec, 0);
-        const __m512 mw = type == QT_Q6_K ? _mm512_setzero_ps() : pk_half(rec, 32);
+        const __m512 mw = panel_k16(type) ? _mm512_setzero_ps() : pk_half(rec, 32);
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             acc[c] = pk_step(type, S[c], pk_mins(type, mp, A[c].bp[s]), dw, mw, A[c].d[s], acc[c]);
@@ -265,6 +265,11 @@ static void pz_gemm_q5_K(int64_t n, const void *panels, int64_t r0, int64_t r1, 
     pk_gemm(QT_Q5_K, n, panels, r0, r1, act, as, na, y, ldy);
 }
 
+static void pz_gemm_q3_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
+                         size_t as, int na, float *y, int ldy) {
+    pk_gemm(QT_Q3_K, n, panels, r0, r1, act, as, na, y, ldy);
+}
+
 static void pz_gemm_q6_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
                          size_t as, int na, float *y, int ldy) {
     pk_gemm(QT_Q6_K, n, panels, r0, r1, act, as, na, y, ldy);
@@ -292,4 +297,5 @@ void panel_register_avx512(struct kern_ops *ops) {
     ops->t[QT_Q4_K].panel = pz_gemm_q4_K;
     ops->t[QT_Q5_K].panel = pz_gemm_q5_K;
     ops->t[QT_Q6_K].panel = pz_gemm_q6_K;
+    ops->t[QT_Q3_K].panel = pz_gemm_q3_K;
 }

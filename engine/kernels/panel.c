@@ -106,6 +106,36 @@ static void pack_q6_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
     }
 }
 
+/* Panel p of a Q3_K weight (layout: panel.h): the file's qs and hmask bytes regrouped, its
+ * 6-bit scales (quant_dequant_q3_K_ref's unpacking) minus 32. */
+static void pack_q3_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
+    const int64_t nsb = w->n_in / 256;
+    for (int64_t s = 0; s < nsb; s++) {
+        uint8_t *rec = pp + (size_t)s * PANEL_REC_Q3_K;
+        for (int i = 0; i < PANEL_ROWS && p * PANEL_ROWS + i < w->n_out; i++) {
+            const struct block_q3_K *blk =
+                (const struct block_q3_K *)((const uint8_t *)w->data +
+                                            (size_t)(p * PANEL_ROWS + i) * w->row_bytes) +
+                s;
+            const uint8_t *sp = blk->scales;
+            memcpy(rec + 2 * i, &blk->d, 2);
+            for (int m = 0; m < 4; m++) {
+                const int S[4] = {(sp[m] & 0xf) | (((sp[8 + m] >> 0) & 3) << 4),
+                                  (sp[4 + m] & 0xf) | (((sp[8 + m] >> 2) & 3) << 4),
+                                  (sp[m] >> 4) | (((sp[8 + m] >> 4) & 3) << 4),
+                                  (sp[4 + m] >> 4) | (((sp[8 + m] >> 6) & 3) << 4)};
+                for (int q = 0; q < 4; q++)
+                    rec[32 + (4 * q + m) * 16 + i] = (uint8_t)(int8_t)(S[q] - 32);
+            }
+            for (int g = 0; g < 8; g++) {
+                memcpy(rec + 320 + g * 64 + i * 4, blk->qs + 4 * g, 4);
+                memcpy(rec + 320 + 512 + g * 64 + i * 4, blk->qs + 32 + 4 * g, 4);
+                memcpy(rec + 1344 + g * 64 + i * 4, blk->hmask + 4 * g, 4);
+            }
+        }
+    }
+}
+
 static void pack_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct pack_job *j = arg;
@@ -116,7 +146,9 @@ static void pack_task(void *arg, int task, int n_tasks) {
     for (int64_t p = p0; p < p1; p++) {
         uint8_t *pp = j->mem + (size_t)p * (size_t)panel_recs(w->type, w->n_in) * rb;
         if (panel_is_k(w->type)) {
-            (w->type == QT_Q6_K ? pack_q6_K : pack_q45_K)(w, pp, p);
+            (w->type == QT_Q6_K   ? pack_q6_K
+             : w->type == QT_Q3_K ? pack_q3_K
+                                  : pack_q45_K)(w, pp, p);
             continue;
         }
         for (int64_t b = 0; b < 2 * npair; b++) {
@@ -239,7 +271,7 @@ uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_
 void panel_sub(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int *sc,
                int *mn) {
     *sc = *mn = 0;
-    if (type == QT_Q6_K) { /* b: a sub-block of 16 */
+    if (panel_k16(type)) { /* b: a sub-block of 16 */
         *sc = (int8_t)rec_of(type, panels, n, r, b / 2)[32 + (b % 16) * 16 + r % PANEL_ROWS];
         return;
     }
@@ -251,7 +283,7 @@ void panel_sub(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t 
 
 uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b) {
     quant_half m = 0;
-    if (type == QT_Q6_K) return 0;
+    if (panel_k16(type)) return 0;
     if (type == QT_Q4_K || type == QT_Q5_K) {
         memcpy(&m, rec_of(type, panels, n, r, b) + 32 + (r % PANEL_ROWS) * 2, 2);
         return m;
@@ -270,6 +302,11 @@ int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, 
         const uint8_t x = rec[320 + (j / 2) * 512 + at];
         const int fifth = type == QT_Q5_K ? (rec[2368 + at] >> j & 1) << 4 : 0;
         return (j & 1 ? x >> 4 : x & 15) | fifth;
+    }
+    if (type == QT_Q3_K) { /* element e of the super-block: two low bits, a third */
+        const int e = (int)(b % 8) * 32 + k, at = ((e % 32) / 4) * 64 + i * 4 + e % 4;
+        const int lo = (rec[320 + (e / 128) * 512 + at] >> (2 * ((e % 128) / 32))) & 3;
+        return (lo | ((rec[1344 + at] >> (e / 32)) & 1) << 2) - 4;
     }
     if (type == QT_Q6_K) { /* element e of the super-block */
         const int e = (int)(b % 8) * 32 + k, c = e / 64, hi = (e % 64) / 32, g = (e % 32) / 4;
@@ -310,7 +347,7 @@ static void get_row_q45_K(const struct kern_weight *w, int64_t r, float *dst) {
     }
 }
 
-/* Row r of a Q6_K panel, quant_dequant_q6_K_ref's expressions. */
+/* Row r of a Q6_K / Q3_K panel, quant_dequant_q6_K_ref's (q3_K's) expressions. */
 static void get_row_q6_K(const struct kern_weight *w, int64_t r, float *dst) {
     for (int64_t b = 0; b < w->n_in / 32; b++) {
         const float d = quant_f16_to_f32(panel_d(w->type, w->panel, w->n_in, r, b));
@@ -323,7 +360,7 @@ static void get_row_q6_K(const struct kern_weight *w, int64_t r, float *dst) {
 }
 
 void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
-    if (w->type == QT_Q6_K) {
+    if (panel_k16(w->type)) {
         get_row_q6_K(w, r, dst);
         return;
     }
@@ -361,7 +398,7 @@ void panel_get_row(const struct kern_weight *w, int64_t r, float *dst) {
  * 16, one fused step. */
 static float kref_step(uint32_t type, int64_t n, const void *panels, int64_t r, int64_t s,
                        const struct block_q8_K *a, float acc) {
-    const int six = type == QT_Q6_K, nsub = six ? 16 : 8, len = six ? 16 : 32;
+    const int six = panel_k16(type), nsub = six ? 16 : 8, len = six ? 16 : 32;
     int32_t S = 0, M = 0;
     for (int j = 0; j < nsub; j++) {
         int sc, mn;

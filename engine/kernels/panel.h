@@ -1,5 +1,5 @@
 /*
- * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K weight
+ * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K weight
  * matrices repacked once, at
  * start-up, into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
  * (kern_amx.c) and the AVX2 ones (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
@@ -56,6 +56,13 @@
  *     32 + 4g + k % 4 high), [2368, 3392) high bits [h = 0..1][g = 0..7][i][k % 4]: bits 2t,
  *     2t + 1 of the byte are u >> 4 of element 128h + 32t + 4g + k % 4.
  * Its value is d * sc_j * (u - 32) (quant_dequant_q6_K_ref's).
+ * Q3_K (AVX-512 and AMX only): one super-block of 16 rows, 1856 bytes (116 per row against the
+ * file's 110), u = q + 4 in 0..7:
+ *     [0, 32) f16 d [i], [32, 288) signed scales sc = the file's 6-bit scale - 32 [j][i],
+ *     [320, 1344) low two bits [h = 0..1][g][i][k % 4], the file's qs[32h + 4g + k % 4]: bits
+ *     2t, 2t + 1 are those of element 128h + 32t + 4g + k % 4, [1344, 1856) third bits
+ *     [g][i][k % 4], the file's hmask[4g + k % 4]: bit t of element 32t + 4g + k % 4.
+ * Its value is d * sc_j * (u - 4) (quant_dequant_q3_K_ref's).
  *
  * Arithmetic, fixed for every M, row range and thread count (so deterministic mode holds):
  * per row and block the exact integer S = sum q * a, then acc = fma((float)S, dw * da, acc)
@@ -66,9 +73,9 @@
  * (bsums[2j] + bsums[2j + 1]), then acc = fma((float)S, d * d_a, acc) and acc =
  * fma(-(float)M, dmin * d_a, acc), super-blocks in order from acc = 0 (vec_dot's formula,
  * d * S - dmin * M, with its products fused). Q6_K: S = sum_j sc_j * (sum q * a over
- * sub-block j of 16), then acc = fma((float)S, d * d_a, acc). panel_gemm_ref is the scalar twin
- * (same bits). It is not vec_dot's order: a weight with a panel always goes through the panel
- * kernels.
+ * sub-block j of 16), then acc = fma((float)S, d * d_a, acc); Q3_K the same. panel_gemm_ref is the
+ * scalar twin (same bits). It is not vec_dot's order: a weight with a panel always goes through the
+ * panel kernels.
  *
  * Ownership: panel_pack returns memory the caller owns and frees with panel_free.
  * Threads: pure functions; panel_pack and panel_free on the owning thread.
@@ -91,6 +98,7 @@
 #define PANEL_REC_Q4_K 2368 /* one super-block of 16 rows */
 #define PANEL_REC_Q5_K 2880
 #define PANEL_REC_Q6_K 3392
+#define PANEL_REC_Q3_K 1856
 #define PANEL_NB_MAX 512 /* blocks per row a panel kernel prepares on its stack (16384 in) */
 
 /* Where the layout above puts a type's parts, for the kernels (inline: no call into panel.c).
@@ -119,7 +127,15 @@ static inline size_t panel_act_qoff(uint32_t t) {
 }
 /* Types whose records are 256-element super-blocks (Q8_K activations), not block pairs. */
 static inline int panel_is_k(uint32_t t) {
-    return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K;
+    return t == QT_Q4_K || t == QT_Q5_K || t == QT_Q6_K || t == QT_Q3_K;
+}
+/* K-quants with 16-element sub-blocks and signed scales, no min (Q6_K, Q3_K), and the
+ * offset their unsigned weights carry (u = q + off). */
+static inline int panel_k16(uint32_t t) {
+    return t == QT_Q6_K || t == QT_Q3_K;
+}
+static inline int panel_k16_off(uint32_t t) {
+    return t == QT_Q6_K ? 32 : 4;
 }
 /* Records per panel of a type for rows of n elements. */
 static inline int64_t panel_recs(uint32_t t, int64_t n) {
@@ -136,6 +152,7 @@ static inline size_t panel_rec_bytes(uint32_t type) {
            : type == QT_Q4_K   ? PANEL_REC_Q4_K
            : type == QT_Q5_K   ? PANEL_REC_Q5_K
            : type == QT_Q6_K   ? PANEL_REC_Q6_K
+           : type == QT_Q3_K   ? PANEL_REC_Q3_K
                                : 0;
 }
 
@@ -152,9 +169,10 @@ void panel_free(void *p, size_t bytes);
 /* Element k of row i of block b (the integer of the weight: signed q, or Q4_1 / Q5_1's and
  * Q4_K's / Q5_K's unsigned u), that block's f16 scale and (Q4_1 / Q5_1, else 0) f16 min, read
  * from the panel layout above (tests and the scalar twin). K-quants: b counts 32-element
- * blocks; panel_d / panel_m give the super-block's d / dmin (Q6_K: 0), Q6_K's q is signed.
- * panel_sub gives Q4_K's / Q5_K's 6-bit scale and min of 32-element sub-block b, Q6_K's signed
- * scale of 16-element sub-block b (min 0); the others: 0. */
+ * blocks; panel_d / panel_m give the super-block's d / dmin (Q6_K, Q3_K: 0); their q is
+ * signed.
+ * panel_sub gives Q4_K's / Q5_K's 6-bit scale and min of 32-element sub-block b, Q6_K's and
+ * Q3_K's signed scale of 16-element sub-block b (min 0); the others: 0. */
 int panel_q(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b, int k);
 uint16_t panel_d(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);
 uint16_t panel_m(uint32_t type, const void *panels, int64_t n, int64_t r, int64_t b);

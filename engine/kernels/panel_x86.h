@@ -96,15 +96,33 @@ PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
     }
 }
 
-/* K-quant records (panel.h: Q4_K, Q5_K, Q6_K). Chunk cc (elements 64cc..64cc+63) of a
+/* K-quant records (panel.h: Q3_K, Q4_K, Q5_K, Q6_K). Chunk cc (elements 64cc..64cc+63) of a
  * record as lo[g] / hi[g], g = 0..7: [16 rows x 4 unsigned bytes] of elements 64cc + 4g..
  * and 64cc + 32 + 4g..: Q4_K's nibbles u (sub-blocks 2cc, 2cc + 1), Q5_K's with their fifth
- * bit, Q6_K's u = q + 32 with its two high bits (sub-blocks 4cc + g / 4, 4cc + 2 + g / 4). */
+ * bit, Q6_K's u = q + 32 with its two high bits (sub-blocks 4cc + g / 4, 4cc + 2 + g / 4),
+ * Q3_K's u = q + 4 from its two low bits and third bit (the same sub-blocks). */
 PZ_AI void pk_unpack(uint32_t t, const uint8_t *rec, int cc, __m512i *lo, __m512i *hi) {
     const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
     const __m512i *x = (const __m512i *)(rec + 320 + cc * 512);
     const __m512i *hb = (const __m512i *)(rec + 2368 + (cc / 2) * 512);
     const __m512i *hb5 = (const __m512i *)(rec + 2368);
+    if (t == QT_Q3_K) { /* low bits 2t, 2t + 1 of the byte, t = 2 (cc & 1) (lo) or + 1 (hi) */
+        const __m512i m3 = _mm512_set1_epi8(3), m04 = _mm512_set1_epi8(4);
+        const __m512i *q2 = (const __m512i *)(rec + 320 + (cc / 2) * 512);
+        const __m512i *h3 = (const __m512i *)(rec + 1344);
+        const int s0 = 4 * (cc & 1);
+        for (int g = 0; g < 8; g++) {
+            const __m512i v = _mm512_load_si512(q2 + g), h = _mm512_load_si512(h3 + g);
+            /* third bits 2cc (lo) and 2cc + 1 (hi) moved to bit 2 */
+            const __m512i hl = cc ? _mm512_srli_epi16(h, 2 * cc - 2) : _mm512_slli_epi16(h, 2);
+            const __m512i hh = cc ? _mm512_srli_epi16(h, 2 * cc - 1) : _mm512_slli_epi16(h, 1);
+            lo[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, s0), m3),
+                                    _mm512_and_si512(hl, m04));
+            hi[g] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, s0 + 2), m3),
+                                    _mm512_and_si512(hh, m04));
+        }
+        return;
+    }
     for (int g = 0; g < 8; g++) {
         const __m512i v = _mm512_load_si512(x + g);
         lo[g] = _mm512_and_si512(v, m4);
@@ -128,10 +146,10 @@ PZ_AI void pk_unpack(uint32_t t, const uint8_t *rec, int cc, __m512i *lo, __m512
     }
 }
 
-/* Sub-block j's scales of the 16 rows as int32 lanes (Q4_K: j < 8, 6-bit; Q6_K: j < 16,
- * signed). */
+/* Sub-block j's scales of the 16 rows as int32 lanes (Q4_K: j < 8, 6-bit; Q6_K, Q3_K: j <
+ * 16, signed). */
 PZ_AI __m512i pk_scale(uint32_t t, const uint8_t *rec, int j) {
-    if (t == QT_Q6_K)
+    if (panel_k16(t))
         return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(rec + 32 + 16 * j)));
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + 64 + 16 * j)));
 }
@@ -139,12 +157,12 @@ PZ_AI __m512i pk_scale(uint32_t t, const uint8_t *rec, int j) {
 /* Pairs of the per-row factors of the activation sums, as int16 pairs for vpdpwssd (lane i =
  * f_2p | f_2p+1 << 16): Q4_K's mins (4 pairs), Q6_K's scales (8 pairs). */
 PZ_AI int pk_npair(uint32_t t) {
-    return t == QT_Q6_K ? 8 : 4;
+    return panel_k16(t) ? 8 : 4;
 }
 PZ_AI void pk_pairs(uint32_t t, const uint8_t *rec, __m512i *mp) {
     for (int p = 0; p < pk_npair(t); p++) {
         __m512i a, b;
-        if (t == QT_Q6_K) {
+        if (panel_k16(t)) {
             a = pk_scale(t, rec, 2 * p), b = pk_scale(t, rec, 2 * p + 1);
             a = _mm512_and_si512(a, _mm512_set1_epi32(0xFFFF));
         } else {
@@ -163,7 +181,7 @@ PZ_AI void pk_prep(uint32_t t, int64_t nsb, const uint8_t *ab, float *d, int32_t
         const struct block_q8_K *blk = (const struct block_q8_K *)ab + s;
         d[s] = blk->d;
         for (int p = 0; p < pk_npair(t); p++) {
-            if (t == QT_Q6_K) {
+            if (panel_k16(t)) {
                 memcpy(&bp[s][p], blk->bsums + 2 * p, 4);
                 continue;
             }
@@ -188,8 +206,8 @@ PZ_AI __m512i pk_mins(uint32_t t, const __m512i *mp, const int32_t *bp) {
  * sc_j * q * a; acc = fma(that, d * d_a, acc). */
 PZ_AI __m512 pk_step(uint32_t t, __m512i S, __m512i M, __m512 dw, __m512 mw, float da, __m512 acc) {
     const __m512 a = _mm512_set1_ps(da);
-    if (t == QT_Q6_K) {
-        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5));
+    if (panel_k16(t)) { /* off = 32 (Q6_K) or 4 (Q3_K) */
+        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, t == QT_Q6_K ? 5 : 2));
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, a), acc);
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, a), acc);

@@ -1,5 +1,5 @@
 /*
- * test_kpanel — Q4_K, Q5_K and Q6_K weights repacked into 16-row super-block panels
+ * test_kpanel — Q3_K, Q4_K, Q5_K and Q6_K weights repacked into 16-row super-block panels
  * (engine/kernels/panel.h):
  *   - the layout: every element, scale and min read back from the panel gives the row's own
  *     values (quant_dequant_row_ref), padding rows are zero, and panel_get_row (the tied
@@ -35,7 +35,7 @@ static float rnd_f(float lo, float hi) {
     return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f;
 }
 
-static const uint32_t k_types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K};
+static const uint32_t k_types[] = {QT_Q4_K, QT_Q5_K, QT_Q6_K, QT_Q3_K};
 
 /* n_out random rows of n_in of type t (valid d / dmin, all byte values elsewhere). */
 static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64_t n_out) {
@@ -48,6 +48,10 @@ static struct kern_weight rnd_rows(uint32_t t, uint8_t *buf, int64_t n_in, int64
             uint8_t *row = buf + (size_t)r * w.row_bytes;
             if (t == QT_Q6_K) {
                 ((struct block_q6_K *)row)[s].d = quant_f32_to_f16(rnd_f(0.00005f, 0.001f));
+                continue;
+            }
+            if (t == QT_Q3_K) {
+                ((struct block_q3_K *)row)[s].d = quant_f32_to_f16(rnd_f(0.0005f, 0.01f));
                 continue;
             }
             /* Q4_K / Q5_K: d, dmin first */
@@ -87,16 +91,17 @@ static void check_layout(uint32_t t) {
             for (int k = 0; k < 32; k++) {
                 int sc, mn;
                 /* Q4_K: a scale and min per 32, Q6_K: a scale per 16 */
-                panel_sub(t, p, NIN, r, t == QT_Q6_K ? 2 * b + k / 16 : b, &sc, &mn);
+                const int k16 = t == QT_Q6_K || t == QT_Q3_K, lim = t == QT_Q6_K ? 32 : 4;
+                panel_sub(t, p, NIN, r, k16 ? 2 * b + k / 16 : b, &sc, &mn);
                 const int q = panel_q(t, p, NIN, r, b, k);
-                const int ok = t == QT_Q6_K ? q >= -32 && q < 32 && mn == 0 && dmin == 0
-                                            : q >= 0 && q < (t == QT_Q5_K ? 32 : 16) && sc < 64 &&
-                                                  mn >= 0 && mn < 64;
+                const int ok =
+                    k16 ? q >= -lim && q < lim && mn == 0 && dmin == 0
+                        : q >= 0 && q < (t == QT_Q5_K ? 32 : 16) && sc < 64 && mn >= 0 && mn < 64;
                 T_ASSERTF(ok, "%s row %ld block %ld: q %d sc %d mn %d", name, (long)r, (long)b, q,
                           sc, mn);
-                const float v = t == QT_Q6_K ? d * (float)sc * (float)q
-                                             : d * (float)sc * (float)q - dmin * (float)mn;
-                /* padding: d, scales and mins 0 (Q6_K's u = 0 is q = -32) */
+                const float v =
+                    k16 ? d * (float)sc * (float)q : d * (float)sc * (float)q - dmin * (float)mn;
+                /* padding: d, scales and mins 0 (Q6_K's u = 0 is q = -32, Q3_K's -4) */
                 T_ASSERTF(real ? v == row[b * 32 + k] : (sc | mn) == 0 && d == 0 && dmin == 0,
                           "%s row %ld block %ld element %d: %g vs %g", name, (long)r, (long)b, k, v,
                           real ? row[b * 32 + k] : 0.0f);
@@ -197,10 +202,10 @@ static void test_kernel_bits_amx(void) {
     if (kern_isa_supported(KERN_ISA_AMX)) { /* a kernel of its own, not VNNI's */
         T_ASSERT(kern_init(KERN_ISA_AVX512) == 0);
         const kern_panel_fn v4 = kern_panel_kernel(QT_Q4_K), v6 = kern_panel_kernel(QT_Q6_K),
-                            v5 = kern_panel_kernel(QT_Q5_K);
+                            v5 = kern_panel_kernel(QT_Q5_K), v3 = kern_panel_kernel(QT_Q3_K);
         T_ASSERT(kern_init(KERN_ISA_AMX) == 0);
         T_ASSERT(kern_panel_kernel(QT_Q4_K) != v4 && kern_panel_kernel(QT_Q6_K) != v6 &&
-                 kern_panel_kernel(QT_Q5_K) != v5);
+                 kern_panel_kernel(QT_Q5_K) != v5 && kern_panel_kernel(QT_Q3_K) != v3);
     }
     check_kernel_bits(KERN_ISA_AMX);
 }
