@@ -1,8 +1,8 @@
 /*
- * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K weight
- * matrices repacked once, at
- * start-up, into 16-row panels for the AVX-512 VNNI kernels (kern_panel_avx512.c), their AMX twins
- * (kern_amx.c) and the AVX2 ones (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
+ * panel — Q8_0, Q5_0, Q4_0, IQ4_NL, Q4_1, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K weight matrices
+ * repacked once, at start-up, into 16-row panels for the AVX-512 VNNI kernels
+ * (kern_panel_avx512.c), their AMX twins (kern_amx.c) and, for the first six, the AVX2 ones
+ * (kern_panel_avx2.c: vpmaddubsw over [8 rows x 4 bytes], 2.4x
  * the row kernel's multiply-adds per second at 64+ rows on a Zen 4 core for Q5_0). The
  * mmap'd rows stay as they are; a panel copy holds the same bytes in another order, and the
  * forward pass hands the original pages back to the kernel (madvise) so memory does not
