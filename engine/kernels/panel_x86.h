@@ -201,13 +201,13 @@ PZ_AI __m512i pk_mins(uint32_t t, const __m512i *mp, const int32_t *bp) {
 }
 
 /* The float steps of one super-block (panel.h). S = sum_j sc_j * (sum of u * a over j).
- * Q4_K: acc = fma(S, d * d_a, acc), then acc = fma(-M, dmin * d_a, acc). Q6_K: the weights
- * entered as u = q + 32, so S - 32 * M (M = sum_j sc_j * bsum_j) is the exact sum of
- * sc_j * q * a; acc = fma(that, d * d_a, acc). */
+ * Q4_K: acc = fma(S, d * d_a, acc), then acc = fma(-M, dmin * d_a, acc). Q6_K / Q3_K: the
+ * weights entered as u = q + off (32 / 4), so S - off * M (M = sum_j sc_j * bsum_j) is the
+ * exact sum of sc_j * q * a; acc = fma(that, d * d_a, acc). */
 PZ_AI __m512 pk_step(uint32_t t, __m512i S, __m512i M, __m512 dw, __m512 mw, float da, __m512 acc) {
     const __m512 a = _mm512_set1_ps(da);
-    if (panel_k16(t)) { /* off = 32 (Q6_K) or 4 (Q3_K) */
-        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, t == QT_Q6_K ? 5 : 2));
+    if (panel_k16(t)) { /* S - off * M, off = 32 (Q6_K) or 4 (Q3_K) */
+        S = _mm512_sub_epi32(S, _mm512_mullo_epi32(M, _mm512_set1_epi32(panel_k16_off(t))));
         return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, a), acc);
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, a), acc);
