@@ -255,37 +255,22 @@ PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
     }
 }
 
-static void pz_gemm_q4_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pk_gemm(QT_Q4_K, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pz_gemm_q5_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pk_gemm(QT_Q5_K, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pz_gemm_q3_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pk_gemm(QT_Q3_K, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-static void pz_gemm_q6_K(int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                         size_t as, int na, float *y, int ldy) {
-    pk_gemm(QT_Q6_K, n, panels, r0, r1, act, as, na, y, ldy);
-}
-
-#define PZ_ENTRY(name, T)                                                                          \
+/* One entry per type: the 32-block types through pz_gemm, the K-quants through pk_gemm. */
+#define PZ_ENTRY(name, T, impl)                                                                    \
     static void pz_gemm_##name(int64_t n, const void *panels, int64_t r0, int64_t r1,              \
                                const void *act, size_t as, int na, float *y, int ldy) {            \
-        pz_gemm(T, n, panels, r0, r1, act, as, na, y, ldy);                                        \
+        impl(T, n, panels, r0, r1, act, as, na, y, ldy);                                           \
     }
-PZ_ENTRY(q8_0, QT_Q8_0)
-PZ_ENTRY(q5_0, QT_Q5_0)
-PZ_ENTRY(q4_0, QT_Q4_0)
-PZ_ENTRY(iq4_nl, QT_IQ4_NL)
-PZ_ENTRY(q4_1, QT_Q4_1)
-PZ_ENTRY(q5_1, QT_Q5_1)
+PZ_ENTRY(q8_0, QT_Q8_0, pz_gemm)
+PZ_ENTRY(q5_0, QT_Q5_0, pz_gemm)
+PZ_ENTRY(q4_0, QT_Q4_0, pz_gemm)
+PZ_ENTRY(iq4_nl, QT_IQ4_NL, pz_gemm)
+PZ_ENTRY(q4_1, QT_Q4_1, pz_gemm)
+PZ_ENTRY(q5_1, QT_Q5_1, pz_gemm)
+PZ_ENTRY(q4_K, QT_Q4_K, pk_gemm)
+PZ_ENTRY(q5_K, QT_Q5_K, pk_gemm)
+PZ_ENTRY(q3_K, QT_Q3_K, pk_gemm)
+PZ_ENTRY(q6_K, QT_Q6_K, pk_gemm)
 
 void panel_register_avx512(struct kern_ops *ops) {
     ops->t[QT_Q8_0].panel = pz_gemm_q8_0;

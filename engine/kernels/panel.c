@@ -76,13 +76,6 @@ static void pack_q45_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
     }
 }
 
-/* u = q + 32 (0..63) of element e of a Q6_K block (quant_dequant_q6_K_ref's order). */
-static int q6_u(const struct block_q6_K *b, int e) {
-    const int h = e / 128, m = (e % 128) / 32, l = e % 32;
-    const uint8_t ql = b->ql[64 * h + 32 * (m & 1) + l];
-    return (m < 2 ? ql & 15 : ql >> 4) | ((b->qh[32 * h + l] >> (2 * m)) & 3) << 4;
-}
-
 /* Panel p of a Q6_K weight (layout: panel.h); padding rows stay zero. */
 static void pack_q6_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
     const int64_t nsb = w->n_in / 256;
@@ -96,12 +89,18 @@ static void pack_q6_K(const struct kern_weight *w, uint8_t *pp, int64_t p) {
             memcpy(rec + 2 * i, &blk->d, 2);
             for (int j = 0; j < 16; j++)
                 rec[32 + j * 16 + i] = (uint8_t)blk->scales[j];
-            for (int e = 0; e < 256; e++) {
-                const int u = q6_u(blk, e), c = e / 64, hi = (e % 64) / 32, g = (e % 32) / 4;
-                rec[320 + c * 512 + g * 64 + i * 4 + e % 4] |= (uint8_t)((u & 15) << (4 * hi));
-                const int h = e / 128, t = (e % 128) / 32;
-                rec[2368 + h * 512 + g * 64 + i * 4 + e % 4] |= (uint8_t)((u >> 4) << (2 * t));
-            }
+            /* the file's half h: ql[64h + l] holds elements 128h + l (low nibble) and
+             * 128h + 64 + l (high), ql[64h + 32 + l] elements 128h + 32 + l and 128h + 96 + l,
+             * qh[32h + l] their high bits at 2t: chunk 2h takes the low nibbles, 2h + 1 the
+             * high ones, and qh is the high-bit plane's bytes as they are */
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t a = blk->ql[64 * h + l], b = blk->ql[64 * h + 32 + l];
+                    const size_t at = (size_t)(l / 4) * 64 + (size_t)i * 4 + (size_t)(l % 4);
+                    rec[320 + (2 * h) * 512 + at] = (uint8_t)((a & 15) | (b & 15) << 4);
+                    rec[320 + (2 * h + 1) * 512 + at] = (uint8_t)((a >> 4) | (b & 0xF0));
+                    rec[2368 + h * 512 + at] = blk->qh[32 * h + l];
+                }
         }
     }
 }
