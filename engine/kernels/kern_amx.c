@@ -10,14 +10,14 @@
  * a_stride); B = the block's 8 groups x [16 rows x 4 bytes] of signed weights q (Q4_1 / Q5_1:
  * u, 0..31), unpacked from the panel record (panel_x86.h) once per panel and chunk of blocks
  * and shared by all the activations of the call; TDPBSSD gives C[m][i] = S, the exact integer
- * block sum. The float steps then are the VNNI kernel's, in the same order: acc =
- * fma((float)S, dw * da, acc) per block from acc = 0, then for Q4_1 / Q5_1 acc = fma(m, s_a,
- * acc).
- * Integer sums are exact in any order, so the result has the VNNI kernel's bits (and
- * panel_gemm_ref's, the scalar twin): test_panel and test_kpanel check it bit for bit. Batch and
- * thread invariance therefore hold whichever kernel computes a row. The tile products of up to
- * AX_TB blocks run back to back (two in flight) before their float steps, so the tile unit
- * and the vector units overlap.
+ * block sum. Q8_0's record is already a B tile (of u = q + 128): it is loaded in place and
+ * TDPBSUD's C = S + 128 * sum a is corrected in integers (ax_direct). The float steps then are the
+ * VNNI kernel's, in the same order: acc = fma((float)S, dw * da, acc) per block from acc = 0, then
+ * for Q4_1 / Q5_1 acc = fma(m, s_a, acc). Integer sums are exact in any order, so the result has
+ * the VNNI kernel's bits (and panel_gemm_ref's, the scalar twin): test_panel and test_kpanel check
+ * it bit for bit. Batch and thread invariance therefore hold whichever kernel computes a row. The
+ * tile products of up to AX_TB blocks run back to back (four in flight) before their float steps,
+ * so the tile unit and the vector units overlap.
  *
  * Activations beyond the last whole group of 16 go to the VNNI kernel (same bits).
  * Tile configuration: loaded at the start of every call on the calling (pool) thread and
@@ -47,14 +47,17 @@ static kern_panel_fn g_vnni[AX_NT];
  * (Macros, expanded before the intrinsics paste them into the instruction text.) */
 #define AX_C0 0
 #define AX_C1 1
-#define AX_A0 2
-#define AX_A1 3
-#define AX_B0 4
-#define AX_B1 5
+#define AX_C2 2
+#define AX_C3 3
+#define AX_A0 4
+#define AX_A1 5
+#define AX_B0 6
+#define AX_B1 7
 #define AX_ZERO(t) _tile_zero(t)
 #define AX_LOAD(t, p, stride) _tile_loadd(t, p, stride)
 #define AX_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define AX_DP(c, a, b) _tile_dpbssd(c, a, b)
+#define AX_DPU(c, a, b) _tile_dpbsud(c, a, b) /* A signed, B unsigned */
 
 struct ax_cfg {
     uint8_t palette, start_row, reserved[14];
@@ -67,7 +70,7 @@ static void ax_config(int kb) {
     struct ax_cfg c __attribute__((aligned(64)));
     memset(&c, 0, sizeof(c));
     c.palette = 1;
-    for (int t = AX_C0; t <= AX_C1; t++)
+    for (int t = AX_C0; t <= AX_C3; t++)
         c.rows[t] = AX_G, c.colsb[t] = PANEL_ROWS * 4; /* 16 x 16 int32 */
     for (int t = AX_A0; t <= AX_A1; t++)
         c.rows[t] = AX_G, c.colsb[t] = (uint16_t)kb; /* 16 activations x kb bytes */
@@ -83,21 +86,36 @@ static void ax_config(int kb) {
 struct ax_prep {
     float d[AX_NA][AX_KB];
     float sa[AX_NA][AX_KB];
+    int32_t cs[AX_NA][AX_KB]; /* Q8_0: 128 * (sum of the block's quants), see ax_direct */
 };
+
+/* Q8_0's panel record already holds each block as 8 groups x [16 rows x 4 bytes] of u = q +
+ * 128: a B tile as it is. Its products load B straight from the record and run TDPBSUD (signed
+ * activations a, unsigned u), so C = S + 128 * sum a, and ax_accum subtracts that integer:
+ * the same exact S, nothing unpacked or copied. */
+static inline int ax_direct(uint32_t type) {
+    return type == QT_Q8_0;
+}
 
 /* Blocks of a chunk that go through the tiles before their float steps (16 KiB of C). */
 #define AX_TB 16
+/* Panels ahead whose B tiles a direct (Q8_0) product prefetches: 1 was faster than 2 or 4,
+ * and than L2 or non-temporal hints, on the LM head at 16 activations. */
+#define AX_PF 1
 
 /* The float steps of one block for 16 activations: C (16 x 16 int32 = the exact sums S)
  * converted, times dw * da, into acc, then (mins) + mw * s_a. Exactly pz_panel's per-block
  * steps. */
 static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf, __m512 dw,
                                                            __m512 mw, const float *da,
-                                                           const float *sa, int kb, __m512 *acc) {
+                                                           const float *sa, const int32_t *cs,
+                                                           int kb, __m512 *acc) {
+#pragma GCC unroll 16
     for (int m = 0; m < AX_G; m++) {
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + m * PANEL_ROWS)), d,
-                                 acc[m]);
+        __m512i c = _mm512_load_si512(cbuf + m * PANEL_ROWS);
+        if (cs) c = _mm512_sub_epi32(c, _mm512_set1_epi32(cs[m * AX_KB + kb]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), d, acc[m]);
         if (mins) acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[m * AX_KB + kb]), acc[m]);
     }
 }
@@ -123,31 +141,52 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
     }
 }
 
-/* One block's tile product for 16 activations: C = A (activations) x B (weights). */
+/* One block's tile product for 16 activations: C = A (activations) x B (weights), B from
+ * the unpacked copy or (direct) the record itself. */
+#define AX_PROD(TC, TA, TB, b)                                                                     \
+    do {                                                                                           \
+        AX_LOAD(TA, ag + (size_t)(b)*abytes, (long)as);                                            \
+        if (direct) {                                                                              \
+            const uint8_t *bt_ = pp + (size_t)((b) >> 1) * rb + 64 + ((b)&1) * 512;                \
+            if (pf)                                                                                \
+                for (int l_ = 0; l_ < 512; l_ += 64)                                               \
+                    _mm_prefetch((const char *)bt_ + pfd + l_, _MM_HINT_T0);                       \
+            AX_LOAD(TB, bt_, 64);                                                                  \
+            AX_DPU(TC, TA, TB);                                                                    \
+        } else {                                                                                   \
+            AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                       \
+            AX_DP(TC, TA, TB);                                                                     \
+        }                                                                                          \
+    } while (0)
+#define AX_CST(TC, b) AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64)
 #define AX_BLOCK(TC, TA, TB, b)                                                                    \
     do {                                                                                           \
         AX_ZERO(TC);                                                                               \
-        AX_LOAD(TA, ag + (size_t)(b)*abytes, (long)as);                                            \
-        AX_LOAD(TB, bbuf + (size_t)((b)-kb0) * 512, 64);                                           \
-        AX_DP(TC, TA, TB);                                                                         \
-        AX_STORE(TC, cbuf + (size_t)((b)-t0) * AX_G * PANEL_ROWS, 64);                             \
+        AX_PROD(TC, TA, TB, b);                                                                    \
+        AX_CST(TC, b);                                                                             \
     } while (0)
 
 /* Rows [r0, r1) x activations [0, ng * 16) for one chunk of blocks [kb0, kb0 + kbn). */
-static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
-                     const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
-                     const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
+static inline __attribute__((always_inline)) void
+ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
+         const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
+         const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
     const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
-    const int mins = panel_has_min(type);
+    const int mins = panel_has_min(type), direct = ax_direct(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
-        ax_btiles(type, pp, rb, kb0, kbn, bbuf);
+        if (!direct) ax_btiles(type, pp, rb, kb0, kbn, bbuf);
         const __mmask16 msk = pz_rows_mask(p, r0, r1);
+        /* tile loads are not prefetched by the hardware: the first group's products ask for
+         * the same block AX_PF panels on, 8 lines at a time */
+        const size_t pfd = (size_t)AX_PF * (size_t)npair * rb;
         for (int g = 0; g < ng; g++) {
+            const int pf = direct && g == 0 && (p + AX_PF) * PANEL_ROWS < r1;
             /* past the block's scale (and s) */
             const uint8_t *ag = act + (size_t)g * AX_G * as + panel_act_qoff(type);
             const float *da = P->d[g * AX_G], *sa = P->sa[g * AX_G];
+            const int32_t *cs = direct ? P->cs[g * AX_G] : NULL;
             float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
             __m512 acc[AX_G];
             for (int m = 0; m < AX_G; m++)
@@ -155,16 +194,27 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
                                   : _mm512_maskz_loadu_ps(msk, yg + (size_t)m * (size_t)ldy);
             for (int64_t t0 = kb0; t0 < kb0 + kbn; t0 += AX_TB) {
                 const int64_t t1 = t0 + AX_TB < kb0 + kbn ? t0 + AX_TB : kb0 + kbn;
-                int64_t b = t0; /* the tiles first, two blocks in flight, then the floats */
-                for (; b + 1 < t1; b += 2) {
-                    AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
-                    AX_BLOCK(AX_C1, AX_A1, AX_B1, b + 1);
+                int64_t b = t0; /* the tiles first, four blocks in flight, then the floats */
+                for (; b + 3 < t1; b += 4) {
+                    AX_ZERO(AX_C0);
+                    AX_ZERO(AX_C1);
+                    AX_ZERO(AX_C2);
+                    AX_ZERO(AX_C3);
+                    AX_PROD(AX_C0, AX_A0, AX_B0, b);
+                    AX_PROD(AX_C1, AX_A1, AX_B1, b + 1);
+                    AX_PROD(AX_C2, AX_A0, AX_B0, b + 2);
+                    AX_PROD(AX_C3, AX_A1, AX_B1, b + 3);
+                    AX_CST(AX_C0, b);
+                    AX_CST(AX_C1, b + 1);
+                    AX_CST(AX_C2, b + 2);
+                    AX_CST(AX_C3, b + 3);
                 }
-                if (b < t1) AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
+                for (; b < t1; b++)
+                    AX_BLOCK(AX_C0, AX_A0, AX_B0, b);
                 for (b = t0; b < t1; b++)
                     ax_accum(mins, cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS,
                              ax_half16(pp, rb, b, 0),
-                             mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa,
+                             mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa, cs,
                              (int)(b - kb0), acc);
             }
             for (int m = 0; m < AX_G; m++)
@@ -173,8 +223,9 @@ static void ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r
     }
 }
 
-static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r1, const void *act,
-                    size_t as, int na, float *y, int ldy) {
+static inline __attribute__((always_inline)) void ax_gemm(int ti, int64_t n, const void *panels,
+                                                          int64_t r0, int64_t r1, const void *act,
+                                                          size_t as, int na, float *y, int ldy) {
     const uint32_t type = ax_types[ti];
     const kern_panel_fn vnni = g_vnni[ti];
     const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
@@ -196,14 +247,21 @@ static void ax_gemm(int ti, int64_t n, const void *panels, int64_t r0, int64_t r
             for (int k = 0; k < kbn; k++) {
                 P.d[c][k] = pz_h2f(ab + (size_t)k * abytes);
                 P.sa[c][k] = panel_has_min(type) ? pz_h2f(ab + (size_t)k * abytes + 2) : 0.0f;
+                if (ax_direct(type)) {
+                    const int8_t *q = (const int8_t *)(ab + (size_t)k * abytes + 2);
+                    int32_t sum = 0;
+                    for (int e = 0; e < 32; e++)
+                        sum += q[e];
+                    P.cs[c][k] = 128 * sum;
+                }
             }
         }
         ax_chunk(type, nb, panels, r0, r1, act, as, ng, y, ldy, kb0, kbn, &P, bbuf, cbuf);
     }
     _tile_release();
-    if (na > done)
-        ax_gemm(ti, n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
-                y + (size_t)done * (size_t)ldy, ldy);
+    if (na > done) /* fewer than 16 left */
+        vnni(n, panels, r0, r1, (const uint8_t *)act + (size_t)done * as, as, na - done,
+             y + (size_t)done * (size_t)ldy, ldy);
 }
 
 /* The K-quants (panel.h: Q3_K, Q4_K, Q5_K, Q6_K): per super-block of 16 rows, one tile product per
