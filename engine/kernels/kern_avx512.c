@@ -717,9 +717,13 @@ KZ_DEFINE_KQ(q6_K, KX_Q6_K)
 
 /* One activation (decode): each weight row is prefetched this many bytes ahead, and rows go
  * two at a time (KX_DEFINE's TR1 below). The F16 file of Gemma 3 270M, gemmad-cli bench
- * decode on a 2-core Xeon (AVX-512): no prefetch, 4 rows 27.5-28.4 tok/s; 512 / 2048 / 4096
- * bytes ahead 29.5-30.2 / 29.5-30.9 / 30.8-31.2; 4096 with 2 / 4 / 8 rows 31.8-32.3 /
- * 30.5-30.7 / 31.2-31.7 (BF16 29.6-29.7 / 29.1 / 28.8-29.5). */
+ * decode on a 2-core Xeon (AVX-512): no prefetch 27.5-28.4 tok/s; 512 / 2048 / 4096 bytes
+ * ahead 29.5-30.2 / 29.5-30.9 / 30.8-31.2. Those runs had kern.c hand the kernel one row per
+ * call (its prefetching driver's step, KERN_PF_STEP), so a row's 40 dependent FMAs ran alone;
+ * with whole tasks (gemm_task, 2026-12-06) two rows interleave: F16 29.4-29.7 -> 36.4-36.6
+ * tok/s, BF16 24.0-24.3 -> 24.7-25.0 (35.1 against F16's 38.6 on fresh copies of the files:
+ * the page cache of the older BF16 copy read slower). The LM head alone (bench_kern
+ * lm_head_f16, 2 threads): 18.9 -> 13.7-16.0 ms; 4 rows at a time were no faster. */
 #define KZ_HALF_PF 4096
 
 KX_AI __m512 kz_load16_half(int bf, const uint16_t *p) {
@@ -798,7 +802,9 @@ void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;
         ops->t[tab[i].t].gemm = tab[i].gemm;
-        ops->t[tab[i].t].gemm_task = tab[i].t == QT_Q4_0 || tab[i].t == QT_Q5_0 || tab[i].t == QT_Q8_0;
+        const uint32_t t = tab[i].t;
+        ops->t[t].gemm_task = t == QT_Q4_0 || t == QT_Q5_0 || t == QT_Q8_0 || t == QT_F16 ||
+                              t == QT_BF16;
     }
 }
 

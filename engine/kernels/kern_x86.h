@@ -807,6 +807,8 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
  * blocks are reused. */
 #define KX_GC 8
 #define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                              \
+    _Static_assert((TR1) <= KX_MAXR && (TR) <= KX_MAXR && (TC) <= KX_MAXC,                         \
+                   "a tile shape past KX_SWITCH's cases computes nothing");                        \
     static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                       \
         float y;                                                                                   \
         TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);                  \

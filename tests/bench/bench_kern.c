@@ -210,6 +210,8 @@ static const struct shape shapes[] = {
     {"ffn_up_q4_1", QT_Q4_1, 640, 2048},
     {"ffn_up_q5_1", QT_Q5_1, 640, 2048},
     {"ffn_down_q3_k", QT_Q3_K, 2048, 640}, /* the Q2_K file's */
+    {"lm_head_f16", QT_F16, 640, 262144}, /* the F16 / BF16 files' tied LM head */
+    {"lm_head_bf16", QT_BF16, 640, 262144},
 };
 
 /* Median seconds per call of fn over at least `budget` seconds (>= 3 calls). */

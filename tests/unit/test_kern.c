@@ -311,11 +311,15 @@ static void check_gemm_rows(enum kern_isa isa) {
     static const int64_t ns[] = {512, 544, NLONG};
     static const int nas[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, NA};
     static uint8_t w[NRM * NLONG * 2] __attribute__((aligned(64)));
-    static uint8_t a[NA * NLONG * 2] __attribute__((aligned(64)));
+    static uint8_t a[NA * (NLONG * 2 + 64)] __attribute__((aligned(64)));
     static float x[NLONG], y[NA * LDY], want[NA * LDY];
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const uint32_t t = k_types[ti];
         if (!ops.t[t].gemm_task) continue;
+        /* F16 / BF16 activations: kern.c's reference conversion (no SIMD quantizer) */
+        const kern_quant_act_fn qa = ops.t[t].quant_act ? ops.t[t].quant_act
+                                     : t == QT_F16      ? quant_f16_row_ref
+                                                        : quant_bf16_row_ref;
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             const int64_t n = ns[ni];
             const size_t wb = quant_row_size(t, n);
@@ -325,7 +329,7 @@ static void check_gemm_rows(enum kern_isa isa) {
                 rnd_weights(t, w + (size_t)r * wb, n);
             for (int c = 0; c < NA; c++) {
                 rnd_act(x, n, 0);
-                ops.t[t].quant_act(x, a + (size_t)c * ab, n);
+                qa(x, a + (size_t)c * ab, n);
                 for (int r = 0; r < NRM; r++)
                     want[c * LDY + r] = ops.t[t].vec_dot(n, w + (size_t)r * wb, a + (size_t)c * ab);
             }
