@@ -19,7 +19,12 @@
  * tile products of up to AX_TB blocks run back to back (four in flight) before their float steps,
  * so the tile unit and the vector units overlap.
  *
- * Activations beyond the last whole group of 16 go to the VNNI kernel (same bits).
+ * Activations beyond the last whole group of 16 go to the VNNI kernel (same bits). A Q8_0 call of
+ * AX_MIN_M..15 activations (speculative checks, a few streams) runs as one group of that many
+ * tile rows instead: the tile products cost about the same at any row count, and the VNNI
+ * kernel's multiply-adds grow with each activation (LM head, 2 threads, bench_kern: M = 5 / 8 /
+ * 12 11.0-11.6 / 12.3 / 16.2-16.4 ms on VNNI, 8.2 / 9.6 / 11.5 on tiles; M = 4 about 8 either
+ * way).
  * Tile configuration: loaded at the start of every call on the calling (pool) thread and
  * released at its end, so no thread keeps tile state between calls.
  */
@@ -65,15 +70,16 @@ struct ax_cfg {
     uint8_t rows[16];
 };
 
-/* kb: the bytes of one product's K (32: a block, or a Q4_K sub-block; 16: a Q6_K one). */
-static void ax_config(int kb) {
+/* kb: the bytes of one product's K (32: a block, or a Q4_K sub-block; 16: a Q6_K one); rows:
+ * the activations of a group (A and C rows), AX_G but for a call of fewer (ax_gemm). */
+static void ax_config(int kb, int rows) {
     struct ax_cfg c __attribute__((aligned(64)));
     memset(&c, 0, sizeof(c));
     c.palette = 1;
     for (int t = AX_C0; t <= AX_C3; t++)
-        c.rows[t] = AX_G, c.colsb[t] = PANEL_ROWS * 4; /* 16 x 16 int32 */
+        c.rows[t] = (uint8_t)rows, c.colsb[t] = PANEL_ROWS * 4; /* rows x 16 int32 */
     for (int t = AX_A0; t <= AX_A1; t++)
-        c.rows[t] = AX_G, c.colsb[t] = (uint16_t)kb; /* 16 activations x kb bytes */
+        c.rows[t] = (uint8_t)rows, c.colsb[t] = (uint16_t)kb; /* activations x kb bytes */
     for (int t = AX_B0; t <= AX_B1; t++)
         c.rows[t] = (uint8_t)(kb / 4), c.colsb[t] = PANEL_ROWS * 4; /* groups x [16 x 4 bytes] */
     /* not _tile_loadconfig: gcc's intrinsic names only the first 8 bytes as its input, so
@@ -99,6 +105,7 @@ static inline int ax_direct(uint32_t type) {
 
 /* Blocks of a chunk that go through the tiles before their float steps (16 KiB of C). */
 #define AX_TB 16
+#define AX_MIN_M 5 /* fewest activations of a Q8_0 call on tiles */
 /* Panels ahead whose B tiles a direct (Q8_0) product prefetches: 1 was faster than 2 or 4,
  * and than L2 or non-temporal hints, on the LM head at 16 activations. */
 #define AX_PF 1
@@ -109,9 +116,10 @@ static inline int ax_direct(uint32_t type) {
 static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf, __m512 dw,
                                                            __m512 mw, const float *da,
                                                            const float *sa, const int32_t *cs,
-                                                           int kb, __m512 *acc) {
+                                                           int kb, int nm, __m512 *acc) {
 #pragma GCC unroll 16
     for (int m = 0; m < AX_G; m++) {
+        if (m >= nm) break;
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
         __m512i c = _mm512_load_si512(cbuf + m * PANEL_ROWS);
         if (cs) c = _mm512_sub_epi32(c, _mm512_set1_epi32(cs[m * AX_KB + kb]));
@@ -169,7 +177,7 @@ static void ax_btiles(uint32_t type, const uint8_t *pp, size_t rb, int64_t kb0, 
 /* Rows [r0, r1) x activations [0, ng * 16) for one chunk of blocks [kb0, kb0 + kbn). */
 static inline __attribute__((always_inline)) void
 ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r1,
-         const uint8_t *act, size_t as, int ng, float *y, int ldy, int64_t kb0, int kbn,
+         const uint8_t *act, size_t as, int ng, int nm, float *y, int ldy, int64_t kb0, int kbn,
          const struct ax_prep *P, uint8_t *bbuf, int32_t *cbuf) {
     const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
     const int mins = panel_has_min(type), direct = ax_direct(type);
@@ -189,7 +197,7 @@ ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r
             const int32_t *cs = direct ? P->cs[g * AX_G] : NULL;
             float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
             __m512 acc[AX_G];
-            for (int m = 0; m < AX_G; m++)
+            for (int m = 0; m < nm; m++)
                 acc[m] = kb0 == 0 ? _mm512_setzero_ps()
                                   : _mm512_maskz_loadu_ps(msk, yg + (size_t)m * (size_t)ldy);
             for (int64_t t0 = kb0; t0 < kb0 + kbn; t0 += AX_TB) {
@@ -215,9 +223,9 @@ ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r
                     ax_accum(mins, cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS,
                              ax_half16(pp, rb, b, 0),
                              mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa, cs,
-                             (int)(b - kb0), acc);
+                             (int)(b - kb0), nm, acc);
             }
-            for (int m = 0; m < AX_G; m++)
+            for (int m = 0; m < nm; m++)
                 _mm512_mask_storeu_ps(yg + (size_t)m * (size_t)ldy, msk, acc[m]);
         }
     }
@@ -228,17 +236,19 @@ static inline __attribute__((always_inline)) void ax_gemm(int ti, int64_t n, con
                                                           size_t as, int na, float *y, int ldy) {
     const uint32_t type = ax_types[ti];
     const kern_panel_fn vnni = g_vnni[ti];
-    const int ng = (na < AX_NA ? na : AX_NA) / AX_G;
+    int ng = (na < AX_NA ? na : AX_NA) / AX_G, nm = AX_G;
+    if (ng == 0 && ax_direct(type) && na >= AX_MIN_M) /* one group of na rows */
+        ng = 1, nm = na;
     if (ng == 0 || r1 <= r0) {
         vnni(n, panels, r0, r1, act, as, na, y, ldy);
         return;
     }
-    const int done = ng * AX_G;
+    const int done = ng * nm;
     const int64_t nb = n / 32;
     struct ax_prep P __attribute__((aligned(64)));
     uint8_t bbuf[AX_KB * 512] __attribute__((aligned(64)));
     int32_t cbuf[AX_TB * AX_G * PANEL_ROWS] __attribute__((aligned(64)));
-    ax_config(32);
+    ax_config(32, nm);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += AX_KB) {
         const int kbn = (int)(nb - kb0 < AX_KB ? nb - kb0 : AX_KB);
         const size_t abytes = panel_act_bytes(type);
@@ -256,7 +266,10 @@ static inline __attribute__((always_inline)) void ax_gemm(int ti, int64_t n, con
                 }
             }
         }
-        ax_chunk(type, nb, panels, r0, r1, act, as, ng, y, ldy, kb0, kbn, &P, bbuf, cbuf);
+        if (nm == AX_G) /* an instance with the group's rows fixed */
+            ax_chunk(type, nb, panels, r0, r1, act, as, ng, AX_G, y, ldy, kb0, kbn, &P, bbuf, cbuf);
+        else
+            ax_chunk(type, nb, panels, r0, r1, act, as, ng, nm, y, ldy, kb0, kbn, &P, bbuf, cbuf);
     }
     _tile_release();
     if (na > done) /* fewer than 16 left */
@@ -377,7 +390,7 @@ static inline __attribute__((always_inline)) void ak_gemm(uint32_t type, kern_pa
     struct ak_prep P __attribute__((aligned(64)));
     uint8_t bbuf[AK_SB * 4096] __attribute__((aligned(64)));
     int32_t cbuf[AK_TB * 16 * AX_G * PANEL_ROWS] __attribute__((aligned(64)));
-    ax_config(AK_KB(type));
+    ax_config(AK_KB(type), AX_G);
     for (int64_t s0 = 0; s0 < nsb; s0 += AK_SB) {
         const int sn = (int)(nsb - s0 < AK_SB ? nsb - s0 : AK_SB);
         for (int c = 0; c < done; c++)
