@@ -83,5 +83,8 @@ void kern_register_avx2(struct kern_ops *ops) {
     ka_set(ops, QT_Q6_K, ka_dot_q6_K, ka_gemm_q6_K, ka_quant_q8_K);
     ka_set(ops, QT_F16, ka_dot_f16, ka_gemm_f16, ka_quant_f16);
     ka_set(ops, QT_BF16, ka_dot_bf16, ka_gemm_bf16, NULL);
+    /* whole tasks: one activation streams its rows two at a time, prefetching in the row
+     * (kern.c's per-call step would hand over one 1,280-byte row per call) */
+    ops->t[QT_F16].gemm_task = ops->t[QT_BF16].gemm_task = 1;
     kern_register_lowbit_avx2(ops);
 }

@@ -731,6 +731,9 @@ KX_AI float kx_half_tail(int bf, float s, const uint8_t *w, const uint8_t *a, in
 }
 
 /* n elements; the vector part covers multiples of 16, a scalar tail the rest (in order). */
+/* One activation: each weight row is prefetched this many bytes ahead (the kernel gets whole
+ * tasks, gemm_task; as the AVX-512 twin's KZ_HALF_PF). */
+#define KX_HALF_PF 4096
 KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uint8_t *w, size_t ws,
                         const uint8_t *a, size_t as, float *y, size_t ldy) {
     __m256 acc[KX_MAXR][KX_MAXC][2];
@@ -743,6 +746,11 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 wv[KX_MAXR][2];
+        if (NC == 1 && !(i & 31)) { /* one activation (decode): stream ahead of each row */
+            KX_UNROLL(8)
+            for (int r = 0; r < NR; r++)
+                __builtin_prefetch(w + (size_t)r * ws + (size_t)i * 2 + KX_HALF_PF, 0, 3);
+        }
         KX_UNROLL(8)
         for (int r = 0; r < NR; r++) {
             KX_UNROLL(8)
