@@ -279,9 +279,11 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
 
 /* Decode (M = 1) streams every weight byte once from DRAM, and the hardware prefetchers stop
  * at each 4 KiB page, so the first lines of every page arrive late. A kernel that prefetches
- * inside its row loop (gemm_task: the AVX-512 Q4_0/Q5_0/Q8_0 ones) gets whole tasks, so it
- * prepares the activation once per task; the driver only prefetches the task's first
- * KERN_PF_DIST bytes. The others get a few rows at a time (about KERN_PF_STEP bytes), and
+ * inside its row loop (gemm_task: the AVX-512 Q4_0/Q5_0/Q8_0 ones, F16/BF16 on AVX-512 and
+ * AVX2) gets whole tasks, so it prepares the activation once per task; the driver only
+ * prefetches the task's first KERN_PF_DIST bytes. The others get a few rows at a time (about
+ * KERN_PF_STEP bytes: a single row once rows pass 1 KiB, F16's 1,280-byte rows of 640 were
+ * one per call until they took whole tasks), and
  * before each call the driver prefetches the bytes KERN_PF_DIST ahead of them: a steady
  * trickle of a dozen or so prefetches per call, few enough not to fill the line-fill
  * buffers. Measured on the Gemma 3 270M LM head (Q8_0, one thread, Xeon with AVX-512):
