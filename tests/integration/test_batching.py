@@ -285,7 +285,10 @@ def test_seeded_sampling_same_after_preemption(start_server):
     srv = start_server("--max-seqs", "4", "--ctx-size", "128", "--kv-tokens", "160",
                        "--prefix-cache", "0", "--deterministic")
     model = model_of(srv)
-    bodies = [seeded_body(model, p, 7 + i, max_tokens=40) for i, p in enumerate(PROMPTS[:4])]
+    # 100 tokens each (8 of the 10 KV blocks a sequence): any two requests in flight together
+    # exhaust the KV, so preemption does not depend on how closely the threads' requests
+    # arrive (with 40 tokens, a CI run under load once saw none)
+    bodies = [seeded_body(model, p, 7 + i, max_tokens=100) for i, p in enumerate(PROMPTS[:4])]
     ref = [seeded(srv, b)[:2] for b in bodies]
     got = run_threads(lambda b: seeded(srv, b)[:2], [(b,) for b in bodies])
     assert srv.metrics()["gemmad_sched_preemptions_total"] > 0
