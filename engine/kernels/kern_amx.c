@@ -92,12 +92,12 @@ static void ax_config(int kb, int rows) {
 struct ax_prep {
     float d[AX_NA][AX_KB];
     float sa[AX_NA][AX_KB];
-    int32_t cs[AX_NA][AX_KB]; /* Q8_0: 128 * (sum of the block's quants), see ax_direct */
+    int32_t corr[AX_NA][AX_KB]; /* pz_prep's -off * (sum of the block's quants) */
 };
 
 /* Q8_0's panel record already holds each block as 8 groups x [16 rows x 4 bytes] of u = q +
  * 128: a B tile as it is. Its products load B straight from the record and run TDPBSUD (signed
- * activations a, unsigned u), so C = S + 128 * sum a, and ax_accum subtracts that integer:
+ * activations a, unsigned u), so C = S + 128 * sum a, and ax_accum adds pz_prep's corr:
  * the same exact S, nothing unpacked or copied. */
 static inline int ax_direct(uint32_t type) {
     return type == QT_Q8_0;
@@ -115,14 +115,14 @@ static inline int ax_direct(uint32_t type) {
  * steps. */
 static inline __attribute__((always_inline)) void ax_accum(int mins, const int32_t *cbuf, __m512 dw,
                                                            __m512 mw, const float *da,
-                                                           const float *sa, const int32_t *cs,
+                                                           const float *sa, const int32_t *corr,
                                                            int kb, int nm, __m512 *acc) {
 #pragma GCC unroll 16
     for (int m = 0; m < AX_G; m++) {
         if (m >= nm) break;
         const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da[m * AX_KB + kb]));
         __m512i c = _mm512_load_si512(cbuf + m * PANEL_ROWS);
-        if (cs) c = _mm512_sub_epi32(c, _mm512_set1_epi32(cs[m * AX_KB + kb]));
+        if (corr) c = _mm512_add_epi32(c, _mm512_set1_epi32(corr[m * AX_KB + kb]));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), d, acc[m]);
         if (mins) acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[m * AX_KB + kb]), acc[m]);
     }
@@ -194,7 +194,7 @@ ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r
             /* past the block's scale (and s) */
             const uint8_t *ag = act + (size_t)g * AX_G * as + panel_act_qoff(type);
             const float *da = P->d[g * AX_G], *sa = P->sa[g * AX_G];
-            const int32_t *cs = direct ? P->cs[g * AX_G] : NULL;
+            const int32_t *corr = direct ? P->corr[g * AX_G] : NULL;
             float *yg = y + (size_t)g * AX_G * (size_t)ldy + (size_t)(p * PANEL_ROWS);
             __m512 acc[AX_G];
             for (int m = 0; m < nm; m++)
@@ -222,7 +222,7 @@ ax_chunk(uint32_t type, int64_t nb, const uint8_t *panels, int64_t r0, int64_t r
                 for (b = t0; b < t1; b++)
                     ax_accum(mins, cbuf + (size_t)(b - t0) * AX_G * PANEL_ROWS,
                              ax_half16(pp, rb, b, 0),
-                             mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa, cs,
+                             mins ? ax_half16(pp, rb, b, 64) : _mm512_setzero_ps(), da, sa, corr,
                              (int)(b - kb0), nm, acc);
             }
             for (int m = 0; m < nm; m++)
@@ -254,17 +254,7 @@ static inline __attribute__((always_inline)) void ax_gemm(int ti, int64_t n, con
         const size_t abytes = panel_act_bytes(type);
         for (int c = 0; c < done; c++) {
             const uint8_t *ab = (const uint8_t *)act + (size_t)c * as + (size_t)kb0 * abytes;
-            for (int k = 0; k < kbn; k++) {
-                P.d[c][k] = pz_h2f(ab + (size_t)k * abytes);
-                P.sa[c][k] = panel_has_min(type) ? pz_h2f(ab + (size_t)k * abytes + 2) : 0.0f;
-                if (ax_direct(type)) {
-                    const int8_t *q = (const int8_t *)(ab + (size_t)k * abytes + 2);
-                    int32_t sum = 0;
-                    for (int e = 0; e < 32; e++)
-                        sum += q[e];
-                    P.cs[c][k] = 128 * sum;
-                }
-            }
+            pz_prep(type, kbn, ab, P.corr[c], P.d[c], P.sa[c]);
         }
         if (nm == AX_G) /* an instance with the group's rows fixed */
             ax_chunk(type, nb, panels, r0, r1, act, as, ng, AX_G, y, ldy, kb0, kbn, &P, bbuf, cbuf);
