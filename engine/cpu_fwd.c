@@ -328,8 +328,10 @@ static int cpu_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits
     /* embeddings */
     for (r = 0; r < rows; r++) {
         float *x = c->x + (size_t)r * (size_t)E;
-        if (c->detached) /* the tied LM head's panel holds the embedding rows */
+        if (c->detached && c->output.panel) /* the tied head's panel holds the embedding rows */
             panel_get_row(&c->output, c->row_tok[r], x);
+        else if (c->detached) /* or its copy (cpu_weights.c) */
+            kern_get_row(&c->output, c->row_tok[r], x);
         else
             kern_get_row(&m->tok_embd, c->row_tok[r], x);
         for (int i = 0; i < E; i++) x[i] *= cfg->embd_scale;

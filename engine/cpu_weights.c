@@ -1,9 +1,10 @@
 /*
  * cpu_weights — the model's weights as the CPU backend's matmuls read them (cpu_int.h):
  * quantized weights repacked into panels where the active ISA has a panel kernel
- * (engine/kernels/panel.h), F32/F16/BF16 ones allowed the BLAS path unless deterministic, for a tied-embedding model, copies of everything else the
- * forward pass reads, so the model's file mapping is no longer read. The copies belong to
- * the cpu_ctx; the model itself is never modified.
+ * (engine/kernels/panel.h), F32/F16/BF16 ones allowed the BLAS path unless deterministic;
+ * for a tied-embedding model, copies (in huge pages) of everything else the forward pass
+ * reads, so the model's file mapping is no longer read. The copies belong to the cpu_ctx;
+ * the model itself is never modified.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +16,27 @@
 #include "engine/gguf.h"
 #include "engine/kernels/panel.h"
 
-/* Owned anonymous memory: a panel copy or a plain copy of some of the file's bytes. */
+/* Owned anonymous memory for a plain copy of some of the file's bytes, in transparent huge
+ * pages where the host allows them (panels get theirs in panel_pack). */
 static void *own(struct cpu_ctx *c, size_t bytes) {
     if (be_fault()) return NULL;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE); /* fewer TLB misses than the file's 4 KiB pages */
     c->panels[c->n_panels++] = (struct cpu_panel){p, bytes};
     return p;
+}
+
+/* The whole pages of the file mapping inside [p, p + bytes) handed back to the kernel once
+ * copied (a read-only private file mapping: a later touch would only read them back), so
+ * that start-up holds about the file's size, not file + copies. */
+static void drop_pages(const struct gguf_file *f, const void *p, size_t bytes) {
+    const uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
+    if (!f->owns_map || (uintptr_t)p < m0 || (uintptr_t)p + bytes > m1) return;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1);
+    const uintptr_t e = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 /* w repacked into panels when the active ISA has a panel kernel for it (panel.h); the
@@ -36,10 +51,7 @@ static void pack_weight(struct cpu_ctx *c, struct kern_weight *w) {
     c->panels[c->n_panels++] = (struct cpu_panel){p, bytes};
     c->panel_bytes += bytes;
     w->panel = p;
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
-    const uintptr_t e = ((uintptr_t)w->data + (uintptr_t)w->n_out * w->row_bytes) & ~(pg - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    if (c->m->gguf) drop_pages(c->m->gguf, w->data, (size_t)w->n_out * w->row_bytes);
 }
 
 /* Unless deterministic, an unquantized weight's batches may go through BLAS sgemm (faster
@@ -53,10 +65,12 @@ static void allow_blas(struct cpu_ctx *c, struct kern_weight *w) {
 
 /* Bump allocator over one owned block for the small copies (weights left unpacked, norm
  * vectors): *at advances, 64-byte aligned; a NULL src stays NULL. */
-static const void *copy_into(uint8_t *base, size_t *at, const void *src, size_t bytes) {
+static const void *copy_into(const struct gguf_file *f, uint8_t *base, size_t *at,
+                             const void *src, size_t bytes) {
     if (!src || !bytes) return src;
     void *d = base + *at;
     memcpy(d, src, bytes);
+    drop_pages(f, src, bytes);
     *at += (bytes + 63) & ~(size_t)63;
     return d;
 }
@@ -79,7 +93,8 @@ static void layer_views(const struct model_config *cfg, int l, struct model_laye
 }
 
 struct copy_ctx {
-    uint8_t *base; /* NULL while sizing */
+    const struct gguf_file *f; /* where the sources lie */
+    uint8_t *base;             /* NULL while sizing */
     size_t at;
 };
 
@@ -87,19 +102,37 @@ static void copy_visit(void *arg, const void **ptr, size_t bytes) {
     struct copy_ctx *k = arg;
     if (!*ptr || !bytes) return;
     if (k->base)
-        *ptr = copy_into(k->base, &k->at, *ptr, bytes);
+        *ptr = copy_into(k->f, k->base, &k->at, *ptr, bytes);
     else
         k->at += (bytes + 63) & ~(size_t)63;
 }
 
+/* A tied LM head that has no panel kernel (F32 / F16 / BF16, and Q8_0 under AVX2), copied
+ * as it is into owned huge pages: every token reads it whole, and read through the file's
+ * 4 KiB pages it decoded 15-20% slower (TLB misses; docs/BENCHMARKS.md). The copy is also
+ * where the embedding lookup reads its rows, as the file is let go. Same bytes, same bits. */
+static int copy_head(struct cpu_ctx *c) {
+    const size_t bytes = (size_t)c->output.n_out * c->output.row_bytes;
+    void *p = own(c, bytes);
+    if (!p) return -1;
+    const size_t step = (size_t)32 << 20; /* 32 MiB at a time: start-up holds one more */
+    for (size_t at = 0; at < bytes; at += step) {
+        const size_t b = bytes - at < step ? bytes - at : step;
+        memcpy((uint8_t *)p + at, (const uint8_t *)c->output.data + at, b);
+        drop_pages(c->m->gguf, (const uint8_t *)c->output.data + at, b);
+    }
+    mprotect(p, bytes, PROT_READ); /* read-only, like the panels */
+    c->output.data = p;
+    return 0;
+}
+
 /* c->lw, c->output, c->output_norm: the model's weights as the CPU matmuls read them.
- * Where a panel kernel exists the weight is repacked; then, for a model whose embedding
- * lookup can read the LM head's panel (tied, Gemma 1-3), everything else the forward pass
- * reads is copied too and the file's pages are handed back to the kernel: the mapping is
- * not touched again, so memory stays the file's size instead of file + panels (touching
- * any byte of the mapping can map a whole large page-cache folio). Where only layers have
- * panels (AVX2), the same is done for everything but the LM head, which is still read from
- * the file. */
+ * Where a panel kernel exists the weight is repacked. For a model whose embedding lookup
+ * can read the LM head (tied, Gemma 1-3), the head is copied when it has no panel, and
+ * everything else the forward pass reads is copied too; then the file's pages are handed
+ * back to the kernel: the mapping is not touched again, so memory stays the file's size
+ * instead of file + panels (touching any byte of the mapping can map a whole large
+ * page-cache folio), and every weight sits in memory the process owns. */
 int cpu_weights_init(struct cpu_ctx *c) {
     const struct model *m = c->m;
     const struct model_config *cfg = &m->cfg;
@@ -111,7 +144,6 @@ int cpu_weights_init(struct cpu_ctx *c) {
     c->output = m->output;
     c->output_norm = m->output_norm;
     pack_weight(c, &c->output);
-    allow_blas(c, &c->output);
     for (int l = 0; l < L; l++) {
         struct model_layer_w *w = &c->lw[l];
         *w = m->layer[l];
@@ -122,15 +154,13 @@ int cpu_weights_init(struct cpu_ctx *c) {
             allow_blas(c, ws[i]);
         }
     }
+    /* (a caller's buffer, gguf_open_buffer, is not the file's pages to hand back) */
     const int tied = m->tok_embd.data == m->output.data && cfg->n_embd_pl == 0 && m->gguf &&
-                     m->gguf->map;
-    const int detach = tied && c->output.panel;
-    /* Layer panels but a head read from the file (AVX2: no Q8_0 panel kernel): the same
-     * copies, and every page but the head's handed back, so that faults on the head cannot
-     * map the repacked layers' pages back in. */
-    const int keep_head = tied && !c->output.panel && c->panel_bytes > 0;
-    if (detach || keep_head) {
-        struct copy_ctx k = {NULL, 0};
+                     m->gguf->map && m->gguf->owns_map;
+    if (tied && !c->output.panel && copy_head(c) != 0) return -1;
+    allow_blas(c, &c->output);
+    if (tied) {
+        struct copy_ctx k = {m->gguf, NULL, 0};
         for (int l = 0; l < L; l++)
             layer_views(cfg, l, &c->lw[l], copy_visit, &k);
         const size_t ob = (size_t)cfg->n_embd * sizeof(float);
@@ -140,21 +170,12 @@ int cpu_weights_init(struct cpu_ctx *c) {
         k.at = 0;
         for (int l = 0; l < L; l++)
             layer_views(cfg, l, &c->lw[l], copy_visit, &k);
-        c->output_norm = copy_into(k.base, &k.at, m->output_norm, ob);
+        c->output_norm = copy_into(m->gguf, k.base, &k.at, m->output_norm, ob);
         const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
         const uintptr_t m0 = (uintptr_t)m->gguf->map & ~(pg - 1),
                         m1 = (uintptr_t)m->gguf->map + m->gguf->map_size;
-        if (detach) {
-            madvise((void *)m0, m1 - m0, MADV_DONTNEED);
-            c->detached = 1;
-        } else { /* all but the head's pages (rounded outward: those stay) */
-            const uintptr_t h0 = (uintptr_t)c->output.data & ~(pg - 1);
-            const uintptr_t h1 = ((uintptr_t)c->output.data +
-                                  (uintptr_t)c->output.n_out * c->output.row_bytes + pg - 1) &
-                                 ~(pg - 1);
-            if (h0 > m0) madvise((void *)m0, h0 - m0, MADV_DONTNEED);
-            if (m1 > h1) madvise((void *)h1, m1 - h1, MADV_DONTNEED);
-        }
+        madvise((void *)m0, m1 - m0, MADV_DONTNEED);
+        c->detached = 1;
     }
     if (c->blas_weights)
         LOG_I("forward", 0,
@@ -164,7 +185,7 @@ int cpu_weights_init(struct cpu_ctx *c) {
     if (c->panel_bytes)
         LOG_I("forward", 0, "weights repacked into panels: %.1f MiB%s",
               (double)c->panel_bytes / (1024.0 * 1024.0),
-              detach ? "; the file mapping is no longer read" : "");
+              c->detached ? "; the file mapping is no longer read" : "");
     return 0;
 }
 
