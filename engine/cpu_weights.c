@@ -65,8 +65,8 @@ static void allow_blas(struct cpu_ctx *c, struct kern_weight *w) {
 
 /* Bump allocator over one owned block for the small copies (weights left unpacked, norm
  * vectors): *at advances, 64-byte aligned; a NULL src stays NULL. */
-static const void *copy_into(const struct gguf_file *f, uint8_t *base, size_t *at,
-                             const void *src, size_t bytes) {
+static const void *copy_into(const struct gguf_file *f, uint8_t *base, size_t *at, const void *src,
+                             size_t bytes) {
     if (!src || !bytes) return src;
     void *d = base + *at;
     memcpy(d, src, bytes);

@@ -310,8 +310,7 @@ static void rss_after_forward(int isa) {
     T_ASSERT(fwd_run(f, &q, 1, lg) == 0);
     double rss = rss_bytes() - rss0, file = (double)m->gguf->map_size;
     printf("    %s: RSS grew by %.1f MiB in load + forward, file %.1f MiB (%.1f%%)\n",
-           kern_isa_name(kern_active_isa()), rss / 1048576.0, file / 1048576.0,
-           100.0 * rss / file);
+           kern_isa_name(kern_active_isa()), rss / 1048576.0, file / 1048576.0, 100.0 * rss / file);
     T_ASSERTF(rss <= file * 1.10, "RSS %.1f MiB > file %.1f MiB + 10%%", rss / 1048576.0,
               file / 1048576.0);
     free(lg);
