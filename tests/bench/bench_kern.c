@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "engine/kernels/kern.h"
@@ -348,7 +349,11 @@ int main(int argc, char **argv) {
                                 .blas = blas};
         const size_t wbytes = w.row_bytes * (size_t)w.n_out;
         int copies = (int)(COLD_BYTES / wbytes) + 1;
-        uint8_t *wd = malloc(wbytes * (size_t)copies);
+        /* in transparent huge pages, as the engine's copies of unpacked weights are
+         * (engine/cpu_weights.c) */
+        const size_t hp = (size_t)2 << 20, wall = (wbytes * (size_t)copies + hp - 1) & ~(hp - 1);
+        uint8_t *wd = aligned_alloc(hp, wall);
+        if (wd) madvise(wd, wall, MADV_HUGEPAGE);
         int max_m = 1;
         for (int mi = 0; mi < n_ms; mi++)
             if (Ms[mi] > max_m) max_m = Ms[mi];
