@@ -106,7 +106,7 @@ def main():
     prompt_text = bench_server.SPEC_PROMPTS[a.kind]
     prompt = json.loads(subprocess.check_output([a.cli, "tokenize", "-m", a.model, prompt_text],
                                                 stderr=subprocess.DEVNULL))
-    txt = subprocess.check_output([a.cli, "generate", "-m", a.model, "-p", prompt_text,
+    txt = subprocess.check_output([a.cli, "generate", "-m", a.model, "-p", prompt_text, "--temp", "0",
                                    "-n", str(a.n), "--print-ids"], stderr=subprocess.DEVNULL)
     out = [int(x) for x in txt.decode().strip().strip("[]").split(",") if x.strip()]
     print(f"{a.kind}: {len(prompt)} prompt tokens, {len(out)} generated (greedy), "
