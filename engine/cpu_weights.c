@@ -107,7 +107,7 @@ static void copy_visit(void *arg, const void **ptr, size_t bytes) {
         k->at += (bytes + 63) & ~(size_t)63;
 }
 
-/* A tied LM head that has no panel kernel (F32 / F16 / BF16, and Q8_0 under AVX2), copied
+/* A tied LM head that has no panel kernel (F32 / F16 / BF16; K-quants under AVX2), copied
  * as it is into owned huge pages: every token reads it whole, and read through the file's
  * 4 KiB pages it decoded 15-20% slower (TLB misses; docs/BENCHMARKS.md). The copy is also
  * where the embedding lookup reads its rows, as the file is let go. Same bytes, same bits. */

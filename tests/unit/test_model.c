@@ -286,9 +286,9 @@ static double rss_bytes(void) {
 }
 
 /* After a forward pass has touched every weight (the LM head reads the whole embedding),
- * the process has grown by at most the file size + 10%: under AVX-512 the head is a panel, under
- * AVX2 a plain copy in huge pages (cpu_weights.c), and either way the file's pages were let
- * go once copied. */
+ * the process has grown by at most the file size + 10%: under AVX-512 and AVX2 the Q8_0 head
+ * is a panel, under the scalar kernels (no panels) a plain copy in huge pages
+ * (cpu_weights.c: copy_head), and either way the file's pages were let go once copied. */
 static void rss_after_forward(int isa) {
     T_ASSERT(kern_init(isa) == 0);
     const double rss0 = rss_bytes(); /* (ASan keeps an earlier run's frees in quarantine) */
@@ -323,6 +323,7 @@ static void test_rss_after_forward(void) {
     if (access(t_model_path(), R_OK) != 0) T_SKIP("model %s not present", t_model_path());
     rss_after_forward(KERN_ISA_AUTO);
     if (kern_active_isa() > KERN_ISA_AVX2) rss_after_forward(KERN_ISA_AVX2);
+    rss_after_forward(KERN_ISA_REF); /* no panels: the head is a plain copy */
     kern_init(KERN_ISA_AUTO);
 }
 
