@@ -37,7 +37,8 @@ void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left) {
             k = forced = sched_gram_draft(s, q, room < SPEC_MAX_DRAFT ? room : SPEC_MAX_DRAFT);
         if (k == 0) {
             k = spec_budget(&q->spec, room);
-            if (k > 0) k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist);
+            if (k > 0)
+                k = spec_lookup(q->hist, q->n_hist, k, q->hist + q->n_hist, &q->spec.align);
         }
         const double alpha = forced ? spec_alpha_forced(&q->spec) : spec_alpha(&q->spec);
         if (k > 0 && s->spec_on == SPEC_MODE_ALWAYS) {

@@ -12,23 +12,43 @@ void spec_init(struct spec_state *st, int on) {
     st->limit = SPEC_START_DRAFT;
 }
 
-int spec_lookup(const int32_t *h, int n, int max_draft, int32_t *draft) {
-    if (n < SPEC_NGRAM_MIN + 1 || max_draft < 1) return 0;
+/* Tokens of the suffix of h[0..n) that also end at e (e < n - 1), up to cap. */
+static int spec_match(const int32_t *h, int n, int e, int cap) {
+    int len = 0;
+    while (len < cap && e - len >= 0 && h[e - len] == h[n - 1 - len]) len++;
+    return len;
+}
+
+int spec_lookup(const int32_t *h, int n, int max_draft, int32_t *draft, int *align) {
+    if (n < 2 || max_draft < 1) return 0;
     if (max_draft > SPEC_MAX_DRAFT) max_draft = SPEC_MAX_DRAFT;
-    const int32_t last = h[n - 1];
-    int best_len = 0, best_end = -1;
-    /* Occurrences end at e < n - 1; newest first, so the longest match found first wins. */
-    for (int e = n - 2; e >= SPEC_NGRAM_MIN - 1; e--) {
-        if (h[e] != last) continue;
-        int len = 1;
-        while (len < SPEC_NGRAM_MAX && e - len >= 0 && h[e - len] == h[n - 1 - len]) len++;
-        if (len > best_len) {
-            best_len = len;
-            best_end = e;
-            if (len == SPEC_NGRAM_MAX) break;
+    int best_end = -1;
+    /* The copy's alignment first: x = n - 1 - *align is where the last token would sit in
+     * the text being copied if the copy went on. The nearest occurrence from x - 1 on wins:
+     * at x - 1 or x one matching token is enough, further on SPEC_NGRAM_MIN. */
+    const int x = align && *align > 0 ? n - 1 - *align : -1;
+    if (x >= 0)
+        for (int e = x > 0 ? x - 1 : 0; e < n - 1 && best_end < 0; e++) {
+            const int len = h[e] == h[n - 1] ? spec_match(h, n, e, SPEC_NGRAM_MIN) : 0;
+            if (len >= SPEC_NGRAM_MIN || (len >= 1 && e <= x)) best_end = e;
         }
+    if (best_end < 0 && n >= SPEC_NGRAM_MIN + 1) {
+        /* Occurrences end at e < n - 1; newest first, so the longest match found first
+         * wins. */
+        int best_len = 0;
+        for (int e = n - 2; e >= SPEC_NGRAM_MIN - 1; e--) {
+            if (h[e] != h[n - 1]) continue;
+            const int len = spec_match(h, n, e, SPEC_NGRAM_MAX);
+            if (len > best_len) {
+                best_len = len;
+                best_end = e;
+                if (len == SPEC_NGRAM_MAX) break;
+            }
+        }
+        if (best_len < SPEC_NGRAM_MIN) best_end = -1;
     }
-    if (best_len < SPEC_NGRAM_MIN) return 0;
+    if (best_end < 0) return 0;
+    if (align) *align = n - 1 - best_end;
     /* What followed the occurrence; past the end of the history, the drafts themselves (the
      * same period repeats). */
     int k = 0;

@@ -1,8 +1,9 @@
 /*
  * spec — speculative decoding without a second model (prompt lookup). A decoding sequence
- * guesses its next tokens from its own history (prompt + output): it finds the latest earlier
- * occurrence of its last SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens (the longest match wins) and
- * proposes what followed it. The scheduler feeds the guesses ("drafts") as extra rows of the
+ * guesses its next tokens from its own history (prompt + output): it finds an earlier
+ * occurrence of its last tokens and proposes what followed it: where the text it is copying
+ * goes on, if that still matches, else the latest occurrence of its last
+ * SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens (the longest match wins; spec_lookup). The scheduler feeds the guesses ("drafts") as extra rows of the
  * sequence in the same step as everyone else's rows, asks for the logits of all of them, and
  * spec_verify checks them.
  *
@@ -80,6 +81,7 @@ struct spec_state {
     int limit;                 /* current draft length limit, 1..SPEC_MAX_DRAFT */
     int misses;                /* consecutive verifications that accepted nothing */
     int cooldown;              /* steps left before the next lookup */
+    int align;                 /* spec_lookup's copy alignment (0: none yet) */
     int idle;                  /* steps the cost model kept it from drafting (probe at
                                 * SPEC_MAX_COOLDOWN) */
     double tested, accepted;   /* decaying counts of draft tokens verified / accepted */
@@ -95,11 +97,16 @@ struct spec_state {
 
 void spec_init(struct spec_state *st, int on);
 
-/* Prompt lookup over hist[0..n): up to max_draft tokens that followed the latest earlier
- * occurrence of the longest suffix of SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens, continued
- * periodically when the occurrence is so recent that the history runs out. Writes them to
- * draft and returns how many (0: no match). */
-int spec_lookup(const int32_t *hist, int n, int max_draft, int32_t *draft);
+/* Prompt lookup over hist[0..n): up to max_draft tokens that followed an earlier occurrence
+ * of the history's last tokens, continued periodically when the occurrence is so recent
+ * that the history runs out. Writes them to draft and returns how many (0: no match).
+ * Which occurrence: with *align > 0 (align may be NULL), the copy in progress goes on: the
+ * nearest occurrence at or after x - 1, x = n - 1 - *align (where the last token would sit
+ * in the copied text had the copy continued; one matching token at x - 1 or x, else
+ * SPEC_NGRAM_MIN); otherwise, or with none there, the latest occurrence of the longest suffix
+ * of SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens. On a match *align becomes n - 1 - (its position):
+ * the distance stays the same while the output keeps copying, token for token. */
+int spec_lookup(const int32_t *hist, int n, int max_draft, int32_t *draft, int *align);
 
 /* How many drafts the sequence may propose this step given `room` (what the step and the
  * request's max_tokens leave): 0 when off or cooling down (a cooling step counts down). */

@@ -2,9 +2,10 @@
 """How much can prompt-lookup drafting gain on a given workload, whatever its policy?
 
 Runs the model greedily once (gemmad-cli generate --print-ids), then replays that output:
-  - policy: scheduler/spec.c's lookup and length rules (longest suffix match of
-    SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens, newest occurrence first; limit halves on a miss
-    with a cool-down, doubles on a full accept), every draft verified (the ALWAYS mode);
+  - policy: scheduler/spec.c's lookup and length rules (the copy in progress while it
+    matches, else the longest suffix match of SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens, newest
+    occurrence first; limit halves on a miss with a cool-down, doubles on a full accept),
+    every draft verified (the ALWAYS mode);
   - oracle: at each step the earlier occurrence (any suffix match of >= --oracle-ngram tokens)
     whose continuation agrees longest with what the model really produced.
 Greedy output does not depend on drafting, so the replay is exact. A step of 1 + k rows is
@@ -25,39 +26,54 @@ import bench_server  # noqa: E402  (the bench's prompts)
 NGRAM_MIN, NGRAM_MAX, MAX_DRAFT, START_DRAFT, MAX_COOLDOWN = 2, 4, 8, 4, 32  # spec.h
 
 
-def lookup(h, max_draft):
-    n, best_len, best_end = len(h), 0, -1
-    if n < NGRAM_MIN + 1:
-        return []
-    for e in range(n - 2, NGRAM_MIN - 2, -1):
-        if h[e] != h[-1]:
-            continue
-        ln = 1
-        while ln < NGRAM_MAX and e - ln >= 0 and h[e - ln] == h[n - 1 - ln]:
-            ln += 1
-        if ln > best_len:
-            best_len, best_end = ln, e
-            if ln == NGRAM_MAX:
+def match(h, e, cap):
+    n, ln = len(h), 0
+    while ln < cap and e - ln >= 0 and h[e - ln] == h[n - 1 - ln]:
+        ln += 1
+    return ln
+
+
+def lookup(h, max_draft, align):
+    """spec_lookup: (drafts, new align)."""
+    n, best_end = len(h), -1
+    x = n - 1 - align if align > 0 else -1
+    if x >= 0:
+        for e in range(max(x - 1, 0), n - 1):
+            ln = match(h, e, NGRAM_MIN) if h[e] == h[-1] else 0
+            if ln >= NGRAM_MIN or (ln >= 1 and e <= x):
+                best_end = e
                 break
-    if best_len < NGRAM_MIN:
-        return []
+    if best_end < 0 and n >= NGRAM_MIN + 1:
+        best_len = 0
+        for e in range(n - 2, NGRAM_MIN - 2, -1):
+            if h[e] != h[-1]:
+                continue
+            ln = match(h, e, NGRAM_MAX)
+            if ln > best_len:
+                best_len, best_end = ln, e
+                if ln == NGRAM_MAX:
+                    break
+        if best_len < NGRAM_MIN:
+            best_end = -1
+    if best_end < 0:
+        return [], align
     d, i = [], best_end + 1
     while len(d) < max_draft:
         d.append(h[i] if i < n else d[i - n])
         i += 1
-    return d
+    return d, n - 1 - best_end
 
 
 def replay(prompt, out, row_cost, oracle_ngram=None):
     h, pos, cost, steps, drafted, accepted = list(prompt), 0, 0.0, 0, 0, 0
-    limit, misses, cooldown = START_DRAFT, 0, 0
+    limit, misses, cooldown, align = START_DRAFT, 0, 0, 0
     while pos < len(out):
         if oracle_ngram is None:
             d = []
             if cooldown > 0:
                 cooldown -= 1
             else:
-                d = lookup(h, limit)
+                d, align = lookup(h, limit, align)
             a = 0
             while a < len(d) and pos + a < len(out) and d[a] == out[pos + a]:
                 a += 1

@@ -15,31 +15,64 @@ static void test_lookup(void) {
     int32_t d[SPEC_MAX_DRAFT];
     /* No repeated bigram: nothing. */
     const int32_t a[] = {1, 2, 3, 4, 5, 6};
-    T_ASSERT(spec_lookup(a, 6, 4, d) == 0);
+    T_ASSERT(spec_lookup(a, 6, 4, d, NULL) == 0);
     /* A single-token match is not enough (SPEC_NGRAM_MIN = 2). */
     const int32_t b[] = {7, 1, 9, 9, 8, 1};
-    T_ASSERT(spec_lookup(b, 6, 4, d) == 0);
+    T_ASSERT(spec_lookup(b, 6, 4, d, NULL) == 0);
     /* "5 6" occurred before, followed by 7 8 9 ... */
     const int32_t c[] = {5, 6, 7, 8, 9, 1, 2, 5, 6};
-    T_ASSERT(spec_lookup(c, 9, 3, d) == 3);
+    T_ASSERT(spec_lookup(c, 9, 3, d, NULL) == 3);
     T_ASSERT(d[0] == 7 && d[1] == 8 && d[2] == 9);
     /* The longest suffix match wins over a more recent shorter one: "1 2 3" at 0 vs "2 3"
      * at 5. */
     const int32_t e[] = {1, 2, 3, 40, 41, 2, 3, 50, 51, 1, 2, 3};
-    T_ASSERT(spec_lookup(e, 12, 2, d) == 2);
+    T_ASSERT(spec_lookup(e, 12, 2, d, NULL) == 2);
     T_ASSERT(d[0] == 40 && d[1] == 41);
     /* Among equal matches the most recent one. */
     const int32_t f[] = {1, 2, 30, 1, 2, 31, 1, 2};
-    T_ASSERT(spec_lookup(f, 8, 1, d) == 1 && d[0] == 31);
+    T_ASSERT(spec_lookup(f, 8, 1, d, NULL) == 1 && d[0] == 31);
     /* Periodic continuation past the end of the history: "... 4 5 4 5" -> 4 5 4 5 ... */
     const int32_t g[] = {9, 4, 5, 4, 5};
-    T_ASSERT(spec_lookup(g, 5, 5, d) == 5);
+    T_ASSERT(spec_lookup(g, 5, 5, d, NULL) == 5);
     T_ASSERT(d[0] == 4 && d[1] == 5 && d[2] == 4 && d[3] == 5 && d[4] == 4);
     /* max_draft is capped by SPEC_MAX_DRAFT; tiny histories propose nothing. */
     const int32_t h[] = {3, 3, 3, 3};
-    T_ASSERT(spec_lookup(h, 4, 100, d) == SPEC_MAX_DRAFT);
-    T_ASSERT(spec_lookup(h, 2, 4, d) == 0);
-    T_ASSERT(spec_lookup(h, 4, 0, d) == 0);
+    T_ASSERT(spec_lookup(h, 4, 100, d, NULL) == SPEC_MAX_DRAFT);
+    T_ASSERT(spec_lookup(h, 2, 4, d, NULL) == 0);
+    T_ASSERT(spec_lookup(h, 4, 0, d, NULL) == 0);
+}
+
+/* The copy's alignment (spec_lookup's *align): the text being copied goes on, over a newer
+ * occurrence, while it matches; a single token is enough only where the copy is expected. */
+static void test_lookup_align(void) {
+    int32_t d[SPEC_MAX_DRAFT];
+    /* "1 2 3" occurs at 0 and at 5 (then 9); the history ends "1 2 3". Newest of the equal
+     * matches: 9, and the alignment is taken from it; aligned with the copy of position 0
+     * (x = 12 - 10 = 2): 4. */
+    const int32_t h1[] = {1, 2, 3, 4, 5, 1, 2, 3, 9, 7, 1, 2, 3};
+    int align = 0;
+    T_ASSERT(spec_lookup(h1, 13, 1, d, &align) == 1 && d[0] == 9 && align == 5);
+    align = 10;
+    T_ASSERT(spec_lookup(h1, 13, 2, d, &align) == 2 && d[0] == 4 && d[1] == 5 && align == 10);
+    /* One matching token at x: the model replaced a token ("... 3 8") and then wrote 5, as
+     * the source has at x = 14 - 10 = 4. */
+    const int32_t h2[] = {1, 2, 3, 4, 5, 1, 2, 3, 9, 7, 1, 2, 3, 8, 5};
+    align = 10;
+    T_ASSERT(spec_lookup(h2, 15, 2, d, &align) == 2 && d[0] == 1 && d[1] == 2 && align == 10);
+    /* After x a single token is not enough (the lone 3 at 5 would give 7), a bigram is (at
+     * 8: 5); without the alignment the longest match wins ("1 2 3" at 2: 4). */
+    const int32_t h3[] = {1, 2, 3, 4, 0, 3, 7, 2, 3, 5, 1, 2, 3};
+    align = 8; /* x = 4 */
+    T_ASSERT(spec_lookup(h3, 13, 1, d, &align) == 1 && d[0] == 5 && align == 4);
+    align = 0;
+    T_ASSERT(spec_lookup(h3, 13, 1, d, &align) == 1 && d[0] == 4 && align == 10);
+    /* Nothing at or after x - 1: the newest longest match, and the alignment moves; an
+     * alignment beyond the history's start is ignored. */
+    const int32_t h4[] = {5, 6, 30, 7, 8, 5, 6};
+    align = 1;
+    T_ASSERT(spec_lookup(h4, 7, 1, d, &align) == 1 && d[0] == 30 && align == 5);
+    align = 50;
+    T_ASSERT(spec_lookup(h4, 7, 1, d, &align) == 1 && d[0] == 30 && align == 5);
 }
 
 static void test_backoff(void) {
@@ -263,7 +296,7 @@ static void test_rollback_ring(void) {
 }
 
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {T_CASE(test_lookup), T_CASE(test_backoff),
+    static const struct t_case cases[] = {T_CASE(test_lookup), T_CASE(test_lookup_align), T_CASE(test_backoff),
                                           T_CASE(test_cost_model),
                                           T_CASE(test_verify_equals_plain),
                                           T_CASE(test_verify_stops_at_end),
