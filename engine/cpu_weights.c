@@ -109,7 +109,7 @@ static void copy_visit(void *arg, const void **ptr, size_t bytes) {
 
 /* A tied LM head that has no panel kernel (F32 / F16 / BF16; K-quants under AVX2), copied
  * as it is into owned huge pages: every token reads it whole, and read through the file's
- * 4 KiB pages it decoded 15-20% slower (TLB misses; docs/BENCHMARKS.md). The copy is also
+ * 4 KiB pages it decoded 5-18% slower (TLB misses; docs/BENCHMARKS.md). The copy is also
  * where the embedding lookup reads its rows, as the file is let go. Same bytes, same bits. */
 static int copy_head(struct cpu_ctx *c) {
     const size_t bytes = (size_t)c->output.n_out * c->output.row_bytes;

@@ -3,9 +3,9 @@
  * guesses its next tokens from its own history (prompt + output): it finds an earlier
  * occurrence of its last tokens and proposes what followed it: where the text it is copying
  * goes on, if that still matches, else the latest occurrence of its last
- * SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens (the longest match wins; spec_lookup). The scheduler feeds the guesses ("drafts") as extra rows of the
- * sequence in the same step as everyone else's rows, asks for the logits of all of them, and
- * spec_verify checks them.
+ * SPEC_NGRAM_MIN..SPEC_NGRAM_MAX tokens (the longest match wins; spec_lookup). The scheduler
+ * feeds the guesses ("drafts") as extra rows of the sequence in the same step as everyone
+ * else's rows, asks for the logits of all of them, and spec_verify checks them.
  *
  * Exactness. Verification samples each position in order with the request's own sampler and
  * RNG exactly as non-speculative decoding would (the history passed to the sampler holds the

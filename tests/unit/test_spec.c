@@ -296,7 +296,9 @@ static void test_rollback_ring(void) {
 }
 
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {T_CASE(test_lookup), T_CASE(test_lookup_align), T_CASE(test_backoff),
+    static const struct t_case cases[] = {T_CASE(test_lookup),
+                                          T_CASE(test_lookup_align),
+                                          T_CASE(test_backoff),
                                           T_CASE(test_cost_model),
                                           T_CASE(test_verify_equals_plain),
                                           T_CASE(test_verify_stops_at_end),
