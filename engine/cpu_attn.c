@@ -80,11 +80,12 @@ void cpu_rope_prepare(struct cpu_ctx *c) {
     }
 }
 
-/* NEOX rotation of the first n_rot dims of every head of every row: pairs (i, i + n_rot/2). */
-void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd) {
+/* NEOX rotation of the first n_rot dims of every head of rows [r0, r1): pairs (i, i + n_rot/2). */
+void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd, int r0,
+                    int r1) {
     const int ci = c->layer_rope[layer];
     const int n_rot = c->rope[ci].n_rot, half = n_rot / 2;
-    for (int row = 0; row < c->n_rows; row++) {
+    for (int row = r0; row < r1; row++) {
         const float *cs = c->rope_cs + ((size_t)ci * (size_t)c->o.max_tokens + (size_t)row) *
                                            (size_t)c->max_rot;
         for (int h = 0; h < n_heads; h++) {

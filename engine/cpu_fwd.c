@@ -239,48 +239,139 @@ static void ple_prepare(struct cpu_ctx *c) {
     }
 }
 
+/* ---- row stages: the element-wise work between the matmuls. A step of CPU_ROWS_PAR rows
+ * or more (prefill, many streams) splits it by rows over the pool; with fewer it runs on the
+ * calling thread, as a pool run would cost more than it saves. Each row goes through the same
+ * operations in the same order whichever thread runs it: the bits do not depend on the split.
+ * (The KV cache writes stay on the calling thread.) ---- */
+
+#define CPU_ROWS_PAR 8
+
+typedef void (*cpu_rows_fn)(struct cpu_ctx *c, int l, int r0, int r1);
+
+struct rows_job {
+    struct cpu_ctx *c;
+    int l;
+    cpu_rows_fn fn;
+};
+
+static void rows_task(void *arg, int task, int n_tasks) {
+    const struct rows_job *J = arg;
+    const int64_t T = J->c->n_rows;
+    const int r0 = (int)(T * task / n_tasks), r1 = (int)(T * (task + 1) / n_tasks);
+    if (r1 > r0) J->fn(J->c, J->l, r0, r1);
+}
+
+static void run_rows(struct cpu_ctx *c, int l, cpu_rows_fn fn) {
+    const int T = c->n_rows, n = pool_size(c->pool);
+    if (T < CPU_ROWS_PAR || n <= 1) {
+        fn(c, l, 0, T);
+        return;
+    }
+    struct rows_job J = {c, l, fn};
+    pool_run(c->pool, rows_task, &J, n);
+}
+
+/* x = the token's embedding row, scaled (l unused). */
+static void rows_embed(struct cpu_ctx *c, int l, int r0, int r1) {
+    (void)l;
+    const struct model_config *cfg = &c->m->cfg;
+    const int E = cfg->n_embd;
+    for (int r = r0; r < r1; r++) {
+        float *x = c->x + (size_t)r * (size_t)E;
+        if (c->detached && c->output.panel) /* the tied head's panel holds the embedding rows */
+            panel_get_row(&c->output, c->row_tok[r], x);
+        else if (c->detached) /* or its copy (cpu_weights.c) */
+            kern_get_row(&c->output, c->row_tok[r], x);
+        else
+            kern_get_row(&c->m->tok_embd, c->row_tok[r], x);
+        for (int i = 0; i < E; i++)
+            x[i] *= cfg->embd_scale;
+    }
+}
+
+/* h = RMS(x) * attn_norm. */
+static void rows_attn_norm(struct cpu_ctx *c, int l, int r0, int r1) {
+    const size_t E = (size_t)c->m->cfg.n_embd;
+    rms_rows(c, c->h + (size_t)r0 * E, c->x + (size_t)r0 * E, c->lw[l].attn_norm, r1 - r0, (int)E,
+             c->m->cfg.eps);
+}
+
+/* After the Q/K/V matmuls: q / k (v) norms, RoPE, the attention scale. */
+static void rows_qk(struct cpu_ctx *c, int l, int r0, int r1) {
+    const struct model_config *cfg = &c->m->cfg;
+    const struct model_layer_cfg *lc = &cfg->layer[l];
+    const struct model_layer_w *w = &c->lw[l];
+    const int hd = lc->head_dim, hdv = lc->head_dim_v, n = r1 - r0;
+    const size_t nq = (size_t)lc->n_head * (size_t)hd, nk = (size_t)lc->n_head_kv * (size_t)hd,
+                 nv = (size_t)lc->n_head_kv * (size_t)hdv;
+    float *q = c->q + (size_t)r0 * nq;
+    if (w->q_norm) rms_rows(c, q, q, w->q_norm, n * lc->n_head, hd, cfg->eps);
+    cpu_rope_apply(c, l, c->q, lc->n_head, hd, r0, r1);
+    if (cfg->attn_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * nq; i++)
+            q[i] *= cfg->attn_scale;
+    if (!lc->has_kv) return;
+    float *k = c->k + (size_t)r0 * nk, *v = c->v + (size_t)r0 * nv;
+    if (lc->k_eq_v)
+        memcpy(v, c->k + (size_t)r0 * nv, (size_t)n * nv * sizeof(float)); /* pre-norm */
+    if (w->k_norm) rms_rows(c, k, k, w->k_norm, n * lc->n_head_kv, hd, cfg->eps);
+    if (cfg->v_norm) rms_rows(c, v, v, NULL, n * lc->n_head_kv, hdv, cfg->eps);
+    cpu_rope_apply(c, l, c->k, lc->n_head_kv, hd, r0, r1);
+}
+
+/* After Wo: t = post norm (t); x += t; h = RMS(x) * ffn_norm. */
+static void rows_post_attn(struct cpu_ctx *c, int l, int r0, int r1) {
+    const struct model_layer_w *w = &c->lw[l];
+    const size_t E = (size_t)c->m->cfg.n_embd;
+    const float eps = c->m->cfg.eps;
+    for (int r = r0; r < r1; r++) {
+        float *t = c->t + (size_t)r * E, *x = c->x + (size_t)r * E;
+        if (w->post_attn_norm) c->vec->rms_norm(t, t, w->post_attn_norm, (int)E, eps);
+        for (size_t i = 0; i < E; i++)
+            x[i] += t[i];
+        c->vec->rms_norm(c->h + (size_t)r * E, x, w->ffn_norm, (int)E, eps);
+    }
+}
+
+/* After the FFN's down matmul: t = post norm (t); x += t. */
+static void rows_post_ffn(struct cpu_ctx *c, int l, int r0, int r1) {
+    const struct model_layer_w *w = &c->lw[l];
+    const size_t E = (size_t)c->m->cfg.n_embd;
+    for (int r = r0; r < r1; r++) {
+        float *t = c->t + (size_t)r * E, *x = c->x + (size_t)r * E;
+        if (w->post_ffw_norm) c->vec->rms_norm(t, t, w->post_ffw_norm, (int)E, c->m->cfg.eps);
+        for (size_t i = 0; i < E; i++)
+            x[i] += t[i];
+    }
+}
+
 static void layer_forward(struct cpu_ctx *c, int l) {
     const struct model *m = c->m;
     const struct model_config *cfg = &m->cfg;
     const struct model_layer_cfg *lc = &cfg->layer[l];
     const struct model_layer_w *w = &c->lw[l];
     const int T = c->n_rows, E = cfg->n_embd;
-    const int hd = lc->head_dim, hdv = lc->head_dim_v;
-    const int nq = lc->n_head * hd, nv = lc->n_head_kv * hdv;
-    const float eps = cfg->eps;
     struct pool *pool = c->pool;
 
     /* attention: Q, K and V in one pool run */
-    rms_rows(c, c->h, c->x, w->attn_norm, T, E, eps);
+    run_rows(c, l, rows_attn_norm);
     struct kern_mm_out qkv[3];
     int n_qkv = qkv_outs(c, l, qkv);
     kern_matmul_group(pool, qkv, n_qkv, c->h, T, c->act, NULL, NULL);
-    if (w->q_norm) rms_rows(c, c->q, c->q, w->q_norm, T * lc->n_head, hd, eps);
-    cpu_rope_apply(c, l, c->q, lc->n_head, hd);
-    if (cfg->attn_scale != 1.0f)
-        for (size_t i = 0; i < (size_t)T * (size_t)nq; i++) c->q[i] *= cfg->attn_scale;
-    if (lc->has_kv) {
-        if (lc->k_eq_v)
-            memcpy(c->v, c->k, (size_t)T * (size_t)nv * sizeof(float)); /* raw K, pre-norm */
-        if (w->k_norm) rms_rows(c, c->k, c->k, w->k_norm, T * lc->n_head_kv, hd, eps);
-        if (cfg->v_norm) rms_rows(c, c->v, c->v, NULL, T * lc->n_head_kv, hdv, eps);
-        cpu_rope_apply(c, l, c->k, lc->n_head_kv, hd);
-        cpu_kv_write(c, l);
-    }
+    run_rows(c, l, rows_qk);
+    if (lc->has_kv) cpu_kv_write(c, l);
     cpu_attention(c, l);
     kern_matmul(pool, &w->wo, c->att, T, c->t, E, c->act);
-    if (w->post_attn_norm) rms_rows(c, c->t, c->t, w->post_attn_norm, T, E, eps);
-    for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] += c->t[i];
+    run_rows(c, l, rows_post_attn);
 
-    /* feed-forward */
-    rms_rows(c, c->h, c->x, w->ffn_norm, T, E, eps);
-    /* gate and up in one pool run, GeGLU on each task's rows as soon as both are done */
+    /* feed-forward: gate and up in one pool run, GeGLU on each task's rows as soon as both
+     * are done */
     const struct kern_mm_out gu[2] = {{&w->gate, c->ff_g, lc->n_ff}, {&w->up, c->ff_u, lc->n_ff}};
     struct geglu_job gj = {c->vec, c->gelu_tab, c->ff_g, c->ff_u, T, lc->n_ff};
     kern_matmul_group(pool, gu, 2, c->h, T, c->act, geglu_rows, &gj);
     kern_matmul(pool, &w->down, c->ff_g, T, c->t, E, c->act);
-    if (w->post_ffw_norm) rms_rows(c, c->t, c->t, w->post_ffw_norm, T, E, eps);
-    for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] += c->t[i];
+    run_rows(c, l, rows_post_ffn);
 
     /* Gemma 4 per-layer embedding and layer scale */
     if (cfg->n_embd_pl > 0 && w->inp_gate.data) {
@@ -293,7 +384,7 @@ static void layer_forward(struct cpu_ctx *c, int l) {
             c->vec->geglu(c->gelu_tab, g, pin, npl);
         }
         kern_matmul(pool, &w->proj, c->pl_g, T, c->t, E, c->act);
-        rms_rows(c, c->t, c->t, w->post_norm, T, E, eps);
+        rms_rows(c, c->t, c->t, w->post_norm, T, E, cfg->eps);
         for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] += c->t[i];
     }
     if (w->out_scale != 1.0f)
@@ -325,17 +416,7 @@ static int cpu_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits
         }
     }
 
-    /* embeddings */
-    for (r = 0; r < rows; r++) {
-        float *x = c->x + (size_t)r * (size_t)E;
-        if (c->detached && c->output.panel) /* the tied head's panel holds the embedding rows */
-            panel_get_row(&c->output, c->row_tok[r], x);
-        else if (c->detached) /* or its copy (cpu_weights.c) */
-            kern_get_row(&c->output, c->row_tok[r], x);
-        else
-            kern_get_row(&m->tok_embd, c->row_tok[r], x);
-        for (int i = 0; i < E; i++) x[i] *= cfg->embd_scale;
-    }
+    run_rows(c, 0, rows_embed); /* embeddings */
     if (cfg->n_embd_pl > 0) ple_prepare(c);
     cpu_rope_prepare(c);
 

@@ -104,7 +104,8 @@ void cpu_weights_free(struct cpu_ctx *c);
 /* cpu_attn.c */
 int cpu_rope_init(struct cpu_ctx *c);
 void cpu_rope_prepare(struct cpu_ctx *c);
-void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd);
+void cpu_rope_apply(const struct cpu_ctx *c, int layer, float *x, int n_heads, int hd, int r0,
+                    int r1);
 void cpu_kv_write(struct cpu_ctx *c, int layer);
 void cpu_attention(struct cpu_ctx *c, int layer);
 size_t cpu_attn_scratch_floats(const struct model *m, int max_span);

@@ -187,7 +187,8 @@ static void test_batched_vs_alone(void) {
 /* The same prompt and decode step with 1, 2 and 3 compute threads: identical logits (the
  * CPU path promises thread-count invariance, which --deterministic relies on). With more
  * threads than attention tiles (the decode step; the quick prompt on 3 threads) attention
- * runs each tile over the whole pool (cpu_attn.c's split mode), with 1 thread never. */
+ * runs each tile over the whole pool (cpu_attn.c's split mode), with 1 thread never. The
+ * prompt's 20+ rows also split the element-wise row stages (cpu_fwd.c: 8+ rows) by thread. */
 static void test_thread_count_invariant(void) {
     struct model *m = load_or_skip();
     const int V = m->cfg.n_vocab;
