@@ -28,7 +28,8 @@ struct vec_ops {
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);
     void (*round_f16)(const float *src, float *dst, int n); /* to fp16 and back */
     /* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL); squares summed in double in 8
-     * lanes folded in a fixed order, as ggml's serial double sum to float precision */
+     * lanes folded in a fixed order, as ggml's serial double sum to float precision; y may
+     * be x itself or apart from it, never partly overlapping */
     void (*rms_norm)(float *y, const float *x, const float *w, int n, float eps);
     /* v[i], v[i + half] rotated by cs[i] (cos), cs[half + i] (sin), i < half */
     void (*rope_neox)(float *v, const float *cs, int half);
