@@ -313,8 +313,8 @@ static void rows_qk(struct cpu_ctx *c, int l, int r0, int r1) {
             q[i] *= cfg->attn_scale;
     if (!lc->has_kv) return;
     float *k = c->k + (size_t)r0 * nk, *v = c->v + (size_t)r0 * nv;
-    if (lc->k_eq_v)
-        memcpy(v, c->k + (size_t)r0 * nv, (size_t)n * nv * sizeof(float)); /* pre-norm */
+    if (lc->k_eq_v) /* V is the raw K (pre-norm); model.c requires hd == hdv for it */
+        memcpy(v, k, (size_t)n * nv * sizeof(float));
     if (w->k_norm) rms_rows(c, k, k, w->k_norm, n * lc->n_head_kv, hd, cfg->eps);
     if (cfg->v_norm) rms_rows(c, v, v, NULL, n * lc->n_head_kv, hdv, cfg->eps);
     cpu_rope_apply(c, l, c->k, lc->n_head_kv, hd, r0, r1);

@@ -28,22 +28,19 @@ static inline void vec_rms_norm_impl(float *y, const float *x, const float *w, i
                        ((lane[1] + lane[5]) + (lane[3] + lane[7]));
     const float mean = (float)(sum / n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    /* eight at a time, each block read whole before it is written (y may be x): the
-     * compiler makes it one vector multiply-multiply-store; the same products either way */
+    /* eight at a time, each block read whole before it is written (y may be x), so the
+     * compiler makes it a vector multiply-multiply-store; without w the factor is 1.0f, and
+     * (x * scale) * 1.0f is x * scale exactly */
     i = 0;
     for (; i + 8 <= n; i += 8) {
         float xs[8], ws[8];
         for (int j = 0; j < 8; j++)
             xs[j] = x[i + j], ws[j] = w ? w[i + j] : 1.0f;
-        if (w)
-            for (int j = 0; j < 8; j++)
-                y[i + j] = (xs[j] * scale) * ws[j];
-        else
-            for (int j = 0; j < 8; j++)
-                y[i + j] = xs[j] * scale;
+        for (int j = 0; j < 8; j++)
+            y[i + j] = (xs[j] * scale) * ws[j];
     }
     for (; i < n; i++)
-        y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+        y[i] = (x[i] * scale) * (w ? w[i] : 1.0f);
 }
 
 static inline void vec_rope_neox_impl(float *v, const float *cs, int half) {
