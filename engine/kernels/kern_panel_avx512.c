@@ -29,11 +29,14 @@
 /* The loops over NC unroll so the accumulators stay in registers (-O2 leaves them a loop
  * over memory otherwise: one store and reload per block and activation). */
 #define PZ_UNROLL(n) PZ_PRAGMA(GCC unroll n)
-/* Up to 4 activations (decode, speculative checks): how far ahead the records are
- * prefetched, as the AVX2 panel kernel does (the hardware prefetchers stop at each 4 KiB
- * page). Q8_0 LM head, 2 threads, wall clock, on a 2-core Xeon (AVX-512, AMX): M = 1 / 2 / 4
- * 4.5-4.7 / 6.9-7.5 / 9.2-9.8 ms without, 4.2-4.5 / 4.6-4.8 / 5.6-6.4 with; M = 8, where the
- * multiply-adds bound it, no change (11.5-12.0 ms). */
+/* How far ahead every pass prefetches the records, as the AVX2 panel kernel does (the
+ * hardware prefetchers stop at each 4 KiB page). Q8_0 LM head, 2 threads, wall clock, on a
+ * 2-core Xeon (AVX-512, AMX): M = 1 / 2 / 4 4.5-4.7 / 6.9-7.5 / 9.2-9.8 ms without,
+ * 4.2-4.5 / 4.6-4.8 / 5.6-6.4 with; M = 8, where the multiply-adds bound it, no change
+ * (11.5-12.0 ms). Passes of 5-8 went without it until 2026-12-07, which made them the slow
+ * case of a speculative check's rows: Q5_0 640 -> 2048 (bench_kern, 2 threads, the same
+ * Xeon) M = 4 / 5 / 6 / 8 0.056 / 0.072-0.083 / 0.075-0.090 / 0.090-0.092 ms without,
+ * 0.056 / 0.045-0.051 / 0.043-0.048 / 0.049-0.051 with. */
 #define PZ_PF_DIST 4096
 #define PZ_NC 8 /* most activations per pass: 8 accumulators + 8 weight registers + temps */
 
@@ -59,7 +62,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
-        if (NC <= 4 && !(b & 1)) /* a record PZ_PF_DIST ahead (a prefetch never faults) */
+        if (!(b & 1)) /* a record PZ_PF_DIST ahead (a prefetch never faults) */
             for (size_t o = 0; o < rb; o += 64)
                 __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
@@ -173,9 +176,8 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
         acc[c] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *rec = pp + (size_t)s * rb;
-        if (NC <= 4)
-            for (size_t o = 0; o < rb; o += 64)
-                __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
+        for (size_t o = 0; o < rb; o += 64)
+            __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
         __m512i S[PZ_NC];
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
@@ -230,7 +232,12 @@ PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *pane
     }
 }
 
-#define PK_G 4 /* activations per pass */
+/* Activations per pass: 8, though the unpacked chunk (16 registers), 8 sums and 8 accumulators
+ * leave the compiler a few spills: against 4 a pass (M = 5-8 in two), Q6_K / Q4_K 2048 -> 640
+ * at M = 5 / 6 / 8 0.088-0.091 / 0.094-0.097 / 0.101-0.107 -> 0.075-0.076 / 0.076-0.078 /
+ * 0.093-0.094 ms and 0.070-0.074 / 0.079-0.081 / 0.091-0.092 -> 0.066 / 0.070 / 0.082-0.083
+ * (bench_kern, 2 threads, the 2-core Xeon); M = 16 / 64 under --isa avx512 no slower. */
+#define PK_G 8
 PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nsb = n / 256;
@@ -249,7 +256,11 @@ PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
         case 1: pk_rows(type, 1, nsb, panels, r0, r1, A, ap, yc, ldy); break;
         case 2: pk_rows(type, 2, nsb, panels, r0, r1, A, ap, yc, ldy); break;
         case 3: pk_rows(type, 3, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        default: pk_rows(type, 4, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 4: pk_rows(type, 4, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 5: pk_rows(type, 5, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 6: pk_rows(type, 6, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 7: pk_rows(type, 7, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        default: pk_rows(type, 8, nsb, panels, r0, r1, A, ap, yc, ldy); break;
         }
         /* clang-format on */
     }
