@@ -38,7 +38,12 @@
  * Xeon) M = 4 / 5 / 6 / 8 0.056 / 0.072-0.083 / 0.075-0.090 / 0.090-0.092 ms without,
  * 0.056 / 0.045-0.051 / 0.043-0.048 / 0.049-0.051 with. */
 #define PZ_PF_DIST 4096
-#define PZ_NC 8 /* most activations per pass: 8 accumulators + 8 weight registers + temps */
+/* Most activations per pass: 12 accumulators + 8 weight registers + temps fit the 32 registers.
+ * Up to 2026-12-07 it was 8, so a speculative check of 8 drafts (9 rows) took a pass of 8 and
+ * one of 1: Q5_0 640 -> 1024 / 640 -> 2048 at M = 9 0.048 / 0.085-0.091 ms in two passes,
+ * 0.041-0.042 / 0.074-0.076 in one (bench_kern, 2 threads, a 2-core Xeon), M = 12 0.053-0.055 /
+ * 0.095-0.100 -> 0.045-0.048 / 0.083-0.087; M = 8, 16 and 64 (--isa avx512) the same. */
+#define PZ_NC 12
 
 struct pz_act {
     int32_t corr[PANEL_NB_MAX]; /* -off * sum of the block's 32 activation bytes */
@@ -57,7 +62,7 @@ PZ_AI __m512i pz_grp(const uint8_t *qs, int g) {
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
                     const struct pz_act *A, const uint8_t *const *act, __m512 *acc) {
     const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
-    PZ_UNROLL(8)
+    PZ_UNROLL(12)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -71,7 +76,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
             mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 64 + (b & 1) * 32)));
         __m512i w[8];
         pz_unpack(type, rec, (int)(b & 1), w);
-        PZ_UNROLL(8)
+        PZ_UNROLL(12)
         for (int c = 0; c < NC; c++) {
             const uint8_t *qs = act[c] + (size_t)b * abytes;
             __m512i s0 = _mm512_set1_epi32(A[c].corr[b]), s1 = _mm512_setzero_si512();
@@ -103,7 +108,7 @@ PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panel
         __m512 acc[PZ_NC];
         pz_panel(type, NC, nb, pp, A, act, acc);
         const __mmask16 m = pz_rows_mask(p, r0, r1);
-        PZ_UNROLL(8)
+        PZ_UNROLL(12)
         for (int c = 0; c < NC; c++)
             _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
                                   acc[c]);
@@ -119,7 +124,7 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
      * Q8_0 LM head 4 at a time, M = 8 / 16: 16-17 / 26-28 ms, 8 at a time: 23-27 / 35-42 ms;
      * Q5_0 640 -> 2048, whose unpacking is shared by the pass, 8 at a time: M = 16 / 64
      * 0.20 / 0.67 ms against 0.24-0.31 / 0.73-1.12 ms with 4. The other nibble types unpack
-     * as Q5_0 does (IQ4_NL: a table lookup more), so they take 8 too. */
+     * as Q5_0 does (IQ4_NL: a table lookup more), so they take PZ_NC too. */
     const int G = type == QT_Q8_0 ? 4 : PZ_NC;
     for (int c0 = 0; c0 < na; c0 += G) {
         const int nc = na - c0 < G ? na - c0 : G;
@@ -129,7 +134,7 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
-        /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-8 go unused) */
+        /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-12 go unused) */
         /* clang-format off */
         switch (nc) {
         case 1: pz_rows(type, 1, nb, panels, r0, r1, A, ap, yc, ldy); break;
@@ -139,7 +144,11 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
         case 5: pz_rows(type, 5, nb, panels, r0, r1, A, ap, yc, ldy); break;
         case 6: pz_rows(type, 6, nb, panels, r0, r1, A, ap, yc, ldy); break;
         case 7: pz_rows(type, 7, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        default: pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 8: pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 9: pz_rows(type, 9, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 10: pz_rows(type, 10, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 11: pz_rows(type, 11, nb, panels, r0, r1, A, ap, yc, ldy); break;
+        default: pz_rows(type, 12, nb, panels, r0, r1, A, ap, yc, ldy); break;
         }
         /* clang-format on */
     }
@@ -171,7 +180,7 @@ PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
 PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
                     const struct pk_act *A, const uint8_t *const *act, __m512 *acc) {
     const size_t rb = panel_rec_bytes(type);
-    PZ_UNROLL(8)
+    PZ_UNROLL(12)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
@@ -179,13 +188,13 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
         for (size_t o = 0; o < rb; o += 64)
             __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
         __m512i S[PZ_NC];
-        PZ_UNROLL(8)
+        PZ_UNROLL(12)
         for (int c = 0; c < NC; c++)
             S[c] = _mm512_setzero_si512();
         for (int cc = 0; cc < 4; cc++) {
             __m512i lo[8], hi[8];
             pk_unpack(type, rec, cc, lo, hi);
-            PZ_UNROLL(8)
+            PZ_UNROLL(12)
             for (int c = 0; c < NC; c++) {
                 const uint8_t *qs = act[c] + (size_t)s * sizeof(struct block_q8_K) + 64 * cc;
                 __m512i t;
@@ -211,7 +220,7 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
         pk_pairs(type, rec, mp);
         const __m512 dw = pk_half(rec, 0);
         const __m512 mw = panel_k16(type) ? _mm512_setzero_ps() : pk_half(rec, 32);
-        PZ_UNROLL(8)
+        PZ_UNROLL(12)
         for (int c = 0; c < NC; c++)
             acc[c] = pk_step(type, S[c], pk_mins(type, mp, A[c].bp[s]), dw, mw, A[c].d[s], acc[c]);
     }
@@ -225,7 +234,7 @@ PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *pane
         __m512 acc[PZ_NC];
         pk_panel(type, NC, nsb, pp, A, act, acc);
         const __mmask16 m = pz_rows_mask(p, r0, r1);
-        PZ_UNROLL(8)
+        PZ_UNROLL(12)
         for (int c = 0; c < NC; c++)
             _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
                                   acc[c]);
