@@ -26,7 +26,7 @@
  * written ahead never evicts a block a later query needs (tests/unit/test_spec.c).
  *
  * Adaptivity. Extra rows are not free: with a large vocabulary the LM head's cost grows with
- * the rows of a step (Gemma 3 270M on 2 cores: about 2x for 9 rows), so drafts pay only when
+ * the rows of a step (Gemma 3 270M on 2 cores: about 1.8x for 9 rows), so drafts pay only when
  * enough of them are accepted. The scheduler measures its step time per number of rows
  * (struct spec_cost, steps without prefill chunks; a line fitted through them), each sequence
  * keeps a decaying estimate of the probability that a draft token is accepted (prior 0.6),
