@@ -13,9 +13,10 @@
  * Integer sums are exact in any order (two chains, for latency); the float steps per row
  * and block are panel_gemm_ref's.
  *
- * Activations are taken PZ_NC at a time; each group is prepared once per call (block sums
- * and scales on the stack) and the call's panels stream past it, so with more activations
- * than PZ_NC the task's panels are re-read from cache, not memory.
+ * Activations are taken in passes (PZ_NC at a time; Q8_0 4, the K-quants PK_G); each pass's
+ * group is prepared once per call (block sums and scales on the stack) and the call's panels
+ * stream past it, so with more activations than one pass takes, the task's panels are re-read
+ * from cache, not memory.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -172,6 +173,13 @@ PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
     return _mm512_add_epi32(t0, t1);
 }
 
+/* Activations per pass: 8, though the unpacked chunk (16 registers), 8 sums and 8 accumulators
+ * leave the compiler a few spills: against 4 a pass (M = 5-8 in two), Q6_K / Q4_K 2048 -> 640
+ * at M = 5 / 6 / 8 0.088-0.091 / 0.094-0.097 / 0.101-0.107 -> 0.075-0.076 / 0.076-0.078 /
+ * 0.093-0.094 ms and 0.070-0.074 / 0.079-0.081 / 0.091-0.092 -> 0.066 / 0.070 / 0.082-0.083
+ * (bench_kern, 2 threads, the 2-core Xeon); M = 16 / 64 under --isa avx512 no slower. */
+#define PK_G 8
+
 /* NC Q8_K activations (quants of super-block s at act[c] + s * sizeof(block_q8_K)) against
  * one K-quant panel (Q3_K, Q4_K, Q5_K, Q6_K): per super-block and chunk of 64 elements, the
  * unpacked weights (pk_unpack) meet each activation in vpdpbusd, one sum per sub-block (Q4_K 2,
@@ -180,21 +188,21 @@ PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
 PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
                     const struct pk_act *A, const uint8_t *const *act, __m512 *acc) {
     const size_t rb = panel_rec_bytes(type);
-    PZ_UNROLL(12)
+    PZ_UNROLL(8)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *rec = pp + (size_t)s * rb;
         for (size_t o = 0; o < rb; o += 64)
             __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
-        __m512i S[PZ_NC];
-        PZ_UNROLL(12)
+        __m512i S[PK_G];
+        PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             S[c] = _mm512_setzero_si512();
         for (int cc = 0; cc < 4; cc++) {
             __m512i lo[8], hi[8];
             pk_unpack(type, rec, cc, lo, hi);
-            PZ_UNROLL(12)
+            PZ_UNROLL(8)
             for (int c = 0; c < NC; c++) {
                 const uint8_t *qs = act[c] + (size_t)s * sizeof(struct block_q8_K) + 64 * cc;
                 __m512i t;
@@ -220,7 +228,7 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
         pk_pairs(type, rec, mp);
         const __m512 dw = pk_half(rec, 0);
         const __m512 mw = panel_k16(type) ? _mm512_setzero_ps() : pk_half(rec, 32);
-        PZ_UNROLL(12)
+        PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             acc[c] = pk_step(type, S[c], pk_mins(type, mp, A[c].bp[s]), dw, mw, A[c].d[s], acc[c]);
     }
@@ -231,22 +239,16 @@ PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *pane
                    int ldy) {
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)nsb * panel_rec_bytes(type);
-        __m512 acc[PZ_NC];
+        __m512 acc[PK_G];
         pk_panel(type, NC, nsb, pp, A, act, acc);
         const __mmask16 m = pz_rows_mask(p, r0, r1);
-        PZ_UNROLL(12)
+        PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
             _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
                                   acc[c]);
     }
 }
 
-/* Activations per pass: 8, though the unpacked chunk (16 registers), 8 sums and 8 accumulators
- * leave the compiler a few spills: against 4 a pass (M = 5-8 in two), Q6_K / Q4_K 2048 -> 640
- * at M = 5 / 6 / 8 0.088-0.091 / 0.094-0.097 / 0.101-0.107 -> 0.075-0.076 / 0.076-0.078 /
- * 0.093-0.094 ms and 0.070-0.074 / 0.079-0.081 / 0.091-0.092 -> 0.066 / 0.070 / 0.082-0.083
- * (bench_kern, 2 threads, the 2-core Xeon); M = 16 / 64 under --isa avx512 no slower. */
-#define PK_G 8
 PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nsb = n / 256;
