@@ -774,6 +774,14 @@ KX_AI void kz_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
 
 KX_DEFINE(kz, f16, kz_tile_half, 0, 2, 4, 4)
 KX_DEFINE(kz, bf16, kz_tile_half, 1, 2, 4, 4)
+/* With one activation, one row at a time: AMD Zen 4 (kern_avx512_stream_rows) streams one
+ * row after another far faster than two rows side by side. bench_kern --threads 2 --m 1,
+ * lm_head_f16 / lm_head_bf16 (335 MB each), 3 runs alternating on a 2-core EPYC (Zen 4):
+ * two rows 17.0-21.6 / 17.7-28.4 ms, one row 8.9-12.1 / 10.3-10.8 ms; 1 KiB or 8 KiB of
+ * prefetch distance, or none, were no faster than 4 KiB with one row. Same bits (each row
+ * has its own accumulator whatever the tile). */
+KX_DEFINE_GEMM(kz_gemm1r_f16, kz_tile_half, 0, 1, 4, 4)
+KX_DEFINE_GEMM(kz_gemm1r_bf16, kz_tile_half, 1, 1, 4, 4)
 
 int kern_avx512_stream_rows(void) {
     /* Measured with bench_kern --cpu --only lm_head, one thread: on AMD Zen 4 four rows side
@@ -796,8 +804,8 @@ void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {
         {QT_Q4_K, kz_dot_q4_K, one ? kz_gemm1r_q4_K : kz_gemm_q4_K},
         {QT_Q5_K, kz_dot_q5_K, one ? kz_gemm1r_q5_K : kz_gemm_q5_K},
         {QT_Q6_K, kz_dot_q6_K, one ? kz_gemm1r_q6_K : kz_gemm_q6_K},
-        {QT_F16, kz_dot_f16, kz_gemm_f16},
-        {QT_BF16, kz_dot_bf16, kz_gemm_bf16},
+        {QT_F16, kz_dot_f16, one ? kz_gemm1r_f16 : kz_gemm_f16},
+        {QT_BF16, kz_dot_bf16, one ? kz_gemm1r_bf16 : kz_gemm_bf16},
     };
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         ops->t[tab[i].t].vec_dot = tab[i].dot;

@@ -92,7 +92,8 @@ void kern_register_avx512(struct kern_ops *ops);
 void kern_register_lowbit_avx2(struct kern_ops *ops);
 /* The same with the Q4_0/Q5_0/Q8_0 streaming kernels (1-16 activations) reading
  * stream_rows weight rows side by side (1, or anything else for 4), and with 1 the K-quant
- * batches blocked for Zen 4 (2 x 8 tiles over 8 super-blocks instead of 4 x 4 over 4);
+ * batches blocked for Zen 4 (2 x 8 tiles over 8 super-blocks instead of 4 x 4 over 4) and
+ * F16 / BF16 with one activation one row at a time (else two);
  * kern_register_avx512 passes kern_avx512_stream_rows(): 1 on AMD, 4 elsewhere. Results
  * are the same bits either way. */
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows);

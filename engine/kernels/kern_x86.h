@@ -814,16 +814,12 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
  * taken KX_GC at a time, all rows for each group, so the group stays in L1 while the rows'
  * blocks are reused. */
 #define KX_GC 8
-#define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                              \
+/* The gemm alone, named fname (a second row shape of a kernel whose dot KX_DEFINE made). */
+#define KX_DEFINE_GEMM(fname, TILE, kind, TR1, TR, TC)                                             \
     _Static_assert((TR1) <= KX_MAXR && (TR) <= KX_MAXR && (TC) <= KX_MAXC,                         \
                    "a tile shape past KX_SWITCH's cases computes nothing");                        \
-    static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                       \
-        float y;                                                                                   \
-        TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);                  \
-        return y;                                                                                  \
-    }                                                                                              \
-    static void pfx##_gemm_##name(int64_t n, const void *w, size_t ws, int nw, const void *a,      \
-                                  size_t as, int na, float *y, int ldy) {                          \
+    static void fname(int64_t n, const void *w, size_t ws, int nw, const void *a, size_t as,       \
+                      int na, float *y, int ldy) {                                                 \
         const uint8_t *wp = w, *ap = a;                                                            \
         const int tr = na == 1 ? (TR1) : (TR), tc = (TC);                                          \
         for (int c0 = 0; c0 < na; c0 += KX_GC) {                                                   \
@@ -839,6 +835,13 @@ KX_AI void kx_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
             }                                                                                      \
         }                                                                                          \
     }
+#define KX_DEFINE(pfx, name, TILE, kind, TR1, TR, TC)                                              \
+    static float pfx##_dot_##name(int64_t n, const void *w, const void *a) {                       \
+        float y;                                                                                   \
+        TILE(kind, 1, 1, n, (const uint8_t *)w, 0, (const uint8_t *)a, 0, &y, 1);                  \
+        return y;                                                                                  \
+    }                                                                                              \
+    KX_DEFINE_GEMM(pfx##_gemm_##name, TILE, kind, TR1, TR, TC)
 /* Same, with the shape given as one macro that expands to "TR1, TR, TC". */
 #define KX_DEFINE_S(...) KX_DEFINE(__VA_ARGS__)
 
