@@ -66,6 +66,15 @@ static int kern_amx_permitted(void) {
 }
 #endif
 
+int kern_stream_one_row(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+#else
+    return 0;
+#endif
+}
+
 int kern_isa_supported(enum kern_isa isa) {
     switch (isa) {
     case KERN_ISA_REF:

@@ -56,7 +56,7 @@ KX_DEFINE_S(ka, q6_K, kx_tile_kq, KX_Q6_K, KA_KQ_SHAPE)
 KX_DEFINE_S(ka, f16, kx_tile_half, 0, KA_HALF_SHAPE)
 KX_DEFINE_S(ka, bf16, kx_tile_half, 1, KA_HALF_SHAPE)
 /* On AMD, one activation takes one row at a time: Zen's prefetcher streams one row after
- * another, not two side by side (as kern_avx512_stream_rows; on a 2-core EPYC, Zen 4, under
+ * another, not two side by side (kern_stream_one_row; on a 2-core EPYC, Zen 4, under
  * --isa avx2, bench_kern --threads 2 --m 1 lm_head_f16 / lm_head_bf16: two rows 17.7-19.4 /
  * 18.6-26.3 ms, one row 10.2-10.6 / 10.6-12.3 ms). Same bits. */
 KX_DEFINE_GEMM(ka_gemm1r_f16, kx_tile_half, 0, 1, 2, 2)
@@ -87,9 +87,9 @@ void kern_register_avx2(struct kern_ops *ops) {
     ka_set(ops, QT_Q4_K, ka_dot_q4_K, ka_gemm_q4_K, ka_quant_q8_K);
     ka_set(ops, QT_Q5_K, ka_dot_q5_K, ka_gemm_q5_K, ka_quant_q8_K);
     ka_set(ops, QT_Q6_K, ka_dot_q6_K, ka_gemm_q6_K, ka_quant_q8_K);
-    const int amd = __builtin_cpu_is("amd");
-    ka_set(ops, QT_F16, ka_dot_f16, amd ? ka_gemm1r_f16 : ka_gemm_f16, ka_quant_f16);
-    ka_set(ops, QT_BF16, ka_dot_bf16, amd ? ka_gemm1r_bf16 : ka_gemm_bf16, NULL);
+    const int one = kern_stream_one_row();
+    ka_set(ops, QT_F16, ka_dot_f16, one ? ka_gemm1r_f16 : ka_gemm_f16, ka_quant_f16);
+    ka_set(ops, QT_BF16, ka_dot_bf16, one ? ka_gemm1r_bf16 : ka_gemm_bf16, NULL);
     /* whole tasks: one activation streams its rows (two at a time, one on AMD), prefetching
      * in the row (kern.c's per-call step would hand over one 1,280-byte row per call) */
     ops->t[QT_F16].gemm_task = ops->t[QT_BF16].gemm_task = 1;

@@ -774,7 +774,7 @@ KX_AI void kz_tile_half(int bf, const int NR, const int NC, int64_t n, const uin
 
 KX_DEFINE(kz, f16, kz_tile_half, 0, 2, 4, 4)
 KX_DEFINE(kz, bf16, kz_tile_half, 1, 2, 4, 4)
-/* With one activation, one row at a time: AMD Zen 4 (kern_avx512_stream_rows) streams one
+/* With one activation, one row at a time: AMD Zen 4 (kern_stream_one_row) streams one
  * row after another far faster than two rows side by side. bench_kern --threads 2 --m 1,
  * lm_head_f16 / lm_head_bf16 (335 MB each), 3 runs alternating on a 2-core EPYC (Zen 4):
  * two rows 17.0-21.6 / 17.7-28.4 ms, one row 8.9-12.1 / 10.3-10.8 ms; 1 KiB or 8 KiB of
@@ -788,7 +788,7 @@ int kern_avx512_stream_rows(void) {
      * by side run the Q8_0 LM head at M = 1 in 20-23 ms and one row at a time in 8-9 ms (its
      * prefetcher follows one sequential stream, not four 680-byte-strided ones; M = 2: 21 vs
      * 11-13 ms, M = 4: 21-23 vs 17 ms); on an Intel Xeon four rows were the faster choice. */
-    return __builtin_cpu_is("amd") ? 1 : KZ_TR1; /* AMD: also the 2 x 8 K-quant tiles */
+    return kern_stream_one_row() ? 1 : KZ_TR1; /* AMD: also the 2 x 8 K-quant tiles */
 }
 
 void kern_register_avx512_rows(struct kern_ops *ops, int stream_rows) {

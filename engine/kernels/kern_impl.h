@@ -109,6 +109,9 @@ void panel_register_amx(struct kern_ops *ops);
 /* The active ISA's panel kernel for a weight type, or NULL (kern.c). */
 kern_panel_fn kern_panel_kernel(uint32_t type);
 int kern_avx512_stream_rows(void);
+/* 1 when the CPU's prefetcher wants one weight row streamed at a time rather than several
+ * side by side (AMD: it follows one sequential stream); kern.c, for every ISA's registration. */
+int kern_stream_one_row(void);
 /* kern_dequant_avx2.c (owned with kern.c): SIMD dequant entries, called before
  * kern_register_avx2 so that file may still override them. */
 void kern_register_dequant_avx2(struct kern_ops *ops);
