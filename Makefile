@@ -126,6 +126,8 @@ gpu-check-bins: $(GPU_CHECK_BINS)
 
 # Before the generic include path, so that OpenBLAS's cblas.h is the one found.
 $(BUILD)/obj/engine/kernels/kern_blas.o: CFLAGS := $(BLAS_CFLAGS) $(CFLAGS)
+# vdpbf16ps (kern_bf16p_avx512.c; run only where the CPU has AVX512_BF16)
+$(BUILD)/obj/engine/kernels/kern_bf16p_avx512.o: ISA_AVX512 += -mavx512bf16
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

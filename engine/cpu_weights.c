@@ -54,11 +54,13 @@ static void pack_weight(struct cpu_ctx *c, struct kern_weight *w) {
     if (c->m->gguf) drop_pages(c->m->gguf, w->data, (size_t)w->n_out * w->row_bytes);
 }
 
-/* Unless deterministic, an unquantized weight's batches may go through BLAS sgemm (faster
- * from a few dozen rows, but its results depend on the batch: kern.h). */
+/* Unless deterministic, an unquantized weight's batches may go through BLAS sgemm, or BF16
+ * ones through the packed BF16 kernels (faster from a few dozen rows, but the results
+ * depend on the batch: kern.h). */
 static void allow_blas(struct cpu_ctx *c, struct kern_weight *w) {
     const int half = w->type == QT_F32 || w->type == QT_F16 || w->type == QT_BF16;
-    if (!w->data || !half || c->o.deterministic || !kern_blas_available()) return;
+    if (!w->data || !half || c->o.deterministic) return;
+    if (!kern_blas_available() && !(w->type == QT_BF16 && kern_bf16_packed())) return;
     w->blas = 1;
     c->blas_weights++;
 }
@@ -179,9 +181,13 @@ int cpu_weights_init(struct cpu_ctx *c) {
     }
     if (c->blas_weights)
         LOG_I("forward", 0,
-              "%d F32/F16/BF16 weights: batches of %d+ rows (F16: %d+) through OpenBLAS sgemm, "
-              "so rows depend on their batch (--deterministic turns this off)",
-              c->blas_weights, KERN_BLAS_MIN_M, KERN_BLAS_MIN_M_F16);
+              "%d F32/F16/BF16 weights: batches of %d+ rows (F16: %d+) through %s, so rows "
+              "depend on their batch (--deterministic turns this off)",
+              c->blas_weights, KERN_BLAS_MIN_M, KERN_BLAS_MIN_M_F16,
+              !kern_bf16_packed()     ? "OpenBLAS sgemm"
+              : kern_blas_available() ? "OpenBLAS sgemm (BF16: vdpbf16ps on activations "
+                                        "rounded to BF16)"
+                                      : "vdpbf16ps on activations rounded to BF16 (BF16 only)");
     if (c->panel_bytes)
         LOG_I("forward", 0, "weights repacked into panels: %.1f MiB%s",
               (double)c->panel_bytes / (1024.0 * 1024.0),

@@ -75,6 +75,19 @@ int kern_stream_one_row(void) {
 #endif
 }
 
+/* The packed BF16 batch kernels (kern_bf16p_avx512.c) need AVX512_BF16, and are used only
+ * where they were measured faster than OpenBLAS sgemm: AMD (Zen 4: 2x at M = 512, BENCHMARKS
+ * 2026-12-07). Intel cores run vdpbf16ps on one port, at the rate of their two f32 FMA
+ * ports; not measured there, so sgemm stays. */
+int kern_bf16p_wanted(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+#else
+    return 0;
+#endif
+}
+
 int kern_isa_supported(enum kern_isa isa) {
     switch (isa) {
     case KERN_ISA_REF:
@@ -187,6 +200,7 @@ int kern_init(enum kern_isa force) {
     if (isa >= KERN_ISA_AVX512) {
         kern_register_avx512(&ops);
         panel_register_avx512(&ops);
+        if (kern_bf16p_wanted()) kern_register_bf16p_avx512(&ops);
     }
 #if defined(__x86_64__)
     if (isa >= KERN_ISA_AMX) panel_register_amx(&ops);
@@ -205,6 +219,11 @@ static void kern_default_init(void) {
 static inline const struct kern_type_ops *kern_ops_for(uint32_t type) {
     pthread_once(&g_once, kern_default_init);
     return type < QT_COUNT ? &g_ops.t[type] : NULL;
+}
+
+int kern_bf16_packed(void) {
+    const struct kern_type_ops *o = kern_ops_for(QT_BF16);
+    return o && o->gemm_packed != NULL;
 }
 
 enum kern_isa kern_active_isa(void) {
@@ -255,6 +274,8 @@ struct mm_part {
     float *Y;           /* Y[m * ldy + o] */
     int ldy;
     const float *X;     /* the f32 input (the BLAS path reads it unquantized) */
+    int packed;         /* 1: act is in kern_bf16p's packed layout: gemm_packed runs */
+    int qi;             /* its entry in mm_job.q */
     int64_t o0, o1; /* output rows to compute */
     int task0;      /* first task of this part (concatenated groups) */
 };
@@ -272,6 +293,7 @@ struct mm_job {
     int n_q;
     struct {
         kern_quant_act_fn fn;
+        kern_pack_act_fn pack; /* set: rows go into the packed layout instead */
         uint8_t *act;
         size_t stride;
     } q[KERN_GROUP_MAX];
@@ -283,6 +305,10 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct mm_job *j = arg;
     const int qi = task / j->M, m = task % j->M;
+    if (j->q[qi].pack) {
+        j->q[qi].pack(j->X + (int64_t)m * j->n_in, j->q[qi].act, m, j->M, j->n_in);
+        return;
+    }
     j->q[qi].fn(j->X + (int64_t)m * j->n_in, j->q[qi].act + (size_t)m * j->q[qi].stride, j->n_in);
 }
 
@@ -317,6 +343,11 @@ static int mm_blas(const struct mm_part *j, int M) {
 }
 
 static void mm_rows(const struct mm_part *j, int M, int64_t r0, int64_t r1) {
+    if (j->packed) {
+        j->ops->gemm_packed(j->w->n_in, (const uint8_t *)j->w->data + (size_t)r0 * j->w->row_bytes,
+                            j->w->row_bytes, r1 - r0, j->act, M, j->Y + r0, j->ldy);
+        return;
+    }
     if (mm_blas(j, M) &&
         kern_blas_rows(j->w, j->ops->dequant, j->X, M, r0, r1, j->Y, j->ldy) == 0)
         return;
@@ -452,7 +483,24 @@ static void mm_setup(struct mm_job *j, const struct kern_mm_out *outs, int n_out
         p->X = X;
         p->o0 = 0;
         p->o1 = w->n_out;
+        p->qi = k;
     }
+    /* Packed BF16 batches: only when every weight reading that activation type may take them */
+    int veto[KERN_GROUP_MAX] = {0};
+    for (int i = 0; i < n_outs; i++) {
+        const struct kern_weight *w = outs[i].w;
+        const struct kern_type_ops *ops = j->part[i].ops;
+        const int k = j->part[i].qi;
+        if (ops->gemm_packed && ops->pack_act && w->blas && !w->panel && M >= KERN_BLAS_MIN_M &&
+            w->n_in % 2 == 0)
+            j->q[k].pack = ops->pack_act;
+        else
+            veto[k] = 1;
+    }
+    for (int k = 0; k < j->n_q; k++)
+        if (veto[k]) j->q[k].pack = NULL;
+    for (int i = 0; i < n_outs; i++)
+        j->part[i].packed = j->q[j->part[i].qi].pack != NULL;
 }
 
 static void mm_quantize(struct pool *pool, struct mm_job *j) {

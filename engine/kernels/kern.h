@@ -50,7 +50,8 @@ struct kern_weight {
     const void *data; /* n_out * row_bytes bytes, read-only (in the mmap) */
     const void *panel; /* NULL, or the same rows repacked by panel_pack (panel.h): then every
                         * matmul of this weight runs the panel kernel (its own fixed order) */
-    int blas;          /* 1: an F32 / F16 / BF16 weight may take BLAS sgemm for batches of
+    int blas;          /* 1: an F32 / F16 / BF16 weight may take BLAS sgemm (BF16: the
+                        * packed BF16 kernels where kern_bf16_packed) for batches of
                         * KERN_BLAS_MIN_M(_F16) rows and more (faster, NOT batch-invariant:
                         * the CPU backend sets it unless deterministic); 0: never */
 };
@@ -63,6 +64,11 @@ struct kern_weight {
 #define KERN_BLAS_MIN_M_F16 128
 /* 1 when this build has a BLAS (OpenBLAS, found by pkg-config at build time). */
 int kern_blas_available(void);
+/* 1 when BF16 weights with the blas flag take the packed BF16 kernels for those batches
+ * instead of sgemm (kern_bf16p.c: activations rounded to BF16 and multiplied with
+ * AVX512_BF16's vdpbf16ps, as llama.cpp does; registered on AMD CPUs with AVX512_BF16, where
+ * they were measured twice as fast), with or without a BLAS in the build. */
+int kern_bf16_packed(void);
 
 /* Scratch bytes kern_matmul needs for M activation rows of W->n_in elements. */
 size_t kern_act_bytes(const struct kern_weight *w, int M);

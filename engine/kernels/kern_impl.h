@@ -56,6 +56,18 @@ typedef void (*kern_panel_fn)(int64_t n, const void *panels, int64_t r0, int64_t
 /* Weight row of n elements -> f32, bit-identical to quant_dequant_row_ref. */
 typedef void (*kern_dequant_fn)(const void *src, float *dst, int64_t n);
 
+/* Packed BF16 batches (kern_bf16p.c: the layout, the sums, the scalar references).
+ * pack_act writes activation row m of M (n elements) into the packed buffer `act` (M * n * 2
+ * bytes); gemm_packed computes y[m * ldy + i] for m < M, i < n_w_rows against weight rows
+ * w_rows + i * w_stride (BF16, n even). Not the bits of gemm / vec_dot: kern_matmul uses them
+ * only for a weight with the blas flag and at least KERN_BLAS_MIN_M rows. */
+typedef void (*kern_pack_act_fn)(const float *x, void *act, int m, int M, int64_t n);
+typedef void (*kern_gemm_packed_fn)(int64_t n, const void *w_rows, size_t w_stride,
+                                    int64_t n_w_rows, const void *act, int M, float *y, int ldy);
+void kern_bf16p_pack_ref(const float *x, void *act, int m, int M, int64_t n);
+void kern_bf16p_gemm_ref(int64_t n, const void *w_rows, size_t w_stride, int64_t n_w_rows,
+                         const void *act, int M, float *y, int ldy);
+
 /* The kernels for one weight type. vec_dot, quant_act and dequant are set for every
  * supported type (kern_init starts from the scalar references); gemm is optional. */
 struct kern_type_ops {
@@ -68,6 +80,8 @@ struct kern_type_ops {
                                   * activation prefetches its weight rows itself;
                                   * kern_matmul then hands it whole tasks (else tiles of
                                   * KERN_GEMM_MAX_ROWS, or a few rows with one activation) */
+    kern_pack_act_fn pack_act;   /* optional, with gemm_packed (BF16 only) */
+    kern_gemm_packed_fn gemm_packed;
 };
 
 /* kern_blas.c: rows [r0, r1) of w (F32 / F16 / BF16, each row widened to f32 by `widen`)
@@ -112,6 +126,10 @@ int kern_avx512_stream_rows(void);
 /* 1 when the CPU's prefetcher wants one weight row streamed at a time rather than several
  * side by side (AMD: it follows one sequential stream); kern.c, for every ISA's registration. */
 int kern_stream_one_row(void);
+/* kern_bf16p_avx512.c (-mavx512bf16): the packed BF16 batch kernels, installed after
+ * kern_register_avx512 when kern_bf16p_wanted() (kern.c). */
+void kern_register_bf16p_avx512(struct kern_ops *ops);
+int kern_bf16p_wanted(void);
 /* kern_dequant_avx2.c (owned with kern.c): SIMD dequant entries, called before
  * kern_register_avx2 so that file may still override them. */
 void kern_register_dequant_avx2(struct kern_ops *ops);

@@ -464,7 +464,9 @@ static void test_dequant_half(void) {
 
 /* F32 / F16 / BF16 weights with the blas flag (kern_blas.c): below the row threshold the
  * bits of the kernels; from it sgemm on the f32 input, within 1e-5 of the exact sum
- * (normalised as in check_dots) and not the kernels' bits (so the path did run). */
+ * (normalised as in check_dots) and not the kernels' bits (so the path did run). BF16 on a
+ * CPU that takes the packed kernels (kern_bf16_packed) instead: the exact sum of the
+ * BF16-rounded input, and the bits of kern_bf16p_gemm_ref. */
 static void test_blas_path(void) {
     if (!kern_blas_available()) T_SKIP("built without OpenBLAS");
     T_ASSERT(kern_init(KERN_ISA_AUTO) == 0);
@@ -490,6 +492,17 @@ static void test_blas_path(void) {
         for (int i = 0; i < MMAX * NIN; i++)
             X[i] = rnd_f(-1.0f, 1.0f);
         const int thr = t == QT_F16 ? KERN_BLAS_MIN_M_F16 : KERN_BLAS_MIN_M;
+        const int packed = t == QT_BF16 && kern_bf16_packed();
+        if (packed) { /* the reference: X rounded to BF16, packed, and the scalar sums */
+            static uint8_t ref_act[KERN_BLAS_MIN_M * NIN * 2];
+            for (int m = 0; m < thr; m++)
+                kern_bf16p_pack_ref(X + m * NIN, ref_act, m, thr, NIN);
+            kern_bf16p_gemm_ref(NIN, wdata, w.row_bytes, NOUT, ref_act, thr, Y0, NOUT);
+            w.blas = 1;
+            kern_matmul(pool, &w, X, thr, Y1, NOUT, scratch);
+            T_ASSERTF(memcmp(Y0, Y1, sizeof(float) * (size_t)thr * NOUT) == 0,
+                      "BF16 M=%d: the packed path must give kern_bf16p_gemm_ref's bits", thr);
+        }
         for (int M = thr - 1; M <= thr; M++) {
             w.blas = 0;
             kern_matmul(pool, &w, X, M, Y0, NOUT, scratch);
@@ -507,8 +520,11 @@ static void test_blas_path(void) {
                 for (int m = 0; m < M; m++) {
                     double exact = 0, mag = 0;
                     for (int i = 0; i < NIN; i++) {
-                        exact += (double)wf[i] * X[m * NIN + i];
-                        mag += fabs((double)wf[i] * X[m * NIN + i]);
+                        const float x = packed
+                                            ? quant_bf16_to_f32(quant_f32_to_bf16(X[m * NIN + i]))
+                                            : X[m * NIN + i];
+                        exact += (double)wf[i] * x;
+                        mag += fabs((double)wf[i] * x);
                     }
                     const float y = Y1[m * NOUT + o];
                     T_ASSERTF(fabs(y - exact) / mag < 1e-5, "%s M=%d [%d][%d]: %.9g, exact %.9g",
@@ -520,6 +536,54 @@ static void test_blas_path(void) {
         }
     }
     pool_destroy(pool);
+}
+
+/* The packed BF16 kernels (kern_bf16p_avx512.c) against the scalar references of
+ * kern_bf16p.c, byte for byte (packing) and bit for bit (sums), over partial blocks of rows,
+ * every tile width, row lengths that are not a multiple of 32, and subnormal inputs. */
+static void test_bf16p_equals_ref(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16") || !kern_isa_supported(KERN_ISA_AVX512))
+        T_SKIP("no AVX512_BF16");
+    struct kern_ops ops;
+    memset(&ops, 0, sizeof(ops));
+    kern_register_bf16p_avx512(&ops);
+    const struct kern_type_ops *o = &ops.t[QT_BF16];
+    T_ASSERT(o->pack_act && o->gemm_packed);
+    enum { MM = 49, NN = 672, ROWS = 37, LDY = 41 };
+    static float X[MM * NN], Y0[MM * LDY], Y1[MM * LDY];
+    static uint8_t A0[MM * NN * 2] __attribute__((aligned(64)));
+    static uint8_t A1[MM * NN * 2] __attribute__((aligned(64)));
+    static uint8_t W[ROWS * NN * 2];
+    const int ms[] = {1, 15, 16, 17, 31, 32, 33, 48, 49};
+    const int ns[] = {2, 66, 640, 672};
+    for (int ni = 0; ni < 4; ni++) {
+        const int n = ns[ni];
+        rnd_weights(QT_BF16, W, (int64_t)ROWS * n);
+        for (int i = 0; i < ROWS * n; i++) { /* a few subnormals and negative zeros */
+            const uint16_t v = i % 101 == 7 ? 0x0003 : i % 103 == 9 ? 0x8000 : 0;
+            if (v) memcpy(W + 2 * i, &v, 2);
+        }
+        for (int i = 0; i < MM * n; i++)
+            X[i] = i % 97 == 5 ? 1e-39f * (float)(i % 7) : i % 89 == 3 ? 0.0f : rnd_f(-3.0f, 3.0f);
+        for (int mi = 0; mi < 9; mi++) {
+            const int M = ms[mi];
+            memset(A0, 0x5a, sizeof(A0));
+            memset(A1, 0x5a, sizeof(A1));
+            for (int m = 0; m < M; m++) {
+                kern_bf16p_pack_ref(X + m * n, A0, m, M, n);
+                o->pack_act(X + m * n, A1, m, M, n);
+            }
+            T_ASSERTF(memcmp(A0, A1, sizeof(A0)) == 0, "pack n=%d M=%d", n, M);
+            for (int rows = 1; rows <= ROWS; rows += rows < 13 ? 1 : 24) {
+                memset(Y0, 0, sizeof(Y0));
+                memset(Y1, 0, sizeof(Y1));
+                kern_bf16p_gemm_ref(n, W, (size_t)n * 2, rows, A0, M, Y0 + 3, LDY);
+                o->gemm_packed(n, W, (size_t)n * 2, rows, A1, M, Y1 + 3, LDY);
+                T_ASSERTF(memcmp(Y0, Y1, sizeof(Y0)) == 0, "gemm n=%d M=%d rows=%d", n, M, rows);
+            }
+        }
+    }
 }
 
 int main(int argc, char **argv) {
@@ -538,6 +602,7 @@ int main(int argc, char **argv) {
         T_CASE(test_matmul_batch_invariant),
         T_CASE(test_dequant_half),
         T_CASE(test_blas_path),
+        T_CASE(test_bf16p_equals_ref),
         {0},
     };
     return t_main(argc, argv, cases);
