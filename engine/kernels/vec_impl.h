@@ -29,18 +29,33 @@ static inline void vec_rms_norm_impl(float *y, const float *x, const float *w, i
     const float mean = (float)(sum / n);
     const float scale = 1.0f / sqrtf(mean + eps);
     /* eight at a time, each block read whole before it is written (y may be x), so the
-     * compiler makes it a vector multiply-multiply-store; without w the factor is 1.0f, and
-     * (x * scale) * 1.0f is x * scale exactly */
+     * compiler makes it a vector multiply-multiply-store. Without w: x * scale, which is
+     * (x * scale) * 1.0f exactly. The test of w stays out of the loop: inside it, gcc built
+     * the weights eight scalar stores at a time and reloaded them as one vector, a failed
+     * store-to-load forward per eight elements (the norms were 4% of a 2,048-token prefill
+     * on Zen 4, two thirds of it that stall). */
     i = 0;
-    for (; i + 8 <= n; i += 8) {
-        float xs[8], ws[8];
-        for (int j = 0; j < 8; j++)
-            xs[j] = x[i + j], ws[j] = w ? w[i + j] : 1.0f;
-        for (int j = 0; j < 8; j++)
-            y[i + j] = (xs[j] * scale) * ws[j];
+    if (w) {
+        for (; i + 8 <= n; i += 8) {
+            float xs[8], ws[8];
+            for (int j = 0; j < 8; j++)
+                xs[j] = x[i + j], ws[j] = w[i + j];
+            for (int j = 0; j < 8; j++)
+                y[i + j] = (xs[j] * scale) * ws[j];
+        }
+        for (; i < n; i++)
+            y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            float xs[8];
+            for (int j = 0; j < 8; j++)
+                xs[j] = x[i + j];
+            for (int j = 0; j < 8; j++)
+                y[i + j] = xs[j] * scale;
+        }
+        for (; i < n; i++)
+            y[i] = x[i] * scale;
     }
-    for (; i < n; i++)
-        y[i] = (x[i] * scale) * (w ? w[i] : 1.0f);
 }
 
 static inline void vec_rope_neox_impl(float *v, const float *cs, int half) {
