@@ -14,7 +14,8 @@
  * best run instead of the median (for comparing two builds of a compute-bound kernel on a
  * noisy machine). --isa forces the kernel set. --blas lets F32/F16/BF16 weights take the
  * BLAS path (kern_blas.c) from KERN_BLAS_MIN_M rows on, as the CPU backend does when not
- * deterministic. Weights the forward pass repacks into panels
+ * deterministic (BF16 on AMD CPUs with AVX512_BF16: the packed BF16 kernels, kern_bf16p.c,
+ * instead). Weights the forward pass repacks into panels
  * (engine/kernels/panel.h: Q8_0 and Q5_0 under AVX-512 VNNI, also Q4_0, IQ4_NL, Q4_1 and
  * Q5_1 under AVX2) are packed the same way here, unless
  * --no-panels.
