@@ -119,3 +119,43 @@ def test_layers_with_from_refused(tmp_path):
     p = subprocess.run([GEN, "-o", str(tmp_path / "x.gguf"), "--from", MODEL, "--layers", "2"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 1 and "built-in" in p.stderr
+
+
+def test_bf16_batches_fast_path(tmp_path):
+    """A BF16 model: batches of 16+ rows take the fast path unless --deterministic, and the
+    log says which: on AMD CPUs with AVX512_BF16 the packed BF16 kernels (activations rounded
+    to BF16, vdpbf16ps), elsewhere OpenBLAS sgemm where the build has it. A 60-word prompt
+    (one prefill batch) gives the same greedy tokens in both modes and top logprobs within
+    0.05: both multiply BF16 weights by BF16-rounded activations, in other orders (sgemm by
+    the f32 input itself)."""
+    from conftest import BIN, Server
+    f = tmp_path / "b.gguf"
+    gen("-o", str(f), "--layers", "2", "--vocab", "1024", "--seed", "3", "--bf16")
+    for name, ty, _ in layout(f):
+        assert ty.name in ("BF16", "F32"), name
+    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    packed = "AuthenticAMD" in cpu and " avx512_bf16" in cpu
+    dyn = subprocess.run(["readelf", "-d", BIN], capture_output=True, text=True).stdout
+    blas = "libopenblas" in dyn
+    prompt = " ".join("abcdefghij"[i % 10] * (1 + i % 3) for i in range(60))
+    got = {}
+    for det in (False, True):
+        s = Server(["--model", str(f)] + (["--deterministic"] if det else []))
+        try:
+            r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                           "logprobs": 3})
+            assert r.status_code == 200, r.text
+            body = r.json()
+        finally:
+            assert s.stop() == 0
+        assert body["usage"]["prompt_tokens"] >= 16, body["usage"]
+        log = "".join(s.lines)
+        assert ("vdpbf16ps" in log) == (packed and not det), log[-2000:]
+        assert ("through OpenBLAS sgemm" in log) == (blas and not det), log[-2000:]
+        got[det] = body["choices"][0]["logprobs"]
+    fast, exact = got[False], got[True]
+    assert fast["tokens"] == exact["tokens"], (fast["tokens"], exact["tokens"])
+    for a, b in zip(fast["top_logprobs"], exact["top_logprobs"]):
+        for tok, lp in b.items():
+            if tok in a:
+                assert abs(a[tok] - lp) < 0.05, (tok, a[tok], lp)

@@ -103,8 +103,11 @@ enum { G3_LAYERS = 18, G3_EMBD = 640, G3_HEAD = 4, G3_HD = 256, G3_KV = 1, G3_FF
 
 static void builtin_meta(struct gen_buf *b, int n_layer, int n_vocab, int f32) {
     kv_str(b, "general.architecture", "gemma3");
-    kv_str(b, "general.name", f32 ? "gemma3-270m-shape-random-f32" : "gemma3-270m-shape-random");
-    kv_u32(b, "general.file_type", f32 ? 0 : 15);
+    kv_str(b, "general.name",
+           f32 == GEN_TWIN_F32    ? "gemma3-270m-shape-random-f32"
+           : f32 == GEN_TWIN_BF16 ? "gemma3-270m-shape-random-bf16"
+                                  : "gemma3-270m-shape-random");
+    kv_u32(b, "general.file_type", f32 == GEN_TWIN_F32 ? 0 : f32 == GEN_TWIN_BF16 ? 32 : 15);
     kv_u32(b, "general.quantization_version", 2);
     kv_u32(b, "gemma3.context_length", 32768);
     kv_u32(b, "gemma3.embedding_length", G3_EMBD);
@@ -264,7 +267,7 @@ static uint64_t name_seed(uint64_t seed, const char *name) {
 
 /* The type a tensor is written as. */
 static uint32_t out_type(const struct gen_tensor *t, int f32) {
-    return f32 && t->n_dims >= 2 ? QT_F32 : t->type;
+    return f32 && t->n_dims >= 2 ? (f32 == GEN_TWIN_BF16 ? QT_BF16 : QT_F32) : t->type;
 }
 
 static int write_tensor(FILE *fp, const struct gen_tensor *t, const struct gen_gguf_opts *o,
@@ -294,6 +297,13 @@ static int write_tensor(FILE *fp, const struct gen_tensor *t, const struct gen_g
             }
             src = frow;
             bytes = (size_t)n * sizeof(float);
+            if (ot == QT_BF16) { /* the BF16 rounding, into the buffer's second part */
+                uint16_t *h = (uint16_t *)(void *)(frow + n);
+                for (int64_t i = 0; i < n; i++)
+                    h[i] = quant_f32_to_bf16(frow[i]);
+                src = h;
+                bytes = (size_t)n * 2;
+            }
         }
         if (fwrite(src, 1, bytes, fp) != bytes) {
             strbuf_setf(err, errlen, "%s: write failed: %s", o->out, strerror(errno));
@@ -368,7 +378,7 @@ int gen_gguf_write(const struct gen_gguf_opts *o, char *err, size_t errlen) {
     }
     if (meta.oom || info.oom) goto oom;
     row = malloc((size_t)max_n * sizeof(float) + 64);
-    frow = malloc((size_t)max_n * sizeof(float) + 64);
+    frow = malloc((size_t)max_n * (sizeof(float) + 2) + 64); /* f32, then BF16 (write_tensor) */
     if (!row || !frow) goto oom;
 
     fp = fopen(o->out, "wb");

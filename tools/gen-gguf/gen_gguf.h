@@ -26,11 +26,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum { GEN_TWIN_F32 = 1, GEN_TWIN_BF16 = 2 };
+
 struct gen_gguf_opts {
     const char *out;  /* file to write */
     const char *from; /* real GGUF to copy the layout and metadata from, or NULL */
     uint64_t seed;
-    int f32;          /* 1: every 2-D weight as F32 (the dequantized twin) */
+    int f32;          /* 0, or GEN_TWIN_F32 / GEN_TWIN_BF16: every 2-D weight in that type
+                       * (the dequantized twin; BF16 rounds it to nearest even) */
     int n_layer;      /* built-in table only: layers (0: 18) */
     int n_vocab;      /* built-in table only: vocabulary (0: 262144) */
 };

@@ -1,7 +1,7 @@
 /*
  * gen-gguf — command-line driver of gen_gguf_write (tools/gen-gguf/gen_gguf.h):
  *
- *   gen-gguf -o OUT.gguf [--from REAL.gguf] [--seed N] [--f32] [--layers N] [--vocab N]
+ *   gen-gguf -o OUT.gguf [--from REAL.gguf] [--seed N] [--f32 | --bf16] [--layers N] [--vocab N]
  *
  * Without --from it writes the built-in Gemma 3 270M Q4_K_M layout; --layers / --vocab
  * shrink that table (a quick parity model keeps the real layer shapes). Exit status 0, 1 on
@@ -33,15 +33,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) o.seed = (uint64_t)arg_num(a, v, 0, 1L << 30), i++;
         else if (!strcmp(a, "--layers")) o.n_layer = (int)arg_num(a, v, 1, 512), i++;
         else if (!strcmp(a, "--vocab")) o.n_vocab = (int)arg_num(a, v, 363, 1 << 24), i++;
-        else if (!strcmp(a, "--f32")) o.f32 = 1;
+        else if (!strcmp(a, "--f32"))
+            o.f32 = GEN_TWIN_F32;
+        else if (!strcmp(a, "--bf16"))
+            o.f32 = GEN_TWIN_BF16;
         else {
             fprintf(stderr, "gen-gguf: unknown or incomplete argument '%s'\n", a);
             return 2;
         }
     }
     if (!o.out) {
-        fprintf(stderr, "usage: gen-gguf -o OUT.gguf [--from REAL.gguf] [--seed N] [--f32] "
-                        "[--layers N] [--vocab N]\n");
+        fprintf(stderr, "usage: gen-gguf -o OUT.gguf [--from REAL.gguf] [--seed N] "
+                        "[--f32 | --bf16] [--layers N] [--vocab N]\n");
         return 2;
     }
     char err[512] = "";
