@@ -96,7 +96,8 @@ static const struct cfg_opt cfg_opts[] = {
      "token budget of one scheduler step (decode rows + prefill chunks)"},
     {"prefill_stall", CFG_DBL, OFF(prefill_stall), 0, 0, 100, NULL,
      "while sequences decode, prefill chunks are cut so a step takes about this many times "
-     "a decode-only step (from measured step times); 0 (or up to 1): only max_batch_tokens"},
+     "a decode-only step (from measured step times), the prefill share scaled by (decoding "
+     "+ prompts waiting) / decoding; 0 (or up to 1): only max_batch_tokens"},
     {"kv_block_size", CFG_INT, OFF(kv_block_size), 0, 1, 4096, NULL, "positions per KV block"},
     {"kv_memory_mib", CFG_INT, OFF(kv_memory_mib), 0, 0, 1 << 24, NULL,
      "KV cache size in MiB (0: sized from kv_tokens)"},

@@ -223,8 +223,9 @@ void *sched_main(void *arg);
  * sched_spec_take(q, j) loads the j-th of them into q->tok (q->logprob, q->top) before
  * handle_token. sched_spec_step_done: the step's time for the cost model.
  * sched_spec_publish (lock held): adds the step's counts to spec_total.
- * sched_prefill_cap: the prefill tokens a step with `dec` decode rows may carry under
- * prefill_stall (INT_MAX when unbounded or not yet measured). */
+ * sched_prefill_cap: the prefill tokens a step with `dec` decode rows and `waiting` prompts
+ * still prefilling may carry under prefill_stall (INT_MAX when unbounded or not yet
+ * measured). */
 void sched_spec_plan(struct sched *s, int *tokens_left, int *rows_left);
 void sched_spec_sample(struct sched *s, struct seq *q, int task);
 int sched_spec_accept(struct sched *s, struct seq *q);
@@ -232,6 +233,6 @@ void sched_spec_take(struct seq *q, int j);
 void sched_spec_publish(struct sched *s);
 /* rows: the step's rows (n_prefill of them prefill tokens); seconds: its wall time. */
 void sched_spec_step_done(struct sched *s, int rows, int n_prefill, double seconds);
-int sched_prefill_cap(const struct sched *s, int dec);
+int sched_prefill_cap(const struct sched *s, int dec, int waiting);
 
 #endif

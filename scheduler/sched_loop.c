@@ -443,12 +443,15 @@ _Static_assert(SMP_TOPK_MAX == FWD_TOPK_MAX, "sample.h and forward.h disagree on
 
 static void step(struct sched *s) {
     double t0 = clock_mono_s();
-    int dec = 0;
-    for (int i = 0; i < s->n_run; i++) dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
+    int dec = 0, waiting = 0;
+    for (int i = 0; i < s->n_run; i++) {
+        dec += s->run[i]->n_hist - s->run[i]->n_kv == 1;
+        waiting += s->run[i]->n_hist - s->run[i]->n_kv > 1;
+    }
     int prefill_budget = s->o.max_batch_tokens - dec, nb = 0, n_tokens = 0, n_logits = 0;
     int plp_left = SCHED_PLP_ROWS, any_hidden = 0, n_prefill = 0;
     sched_spec_plan(s, &prefill_budget, &plp_left);
-    int cap = sched_prefill_cap(s, dec);
+    int cap = sched_prefill_cap(s, dec, waiting);
     if (prefill_budget > cap) prefill_budget = cap;
     for (int i = 0; i < s->n_run; i++) {
         struct seq *q = s->run[i];

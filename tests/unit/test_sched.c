@@ -2,13 +2,17 @@
  * among others, after preemption, with a prefix-cache hit, across a session), stop strings,
  * cancellation back to the KV baseline, queue overflow, deadlines, metrics.
  * GEMMAD_TEST_QUICK=1 runs fewer and shorter cases (sanitizer builds). */
+#include <limits.h>
+#include <math.h>
 #include <pthread.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/clock.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "scheduler/sched.h"
+#include "scheduler/sched_int.h" /* sched_prefill_cap */
 #include "scheduler/spec.h"
 #include "tests/unit/harness.h"
 
@@ -442,6 +446,40 @@ static void test_prefill_stall_cuts_chunks(void) {
     T_ASSERTF(fewest >= 4, "a stream made %d tokens while a %d-token prompt was prefilled",
               fewest, len);
 #endif
+}
+
+/* sched_prefill_cap's share: (prefill_stall - 1) decode-only steps' worth of prefill tokens,
+ * times (decoders + prompts waiting) / decoders; unbounded without decoders, a stall of 1 or
+ * less, or before a prefill token's cost is measured. */
+static void test_prefill_cap_share(void) {
+    static struct sched s;
+    memset(&s, 0, sizeof(s));
+    s.o.prefill_stall = 3;
+    for (int i = 0; i < 8; i++) { /* decode-only steps: 4 rows 15 ms, 16 rows 40 ms */
+        spec_cost_observe(&s.spec_cost, 4, 0.015);
+        spec_cost_observe(&s.spec_cost, 16, 0.040);
+    }
+    T_ASSERT(sched_prefill_cap(&s, 4, 1) == INT_MAX); /* pf_tok_s not measured yet */
+    s.pf_tok_s = 0.001;                               /* a prefill token adds 1 ms */
+    const double t4 = spec_cost_est(&s.spec_cost, 4), t16 = spec_cost_est(&s.spec_cost, 16);
+    T_ASSERTF(t4 > 0.010 && t4 < 0.020 && t16 > 0.035 && t16 < 0.045, "%g %g", t4, t16);
+    T_ASSERT(sched_prefill_cap(&s, 0, 3) == INT_MAX);
+    const struct {
+        int dec, waiting;
+        double t;
+    } c[] = {{4, 1, t4}, {4, 28, t4}, {16, 1, t16}, {16, 4, t16}};
+    for (int i = 0; i < 4; i++) {
+        const double want = 2.0 * c[i].t / 0.001 * (c[i].dec + c[i].waiting) / c[i].dec;
+        const int got = sched_prefill_cap(&s, c[i].dec, c[i].waiting);
+        T_ASSERTF(fabs(got - want) <= 1.0, "dec %d waiting %d: %d, want %.1f", c[i].dec,
+                  c[i].waiting, got, want);
+    }
+    /* 28 prompts behind 4 streams: 32/5 the share of one prompt behind them */
+    T_ASSERT(sched_prefill_cap(&s, 4, 28) >= 6 * sched_prefill_cap(&s, 4, 1));
+    s.pf_tok_s = 1.0; /* a slow prefill: never below the floor of 16 tokens */
+    T_ASSERT(sched_prefill_cap(&s, 4, 1) == 16);
+    s.o.prefill_stall = 1;
+    T_ASSERT(sched_prefill_cap(&s, 4, 28) == INT_MAX);
 }
 
 static void long_ctx(struct sched_opts *o) {
@@ -1023,16 +1061,26 @@ static void test_spec_under_preemption(void) {
 }
 
 int main(int argc, char **argv) {
-    static const struct t_case cases[] = {
-        T_CASE(test_concurrent_greedy_equals_solo), T_CASE(test_seeded_cache_hit_and_among_others),
-        T_CASE(test_seeded_chunking_and_preemption), T_CASE(test_topk_rows_on_off),
-        T_CASE(test_prefix_hit_long_prompt),
-        T_CASE(test_long_prompt_does_not_freeze_streams), T_CASE(test_prefill_stall_cuts_chunks),
-        T_CASE(test_session_turns),
-        T_CASE(test_stop_and_finish), T_CASE(test_cancel_frees_blocks),
-        T_CASE(test_queue_overflow_and_validation), T_CASE(test_destroy_cancels),
-        T_CASE(test_prompt_logprobs), T_CASE(test_embed), T_CASE(test_liveness_progress),
-        T_CASE(test_pause_resume), T_CASE(test_paused_not_queued), T_CASE(test_fair_newcomer),
-        T_CASE(test_spec_under_preemption), {0}};
+    static const struct t_case cases[] = {T_CASE(test_concurrent_greedy_equals_solo),
+                                          T_CASE(test_seeded_cache_hit_and_among_others),
+                                          T_CASE(test_seeded_chunking_and_preemption),
+                                          T_CASE(test_topk_rows_on_off),
+                                          T_CASE(test_prefix_hit_long_prompt),
+                                          T_CASE(test_long_prompt_does_not_freeze_streams),
+                                          T_CASE(test_prefill_stall_cuts_chunks),
+                                          T_CASE(test_prefill_cap_share),
+                                          T_CASE(test_session_turns),
+                                          T_CASE(test_stop_and_finish),
+                                          T_CASE(test_cancel_frees_blocks),
+                                          T_CASE(test_queue_overflow_and_validation),
+                                          T_CASE(test_destroy_cancels),
+                                          T_CASE(test_prompt_logprobs),
+                                          T_CASE(test_embed),
+                                          T_CASE(test_liveness_progress),
+                                          T_CASE(test_pause_resume),
+                                          T_CASE(test_paused_not_queued),
+                                          T_CASE(test_fair_newcomer),
+                                          T_CASE(test_spec_under_preemption),
+                                          {0}};
     return t_main(argc, argv, cases);
 }
