@@ -66,7 +66,9 @@ static int kern_amx_permitted(void) {
 }
 #endif
 
-int kern_stream_one_row(void) {
+/* The one vendor check: AMD cores' prefetcher (kern_stream_one_row) and BF16 dot-product
+ * rate (kern_bf16p_wanted) are what the kernel choices below differ on. */
+static int kern_cpu_is_amd(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     return __builtin_cpu_is("amd");
@@ -75,14 +77,17 @@ int kern_stream_one_row(void) {
 #endif
 }
 
+int kern_stream_one_row(void) {
+    return kern_cpu_is_amd();
+}
+
 /* The packed BF16 batch kernels (kern_bf16p_avx512.c) need AVX512_BF16, and are used only
  * where they were measured faster than OpenBLAS sgemm: AMD (Zen 4: 2x at M = 512, BENCHMARKS
  * 2026-12-07). Intel cores run vdpbf16ps on one port, at the rate of their two f32 FMA
  * ports; not measured there, so sgemm stays. */
 int kern_bf16p_wanted(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_is("amd");
+    return kern_cpu_is_amd() && __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif

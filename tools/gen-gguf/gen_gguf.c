@@ -298,10 +298,8 @@ static int write_tensor(FILE *fp, const struct gen_tensor *t, const struct gen_g
             src = frow;
             bytes = (size_t)n * sizeof(float);
             if (ot == QT_BF16) { /* the BF16 rounding, into the buffer's second part */
-                uint16_t *h = (uint16_t *)(void *)(frow + n);
-                for (int64_t i = 0; i < n; i++)
-                    h[i] = quant_f32_to_bf16(frow[i]);
-                src = h;
+                quant_bf16_row_ref(frow, frow + n, n);
+                src = frow + n;
                 bytes = (size_t)n * 2;
             }
         }
