@@ -13,6 +13,14 @@
  * Integer sums are exact in any order (two chains, for latency); the float steps per row
  * and block are panel_gemm_ref's.
  *
+ * The unpacked weights must stay in registers across a pass's activations, and each
+ * activation group must be a {1to16} memory operand of vpdpbusd (pz_dp), not a separate
+ * vpbroadcastd. Until 2026-12-07 neither held: gcc turned Q8_0's eight loads into a memmove
+ * to the stack and the nibble types' unpack loop kept w[] in memory, so every activation
+ * reloaded it. Fixing both (bench_kern, 2 threads, the 2-core Zen 4, M = 32, min of 2 runs
+ * alternating, ms): Q8_0 LM head 25.3 -> 20.1, Q5_0 640 -> 2048 0.228 -> 0.157, Q6_K
+ * 2048 -> 640 0.331 -> 0.230, Q4_K 0.248 -> 0.238; M = 1 no slower.
+ *
  * Activations are taken in passes (PZ_NC at a time; Q8_0 4, the K-quants PK_G); each pass's
  * group is prepared once per call (block sums and scales on the stack) and the call's panels
  * stream past it, so with more activations than one pass takes, the task's panels are re-read
@@ -20,7 +28,6 @@
  */
 #include <immintrin.h>
 #include <stddef.h>
-#include <string.h>
 
 #include "engine/kernels/kern_impl.h"
 #include "engine/kernels/panel.h"
@@ -52,10 +59,11 @@ struct pz_act {
     float sa[PANEL_NB_MAX];     /* Q8_1 (Q4_1 / Q5_1): the block's s */
 };
 
-PZ_AI __m512i pz_grp(const uint8_t *qs, int g) {
-    int32_t v;
-    memcpy(&v, qs + 4 * g, 4);
-    return _mm512_set1_epi32(v);
+/* *acc = vpdpbusd(*acc, w, the 4 bytes at p broadcast), the broadcast folded into the
+ * instruction's memory operand ({1to16}): GCC emits a separate vpbroadcastd for the
+ * intrinsic form. */
+PZ_AI void pz_dp(__m512i *acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*acc) : "v"(w), "m"(*(const int32_t *)p));
 }
 
 /* NC activations (prepared in A, quants of block b at act[c] + b * abytes) against one
@@ -81,14 +89,14 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
         for (int c = 0; c < NC; c++) {
             const uint8_t *qs = act[c] + (size_t)b * abytes;
             __m512i s0 = _mm512_set1_epi32(A[c].corr[b]), s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, w[0], pz_grp(qs, 0));
-            s1 = _mm512_dpbusd_epi32(s1, w[1], pz_grp(qs, 1));
-            s0 = _mm512_dpbusd_epi32(s0, w[2], pz_grp(qs, 2));
-            s1 = _mm512_dpbusd_epi32(s1, w[3], pz_grp(qs, 3));
-            s0 = _mm512_dpbusd_epi32(s0, w[4], pz_grp(qs, 4));
-            s1 = _mm512_dpbusd_epi32(s1, w[5], pz_grp(qs, 5));
-            s0 = _mm512_dpbusd_epi32(s0, w[6], pz_grp(qs, 6));
-            s1 = _mm512_dpbusd_epi32(s1, w[7], pz_grp(qs, 7));
+            pz_dp(&s0, w[0], qs);
+            pz_dp(&s1, w[1], qs + 4);
+            pz_dp(&s0, w[2], qs + 8);
+            pz_dp(&s1, w[3], qs + 12);
+            pz_dp(&s0, w[4], qs + 16);
+            pz_dp(&s1, w[5], qs + 20);
+            pz_dp(&s0, w[6], qs + 24);
+            pz_dp(&s1, w[7], qs + 28);
             const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(A[c].d[b]));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc[c]);
             if (panel_has_min(type)) /* + m * s_a, after the product (panel_gemm_ref's order) */
@@ -167,8 +175,8 @@ struct pk_act {
 PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
     __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
     for (int g = g0; g < g1; g += 2) {
-        t0 = _mm512_dpbusd_epi32(t0, w[g], pz_grp(qs, g));
-        t1 = _mm512_dpbusd_epi32(t1, w[g + 1], pz_grp(qs, g + 1));
+        pz_dp(&t0, w[g], qs + 4 * g);
+        pz_dp(&t1, w[g + 1], qs + 4 * g + 4);
     }
     return _mm512_add_epi32(t0, t1);
 }

@@ -71,14 +71,25 @@ PZ_AI __m512i pz_iq4_lut(void) {
  * g = 0..7 of the block, register w[g] = rows 0..15 x elements 4g..4g+3, u = q + pz_off. */
 PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
     if (type == QT_Q8_0) {
+        /* written out: as a loop, GCC turns the copy into a call to memmove and the kernel
+         * reloads the eight registers from the stack */
         const __m512i *q = (const __m512i *)(rec + 64 + h * 512);
-        for (int g = 0; g < 8; g++)
-            w[g] = _mm512_load_si512(q + g);
+        w[0] = _mm512_load_si512(q);
+        w[1] = _mm512_load_si512(q + 1);
+        w[2] = _mm512_load_si512(q + 2);
+        w[3] = _mm512_load_si512(q + 3);
+        w[4] = _mm512_load_si512(q + 4);
+        w[5] = _mm512_load_si512(q + 5);
+        w[6] = _mm512_load_si512(q + 6);
+        w[7] = _mm512_load_si512(q + 7);
         return;
     }
     const __m512i *x = (const __m512i *)(rec + panel_nib_at(type) + h * 256);
     const uint64_t *hb = (const uint64_t *)(rec + panel_hbits_at(type) + h * 64);
     const __m512i m4 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    /* unrolled, so w stays in registers (a loop left w[] on the stack: stored, then reloaded
+     * by every activation's vpdpbusd) */
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         const __m512i v = _mm512_load_si512(x + g);
         __m512i lo = _mm512_and_si512(v, m4);
@@ -111,6 +122,7 @@ PZ_AI void pk_unpack(uint32_t t, const uint8_t *rec, int cc, __m512i *lo, __m512
         const __m512i *q2 = (const __m512i *)(rec + 320 + (cc / 2) * 512);
         const __m512i *h3 = (const __m512i *)(rec + 1344);
         const int s0 = 4 * (cc & 1);
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m512i v = _mm512_load_si512(q2 + g), h = _mm512_load_si512(h3 + g);
             /* third bits 2cc (lo) and 2cc + 1 (hi) moved to bit 2 */
@@ -123,6 +135,7 @@ PZ_AI void pk_unpack(uint32_t t, const uint8_t *rec, int cc, __m512i *lo, __m512
         }
         return;
     }
+#pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
         const __m512i v = _mm512_load_si512(x + g);
         lo[g] = _mm512_and_si512(v, m4);
