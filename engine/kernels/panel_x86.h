@@ -71,17 +71,12 @@ PZ_AI __m512i pz_iq4_lut(void) {
  * g = 0..7 of the block, register w[g] = rows 0..15 x elements 4g..4g+3, u = q + pz_off. */
 PZ_AI void pz_unpack(uint32_t type, const uint8_t *rec, int h, __m512i *w) {
     if (type == QT_Q8_0) {
-        /* written out: as a loop, GCC turns the copy into a call to memmove and the kernel
+        /* unrolled: as a loop, GCC turns the copy into a call to memmove and the kernel
          * reloads the eight registers from the stack */
         const __m512i *q = (const __m512i *)(rec + 64 + h * 512);
-        w[0] = _mm512_load_si512(q);
-        w[1] = _mm512_load_si512(q + 1);
-        w[2] = _mm512_load_si512(q + 2);
-        w[3] = _mm512_load_si512(q + 3);
-        w[4] = _mm512_load_si512(q + 4);
-        w[5] = _mm512_load_si512(q + 5);
-        w[6] = _mm512_load_si512(q + 6);
-        w[7] = _mm512_load_si512(q + 7);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++)
+            w[g] = _mm512_load_si512(q + g);
         return;
     }
     const __m512i *x = (const __m512i *)(rec + panel_nib_at(type) + h * 256);
