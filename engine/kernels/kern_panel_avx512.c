@@ -46,6 +46,37 @@
  * Xeon) M = 4 / 5 / 6 / 8 0.056 / 0.072-0.083 / 0.075-0.090 / 0.090-0.092 ms without,
  * 0.056 / 0.045-0.051 / 0.043-0.048 / 0.049-0.051 with. */
 #define PZ_PF_DIST 4096
+/* Passes of 3+ activations on AMD (pz_pf_far) prefetch PZ_PF_FAR ahead into L2 (prefetcht2)
+ * instead of PZ_PF_DIST into L1. The multiply-adds of such a pass hold the core long enough
+ * that near prefetches into L1 (each holding one of the core's few L1 miss buffers) no longer
+ * cover DRAM's latency: the memory stream and the arithmetic ran one after the other. With
+ * this and the groups of a pass meeting each panel in turn (pz_rows), the Q8_0 LM head on a
+ * 2-core Zen 4 guest (bench_kern --threads 2 --m 1,4,8,9,16 --only lm_head, 3 runs
+ * alternating, ms): M = 4 / 8 / 9 / 16 5.9-7.2 / 7.6-9.3 / 8.4-10.4 / 11.2-14.0 before,
+ * 5.1-5.2 / 5.5-5.9 / 6.5-7.0 / 10.6-11.4 after. The far prefetch alone: M = 8 7.6-7.8; only
+ * the first group of a panel prefetching (the later ones' prefetches ask for lines already
+ * asked for): M = 8 7.0-8.4. M = 1 and 2 keep the near one (far was no faster there); 8 KiB
+ * ahead gave about the same as 16. Intel (tuned with the near prefetch, not measured with
+ * this) keeps it. */
+#define PZ_PF_FAR 16384
+static int pz_pf_far; /* panel_register_avx512: 1 on AMD */
+
+/* A pass's prefetch of the record at rec: near (pf 1) or far (pf 2); a prefetch never
+ * faults, so past the end of the panels is fine. */
+PZ_AI void pz_prefetch(const uint8_t *rec, size_t rb, int pf) {
+    if (pf == 2)
+        for (size_t o = 0; o < rb; o += 64)
+            __builtin_prefetch(rec + PZ_PF_FAR + o, 0, 1);
+    else
+        for (size_t o = 0; o < rb; o += 64)
+            __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
+}
+
+/* The prefetch of a pass of nc activations. */
+static inline int pz_pf_for(int nc) {
+    return nc >= 3 && pz_pf_far ? 2 : 1;
+}
+
 /* Most activations per pass: 12 accumulators + 8 weight registers + temps fit the 32 registers.
  * Up to 2026-12-07 it was 8, so a speculative check of 8 drafts (9 rows) took a pass of 8 and
  * one of 1: Q5_0 640 -> 1024 / 640 -> 2048 at M = 9 0.048 / 0.085-0.091 ms in two passes,
@@ -69,16 +100,14 @@ PZ_AI void pz_dp(__m512i *acc, __m512i w, const uint8_t *p) {
 /* NC activations (prepared in A, quants of block b at act[c] + b * abytes) against one
  * panel: acc[c] = 16 rows. */
 PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
-                    const struct pz_act *A, const uint8_t *const *act, __m512 *acc) {
+                    const struct pz_act *A, const uint8_t *const *act, __m512 *acc, int pf) {
     const size_t rb = panel_rec_bytes(type), abytes = panel_act_bytes(type);
     PZ_UNROLL(12)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = pp + (size_t)(b >> 1) * rb;
-        if (!(b & 1)) /* a record PZ_PF_DIST ahead (a prefetch never faults) */
-            for (size_t o = 0; o < rb; o += 64)
-                __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
+        if (!(b & 1)) pz_prefetch(rec, rb, pf); /* a record ahead */
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + (b & 1) * 32)));
         __m512 mw = _mm512_setzero_ps();
         if (panel_has_min(type))
@@ -105,22 +134,29 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
     }
 }
 
-/* Rows [r0, r1) of panels x activations [0, na): NC at a time, every panel of the range
- * for each group; partial panels at either end store only their rows. */
-PZ_AI void pz_rows(uint32_t type, const int NC, int64_t nb, const uint8_t *panels, int64_t r0,
-                   int64_t r1, const struct pz_act *A, const uint8_t *const *act, float *y,
-                   int ldy) {
+/* Rows [r0, r1) of panels x activations [0, NC), in groups of G (the last one NC % G): every
+ * group meets a panel before the next panel, so the panel streams from memory once and the
+ * later groups read it from L1 (the memory stream and the multiply-adds overlap); partial
+ * panels at either end store only their rows. */
+PZ_AI void pz_rows(uint32_t type, const int NC, const int G, int64_t nb, const uint8_t *panels,
+                   int64_t r0, int64_t r1, const struct pz_act *A, const uint8_t *const *act,
+                   float *y, int ldy) {
+    const int pf = pz_pf_for(NC);
     const size_t rb = panel_rec_bytes(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)npair * rb;
-        __m512 acc[PZ_NC];
-        pz_panel(type, NC, nb, pp, A, act, acc);
         const __mmask16 m = pz_rows_mask(p, r0, r1);
         PZ_UNROLL(12)
-        for (int c = 0; c < NC; c++)
-            _mm512_mask_storeu_ps(y + (size_t)c * (size_t)ldy + (size_t)(p * PANEL_ROWS), m,
-                                  acc[c]);
+        for (int g0 = 0; g0 < NC; g0 += G) {
+            const int ng = NC - g0 < G ? NC - g0 : G;
+            __m512 acc[PZ_NC];
+            pz_panel(type, ng, nb, pp, A + g0, act + g0, acc, pf);
+            PZ_UNROLL(12)
+            for (int c = 0; c < ng; c++)
+                _mm512_mask_storeu_ps(y + (size_t)(g0 + c) * (size_t)ldy + (size_t)(p * PANEL_ROWS),
+                                      m, acc[c]);
+        }
     }
 }
 
@@ -135,31 +171,38 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
      * 0.20 / 0.67 ms against 0.24-0.31 / 0.73-1.12 ms with 4. The other nibble types unpack
      * as Q5_0 does (IQ4_NL: a table lookup more), so they take PZ_NC too. */
     const int G = type == QT_Q8_0 ? 4 : PZ_NC;
-    for (int c0 = 0; c0 < na; c0 += G) {
-        const int nc = na - c0 < G ? na - c0 : G;
+    for (int c0 = 0; c0 < na; c0 += PZ_NC) {
+        const int nc = na - c0 < PZ_NC ? na - c0 : PZ_NC;
         for (int c = 0; c < nc; c++) {
             const uint8_t *ar = (const uint8_t *)act + (size_t)(c0 + c) * as;
             ap[c] = ar + panel_act_qoff(type);
             pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
-        /* one instance per pass width (Q8_0 passes never exceed 4, so its 5-12 go unused) */
-        /* clang-format off */
+        /* one instance per pass width; Q8_0's groups of 4 */
+#define PZ_CASE(k)                                                                                 \
+    case k:                                                                                        \
+        if (G == 4)                                                                                \
+            pz_rows(type, k, 4, nb, panels, r0, r1, A, ap, yc, ldy);                               \
+        else                                                                                       \
+            pz_rows(type, k, PZ_NC, nb, panels, r0, r1, A, ap, yc, ldy);                           \
+        break;
         switch (nc) {
-        case 1: pz_rows(type, 1, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 2: pz_rows(type, 2, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 3: pz_rows(type, 3, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 4: pz_rows(type, 4, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 5: pz_rows(type, 5, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 6: pz_rows(type, 6, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 7: pz_rows(type, 7, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 8: pz_rows(type, 8, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 9: pz_rows(type, 9, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 10: pz_rows(type, 10, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 11: pz_rows(type, 11, nb, panels, r0, r1, A, ap, yc, ldy); break;
-        default: pz_rows(type, 12, nb, panels, r0, r1, A, ap, yc, ldy); break;
+            PZ_CASE(1)
+            PZ_CASE(2)
+            PZ_CASE(3)
+            PZ_CASE(4)
+            PZ_CASE(5)
+            PZ_CASE(6)
+            PZ_CASE(7)
+            PZ_CASE(8)
+            PZ_CASE(9)
+            PZ_CASE(10)
+            PZ_CASE(11)
+        default:
+            PZ_CASE(12)
         }
-        /* clang-format on */
+#undef PZ_CASE
     }
 }
 
@@ -194,15 +237,14 @@ PZ_AI __m512i pk_dot(const __m512i *w, const uint8_t *qs, int g0, int g1) {
  * Q6_K / Q3_K 4 per chunk), and vpmulld by the sub-block scales adds them into the exact S; M is
  * four (eight) vpdpwssd, then pk_step. */
 PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
-                    const struct pk_act *A, const uint8_t *const *act, __m512 *acc) {
+                    const struct pk_act *A, const uint8_t *const *act, __m512 *acc, int pf) {
     const size_t rb = panel_rec_bytes(type);
     PZ_UNROLL(8)
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *rec = pp + (size_t)s * rb;
-        for (size_t o = 0; o < rb; o += 64)
-            __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
+        pz_prefetch(rec, rb, pf);
         __m512i S[PK_G];
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
@@ -245,10 +287,11 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
 PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *panels, int64_t r0,
                    int64_t r1, const struct pk_act *A, const uint8_t *const *act, float *y,
                    int ldy) {
+    const int pf = pz_pf_for(NC);
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)nsb * panel_rec_bytes(type);
         __m512 acc[PK_G];
-        pk_panel(type, NC, nsb, pp, A, act, acc);
+        pk_panel(type, NC, nsb, pp, A, act, acc, pf);
         const __mmask16 m = pz_rows_mask(p, r0, r1);
         PZ_UNROLL(8)
         for (int c = 0; c < NC; c++)
@@ -303,6 +346,8 @@ PZ_ENTRY(q3_K, QT_Q3_K, pk_gemm)
 PZ_ENTRY(q6_K, QT_Q6_K, pk_gemm)
 
 void panel_register_avx512(struct kern_ops *ops) {
+    const int far = kern_stream_one_row(); /* AMD (kern.c); written once, before any pass */
+    if (pz_pf_far != far) pz_pf_far = far;
     ops->t[QT_Q8_0].panel = pz_gemm_q8_0;
     ops->t[QT_Q5_0].panel = pz_gemm_q5_0;
     ops->t[QT_Q4_0].panel = pz_gemm_q4_0;
