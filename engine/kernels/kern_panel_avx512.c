@@ -72,9 +72,13 @@ PZ_AI void pz_prefetch(const uint8_t *rec, size_t rb, int pf) {
             __builtin_prefetch(rec + PZ_PF_DIST + o, 0, 3);
 }
 
-/* The prefetch of a pass of nc activations. */
-static inline int pz_pf_for(int nc) {
-    return nc >= 3 && pz_pf_far ? 2 : 1;
+/* The prefetch of a pass of nc activations in a call of na: far only where the weights come
+ * from memory once for a few activations (decode, speculative checks); a prefill's passes
+ * reread a task's rows from L2, and far prefetches there cost it (the bundled model's 512-token
+ * prefill, gemmad-cli bench, 6 runs alternating: 1,282 -> 1,134 tok/s median). */
+#define PZ_PF_FAR_MAX_NA 16
+static inline int pz_pf_for(int nc, int na) {
+    return pz_pf_far && nc >= 3 && na <= PZ_PF_FAR_MAX_NA ? 2 : 1;
 }
 
 /* Most activations per pass: 12 accumulators + 8 weight registers + temps fit the 32 registers.
@@ -140,8 +144,7 @@ PZ_AI void pz_panel(uint32_t type, const int NC, int64_t nb, const uint8_t *pp,
  * panels at either end store only their rows. */
 PZ_AI void pz_rows(uint32_t type, const int NC, const int G, int64_t nb, const uint8_t *panels,
                    int64_t r0, int64_t r1, const struct pz_act *A, const uint8_t *const *act,
-                   float *y, int ldy) {
-    const int pf = pz_pf_for(NC);
+                   float *y, int ldy, int pf) {
     const size_t rb = panel_rec_bytes(type);
     const int64_t npair = (nb + 1) / 2;
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
@@ -179,13 +182,14 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
+        const int pf = pz_pf_for(nc, na);
         /* one instance per pass width; Q8_0's groups of 4 */
 #define PZ_CASE(k)                                                                                 \
     case k:                                                                                        \
         if (G == 4)                                                                                \
-            pz_rows(type, k, 4, nb, panels, r0, r1, A, ap, yc, ldy);                               \
+            pz_rows(type, k, 4, nb, panels, r0, r1, A, ap, yc, ldy, pf);                           \
         else                                                                                       \
-            pz_rows(type, k, PZ_NC, nb, panels, r0, r1, A, ap, yc, ldy);                           \
+            pz_rows(type, k, PZ_NC, nb, panels, r0, r1, A, ap, yc, ldy, pf);                       \
         break;
         switch (nc) {
             PZ_CASE(1)
@@ -285,9 +289,8 @@ PZ_AI void pk_panel(uint32_t type, const int NC, int64_t nsb, const uint8_t *pp,
 }
 
 PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *panels, int64_t r0,
-                   int64_t r1, const struct pk_act *A, const uint8_t *const *act, float *y,
-                   int ldy) {
-    const int pf = pz_pf_for(NC);
+                   int64_t r1, const struct pk_act *A, const uint8_t *const *act, float *y, int ldy,
+                   int pf) {
     for (int64_t p = r0 / PANEL_ROWS; p * PANEL_ROWS < r1; p++) {
         const uint8_t *pp = panels + (size_t)p * (size_t)nsb * panel_rec_bytes(type);
         __m512 acc[PK_G];
@@ -313,16 +316,17 @@ PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pk_prep(type, nsb, ar, A[c].d, A[c].bp);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
+        const int pf = pz_pf_for(nc, na);
         /* clang-format off */
         switch (nc) {
-        case 1: pk_rows(type, 1, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 2: pk_rows(type, 2, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 3: pk_rows(type, 3, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 4: pk_rows(type, 4, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 5: pk_rows(type, 5, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 6: pk_rows(type, 6, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        case 7: pk_rows(type, 7, nsb, panels, r0, r1, A, ap, yc, ldy); break;
-        default: pk_rows(type, 8, nsb, panels, r0, r1, A, ap, yc, ldy); break;
+        case 1: pk_rows(type, 1, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 2: pk_rows(type, 2, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 3: pk_rows(type, 3, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 4: pk_rows(type, 4, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 5: pk_rows(type, 5, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 6: pk_rows(type, 6, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        case 7: pk_rows(type, 7, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
+        default: pk_rows(type, 8, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
         }
         /* clang-format on */
     }
