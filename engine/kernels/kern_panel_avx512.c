@@ -73,9 +73,9 @@ PZ_AI void pz_prefetch(const uint8_t *rec, size_t rb, int pf) {
 }
 
 /* The prefetch of a pass of nc activations in a call of na: far only where the weights come
- * from memory once for a few activations (decode, speculative checks); a prefill's passes
- * reread a task's rows from L2, and far prefetches there cost it (the bundled model's 512-token
- * prefill, gemmad-cli bench, 6 runs alternating: 1,282 -> 1,134 tok/s median). */
+ * from memory once for a few activations (decode, speculative checks, up to 16 streams); a
+ * prefill's passes reread a task's rows from L2, where far prefetches only add traffic
+ * (bench_kern --m 512, two runs each: Q5_0 640 -> 2048 2.45-2.59 ms near, 3.18-3.19 far). */
 #define PZ_PF_FAR_MAX_NA 16
 static inline int pz_pf_for(int nc, int na) {
     return pz_pf_far && nc >= 3 && na <= PZ_PF_FAR_MAX_NA ? 2 : 1;
