@@ -212,7 +212,8 @@ def test_huge_prompts_do_not_stall_the_loop(start_server, route):
     phase = ["idle"]
 
     def stream():
-        body = dict(LONG, stream=True, max_tokens=512)
+        # without drafting, which once wrote all 512 tokens before the load began
+        body = dict(LONG, stream=True, max_tokens=512, speculative=False)
         with requests.post(srv.url + "/v1/chat/completions", json=body, stream=True,
                            timeout=120) as r:
             last = None
@@ -271,7 +272,9 @@ def test_n_hog_does_not_starve_a_small_request(start_server):
     solo = solo_time(srv)
     def hog():
         try:
-            srv.post("/v1/chat/completions", dict(LONG, n=4, max_tokens=200))
+            # without drafting, so that no hog sequence ends before the check below (drafted,
+            # one once wrote its 200 tokens in time, and a waiting one took its slot)
+            srv.post("/v1/chat/completions", dict(LONG, n=4, max_tokens=512, speculative=False))
         except requests.RequestException:
             pass  # the server is stopped under it at the end of the test
 
