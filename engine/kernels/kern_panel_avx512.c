@@ -303,6 +303,21 @@ PZ_AI void pk_rows(uint32_t type, const int NC, int64_t nsb, const uint8_t *pane
     }
 }
 
+/* The K-quants' prefetch: far (pz_pf_far) for every pass of a call of up to PZ_PF_FAR_MAX_NA
+ * activations, one and two included. A K-quant record is a whole super-block of 16 rows
+ * (Q4_K 2,304 bytes, Q6_K 3,360), so the near prefetch asks for 36-53 lines into L1 at once,
+ * more than the core's L1 miss buffers hold, and the pass waits on them; into L2 it does not.
+ * bench_kern --threads 2 --time 0.3 on the 2-core Zen 4, two runs each, ms, near -> far:
+ * M = 1 Q4_K 2048 -> 640 0.034-0.039 -> 0.027-0.029, 1024 -> 640 0.021-0.024 -> 0.014,
+ * Q6_K 2048 -> 640 0.053-0.054 -> 0.041-0.045; M = 2 Q4_K 2048 -> 640 0.046-0.049 ->
+ * 0.028-0.033, Q6_K 0.057-0.062 -> 0.046-0.047. 8 or 32 KiB ahead gave about the same as 16;
+ * 8 KiB into L1 was slower than 4. The 32-element types' records are 704 bytes or less at two
+ * blocks: far at M = 1 and 2 was mixed for them (Q5_0 640 -> 1024 faster, 640 -> 2048
+ * slower), so they keep pz_pf_for. */
+static inline int pk_pf_for(int na) {
+    return pz_pf_far && na <= PZ_PF_FAR_MAX_NA ? 2 : 1;
+}
+
 PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int64_t r1,
                    const void *act, size_t as, int na, float *y, int ldy) {
     const int64_t nsb = n / 256;
@@ -316,7 +331,7 @@ PZ_AI void pk_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pk_prep(type, nsb, ar, A[c].d, A[c].bp);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
-        const int pf = pz_pf_for(nc, na);
+        const int pf = pk_pf_for(na);
         /* clang-format off */
         switch (nc) {
         case 1: pk_rows(type, 1, nsb, panels, r0, r1, A, ap, yc, ldy, pf); break;
