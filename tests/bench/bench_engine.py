@@ -10,7 +10,8 @@ What it measures (see docs/BENCHMARKS.md for how to read the output):
     here against build/libgemmad.a; numpy fallback), and the bytes the model reads per
     decoded token (every weight tensor once, the tied embedding once more as the LM head,
     minus the embedding table itself, of which a token reads one row; plus the F16 KV cache
-    a step reads, averaged over the decoded tokens), giving a roofline.
+    a step reads, averaged over the decoded tokens), giving a roofline; the probe runs again
+    before each gemmad run, and the roofline figure is the median of the runs' own fractions.
   * the kern_matmul micro-benchmark on the model's shapes (tests/bench/bench_kern.c; skip
     with --no-kernels), with ggml's own vec_dot on the same data as a kernel-level baseline.
 llama.cpp runs in a child process in the first configuration that works on this host
@@ -137,7 +138,7 @@ def bandwidth_numpy(threads):
 
 def read_bandwidth(bench_kern, threads, mib):
     """Read bandwidth over a buffer of `mib` MiB: best of plain AVX2 loads and loads with
-    software prefetch, median of 7 each."""
+    software prefetch, each re-reading the buffer for half a second."""
     if bench_kern:
         r = subprocess.run([bench_kern, "--bandwidth", "--json", "--threads", str(threads),
                             "--bw-mib", str(mib)], capture_output=True, text=True, timeout=600)
@@ -253,11 +254,16 @@ def main():
     # re-reads the weights every token, so both see the same caches (a machine whose last
     # level cache holds most of the weights is faster than DRAM for both). A 1 GiB probe,
     # beyond any cache, gives the DRAM figure for reference.
-    bw, bw_how = read_bandwidth(bench_kern, args.threads, max(1, int(per_tok / 2**20)))
+    # The probe runs again right before each gemmad run and each run's decode is set against
+    # its own probe: this host's bandwidth drifts by a third within minutes (244 MiB probes
+    # of 24.6 / 31.2 / 42.1 GB/s a few seconds apart), so one probe at the start made the
+    # figure follow the probe more than the code.
+    probe_mib = max(1, int(per_tok / 2**20))
+    bw, bw_how = read_bandwidth(bench_kern, args.threads, probe_mib)
     bw_dram, _ = read_bandwidth(bench_kern, args.threads, 1024)
-    roofline = bw * 1e9 / per_tok
     log(f"bench_engine: read bandwidth {bw:.2f} GB/s ({bw_how}); {per_tok / 1e6:.1f} MB read "
-        f"per token -> roofline {roofline:.1f} tok/s (1 GiB buffer: {bw_dram:.2f} GB/s)")
+        f"per token -> roofline {bw * 1e9 / per_tok:.1f} tok/s (1 GiB buffer: {bw_dram:.2f} "
+        f"GB/s); probed again before each run")
 
     llama, llama_failed = None, None
     if not args.skip_llama:
@@ -273,10 +279,14 @@ def main():
             log(f"bench_engine: llama.cpp baseline FAILED: {e}")
     g_runs, l_runs = [], []
     for i in range(runs):
+        bw_i = read_bandwidth(bench_kern, args.threads, probe_mib)[0] if i > 0 else bw
         g = run_gemmad(cli, args.model, args.prompt_tokens, args.gen, args.threads, args.gemmad_arg)
+        g["read_bandwidth_gb_s"] = bw_i
+        g["roofline_frac"] = g["decode_tok_s"] * per_tok / (bw_i * 1e9)
         g_runs.append(g)
         log(f"  run {i + 1}/{runs} gemmad    prefill {g['prefill_tok_s']:8.1f} tok/s  "
-            f"decode {g['decode_tok_s']:7.1f} tok/s")
+            f"decode {g['decode_tok_s']:7.1f} tok/s  (probe {bw_i:.2f} GB/s: "
+            f"{100 * g['roofline_frac']:.0f}% of the roofline)")
         if llama:
             try:
                 l = llama.call("run")
@@ -292,6 +302,9 @@ def main():
 
     def med(rs, k):
         return statistics.median(r[k] for r in rs) if rs else None
+
+    bw = med(g_runs, "read_bandwidth_gb_s")
+    roofline = bw * 1e9 / per_tok
 
     res = {
         "model": args.model, "file_bytes": file_bytes, "threads": args.threads,
@@ -314,7 +327,8 @@ def main():
                             "decode_tok_s": med(l_runs, "decode_tok_s"), "runs": l_runs}
         res["ratio"] = {k: res["gemmad"][k] / res["llama_cpp"][k]
                         for k in ("prefill_tok_s", "decode_tok_s")}
-    res["decode_roofline_frac"] = res["gemmad"]["decode_tok_s"] / roofline
+    # the median of the runs' own fractions (each decode against the probe just before it)
+    res["decode_roofline_frac"] = med(g_runs, "roofline_frac")
 
     if args.kernels and bench_kern:
         cmd = [bench_kern, "--json", "--threads", str(args.threads), "--time", "0.3"]
@@ -349,7 +363,10 @@ def main():
         print(f"{name:22}{g[k]:12.1f}{lcol}{fmt_ratio(g[k], lv):>9}{'1.25x':>9}")
     print(f"{'decode roofline tok/s':22}{roofline:12.1f}{'':12}"
           f"{100 * res['decode_roofline_frac']:8.0f}%{'90%':>9}")
-    print(f"read bandwidth {bw:.2f} GB/s; {per_tok / 1e6:.1f} MB per token ({w_tok / 1e6:.1f} "
+    print("roofline per run (decode / the probe before it): " + ", ".join(
+        f"{100 * r['roofline_frac']:.0f}% ({r['read_bandwidth_gb_s']:.2f} GB/s)" for r in g_runs))
+    print(f"read bandwidth {bw:.2f} GB/s (median of the runs' probes); {per_tok / 1e6:.1f} MB per "
+          f"token ({w_tok / 1e6:.1f} "
           f"weights + {kv_tok / 1e6:.1f} KV cache); "
           f"gemmad RSS {g['rss_mib']:.0f} MiB, load {g['load_s']:.3f} s (file {file_bytes / 2**20:.0f} MiB)")
     if "kernels" in res:
