@@ -304,16 +304,32 @@ struct mm_job {
     } q[KERN_GROUP_MAX];
 };
 
-/* Task = (act type, row): each activation row is quantized by exactly one task, so the
- * bytes do not depend on the split. */
+/* Rows a packed layout interleaves (kern_bf16p.c: 16 rows share each 64-byte line). */
+#define MM_PACK_ROWS 16
+
+/* Tasks of activation type k: a row each, or for a packed layout a block of MM_PACK_ROWS
+ * rows, so the rows that share cache lines are written by one thread (a row a task had the
+ * two cores writing the same lines: bp_pack took 3.7-10% of BF16 prefill profiles, 2.4%
+ * after; prefill medians moved +1.3-1.5%, inside the noise). */
+static int mm_quant_tasks(const struct mm_job *j, int k) {
+    return j->q[k].pack ? (j->M + MM_PACK_ROWS - 1) / MM_PACK_ROWS : j->M;
+}
+
+/* Task = (act type, row or packed block): each activation row is quantized by exactly one
+ * task, so the bytes do not depend on the split. */
 static void mm_quant_task(void *arg, int task, int n_tasks) {
     (void)n_tasks;
     const struct mm_job *j = arg;
-    const int qi = task / j->M, m = task % j->M;
+    int qi = 0;
+    while (task >= mm_quant_tasks(j, qi))
+        task -= mm_quant_tasks(j, qi++);
     if (j->q[qi].pack) {
-        j->q[qi].pack(j->X + (int64_t)m * j->n_in, j->q[qi].act, m, j->M, j->n_in);
+        const int m1 = (task + 1) * MM_PACK_ROWS < j->M ? (task + 1) * MM_PACK_ROWS : j->M;
+        for (int m = task * MM_PACK_ROWS; m < m1; m++)
+            j->q[qi].pack(j->X + (int64_t)m * j->n_in, j->q[qi].act, m, j->M, j->n_in);
         return;
     }
+    const int m = task;
     j->q[qi].fn(j->X + (int64_t)m * j->n_in, j->q[qi].act + (size_t)m * j->q[qi].stride, j->n_in);
 }
 
@@ -509,7 +525,9 @@ static void mm_setup(struct mm_job *j, const struct kern_mm_out *outs, int n_out
 }
 
 static void mm_quantize(struct pool *pool, struct mm_job *j) {
-    const int n = j->n_q * j->M;
+    int n = 0;
+    for (int k = 0; k < j->n_q; k++)
+        n += mm_quant_tasks(j, k);
     if (j->M >= 4)
         pool_run(pool, mm_quant_task, j, n);
     else
