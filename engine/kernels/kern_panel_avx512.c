@@ -77,8 +77,17 @@ PZ_AI void pz_prefetch(const uint8_t *rec, size_t rb, int pf) {
  * prefill's passes reread a task's rows from L2, where far prefetches only add traffic
  * (bench_kern --m 512, two runs each: Q5_0 640 -> 2048 2.45-2.59 ms near, 3.18-3.19 far). */
 #define PZ_PF_FAR_MAX_NA 16
-static inline int pz_pf_for(int nc, int na) {
-    return pz_pf_far && nc >= 3 && na <= PZ_PF_FAR_MAX_NA ? 2 : 1;
+/* Q8_0 keeps the far prefetch up to 32 activations: its records carry the most bytes per
+ * multiply-add, and from 17 rows on the near one made the LM head a cliff (bench_kern
+ * --threads 2 --time 0.3 --m 16,17,24,32 --only lm_head, 5 runs alternating, medians, ms:
+ * limit 16: 12.0 / 17.2 / 20.3 / 25.2; limit 32: 11.4 / 12.5 / 16.1 / 20.8), which made a
+ * speculative probe's 17th row cost a 16-stream step a quarter more. The nibble types and
+ * K-quants at 17-32 were slower with it (Q5_0 640 -> 1024 at M = 17 0.051-0.057 -> 0.064-0.070
+ * ms, 640 -> 2048 0.104-0.110 -> 0.114-0.143). 40 and 48 were mixed for Q8_0. */
+#define PZ_PF_FAR_MAX_NA_Q8 32
+static inline int pz_pf_for(uint32_t type, int nc, int na) {
+    const int lim = type == QT_Q8_0 ? PZ_PF_FAR_MAX_NA_Q8 : PZ_PF_FAR_MAX_NA;
+    return pz_pf_far && nc >= 3 && na <= lim ? 2 : 1;
 }
 
 /* Most activations per pass: 12 accumulators + 8 weight registers + temps fit the 32 registers.
@@ -182,7 +191,7 @@ PZ_AI void pz_gemm(uint32_t type, int64_t n, const void *panels, int64_t r0, int
             pz_prep(type, nb, ar, A[c].corr, A[c].d, A[c].sa);
         }
         float *yc = y + (size_t)c0 * (size_t)ldy;
-        const int pf = pz_pf_for(nc, na);
+        const int pf = pz_pf_for(type, nc, na);
         /* one instance per pass width; Q8_0's groups of 4 */
 #define PZ_CASE(k)                                                                                 \
     case k:                                                                                        \
