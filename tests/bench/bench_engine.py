@@ -255,9 +255,10 @@ def main():
     # level cache holds most of the weights is faster than DRAM for both). A 1 GiB probe,
     # beyond any cache, gives the DRAM figure for reference.
     # The probe runs again right before each gemmad run and each run's decode is set against
-    # its own probe: this host's bandwidth drifts by a third within minutes (244 MiB probes
-    # of 24.6 / 31.2 / 42.1 GB/s a few seconds apart), so one probe at the start made the
-    # figure follow the probe more than the code.
+    # its own probe: a shared host's bandwidth moves (on a 2-core Zen 4 guest, 244 MiB probes
+    # of 24.6 / 31.2 / 42.1 GB/s a few seconds apart), and one probe at the start set every
+    # run against that one moment. The per-run figures are printed: there they still spread
+    # 58-113%, so read the median with its spread.
     probe_mib = max(1, int(per_tok / 2**20))
     bw, bw_how = read_bandwidth(bench_kern, args.threads, probe_mib)
     bw_dram, _ = read_bandwidth(bench_kern, args.threads, 1024)

@@ -143,14 +143,14 @@ __attribute__((target("avx2"))) static void *bw_thread(void *v) {
     return NULL;
 }
 
-/* GB/s of reading a `mib` MiB buffer with n threads (each a contiguous slice), with plain
- * loads and with either software prefetch; returns the best of the three. */
 /* Each way of reading (plain loads, loads with either prefetch) re-reads the buffer for this long
  * and the figure is its bytes over its time: sustained, as a decode run of a second or more reads.
  * Until 2026-12-07 it was the median of 7 passes (a few ms each), and on a shared 2-core Zen 4
  * guest consecutive probes over 244 MiB read 24.6, 31.2 and 42.1 GB/s: short bursts. */
 #define BW_SECONDS 0.5
 
+/* GB/s of reading a `mib` MiB buffer with n threads (each a contiguous slice), with plain
+ * loads and with either software prefetch; returns the best of the three. */
 static double bandwidth(int nt, size_t mib) {
     const size_t total = (mib << 20) / (size_t)(128 * nt) * (size_t)(128 * nt);
     uint8_t *buf = aligned_alloc(64, total + 4096);
