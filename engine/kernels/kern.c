@@ -66,8 +66,8 @@ static int kern_amx_permitted(void) {
 }
 #endif
 
-/* The one vendor check: AMD cores' prefetcher (kern_stream_one_row) and BF16 dot-product
- * rate (kern_bf16p_wanted) are what the kernel choices below differ on. */
+/* The one vendor check: AMD cores' prefetcher (kern_stream_one_row, kern_prefetch_far) and
+ * BF16 dot-product rate (kern_bf16p_wanted) are what the kernel choices below differ on. */
 static int kern_cpu_is_amd(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -78,6 +78,12 @@ static int kern_cpu_is_amd(void) {
 }
 
 int kern_stream_one_row(void) {
+    return kern_cpu_is_amd();
+}
+
+/* Measured on a Zen 4 guest only (kern_panel_avx512.c: pz_pf_for, pk_pf_for); Intel hosts
+ * keep the near prefetch the panel kernels were tuned with there. */
+int kern_prefetch_far(void) {
     return kern_cpu_is_amd();
 }
 

@@ -126,6 +126,9 @@ int kern_avx512_stream_rows(void);
 /* 1 when the CPU's prefetcher wants one weight row streamed at a time rather than several
  * side by side (AMD: it follows one sequential stream); kern.c, for every ISA's registration. */
 int kern_stream_one_row(void);
+/* 1 when the AVX-512 panel kernels' passes of few activations prefetch 16 KiB ahead into L2
+ * rather than 4 KiB ahead into L1 (AMD); kern.c, for panel_register_avx512. */
+int kern_prefetch_far(void);
 /* kern_bf16p_avx512.c (-mavx512bf16): the packed BF16 batch kernels, installed after
  * kern_register_avx512 when kern_bf16p_wanted() (kern.c). */
 void kern_register_bf16p_avx512(struct kern_ops *ops);

@@ -59,7 +59,7 @@
  * ahead gave about the same as 16. Intel (tuned with the near prefetch, not measured with
  * this) keeps it. */
 #define PZ_PF_FAR 16384
-static int pz_pf_far; /* panel_register_avx512: 1 on AMD */
+static int pz_pf_far; /* panel_register_avx512: kern_prefetch_far(), 1 on AMD */
 
 /* A pass's prefetch of the record at rec: near (pf 1) or far (pf 2); a prefetch never
  * faults, so past the end of the panels is fine. */
@@ -374,7 +374,7 @@ PZ_ENTRY(q3_K, QT_Q3_K, pk_gemm)
 PZ_ENTRY(q6_K, QT_Q6_K, pk_gemm)
 
 void panel_register_avx512(struct kern_ops *ops) {
-    const int far = kern_stream_one_row(); /* AMD (kern.c); written once, before any pass */
+    const int far = kern_prefetch_far(); /* written once, before any pass */
     if (pz_pf_far != far) pz_pf_far = far;
     ops->t[QT_Q8_0].panel = pz_gemm_q8_0;
     ops->t[QT_Q5_0].panel = pz_gemm_q5_0;
