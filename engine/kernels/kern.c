@@ -310,15 +310,12 @@ struct mm_job {
     } q[KERN_GROUP_MAX];
 };
 
-/* Rows a packed layout interleaves (kern_bf16p.c: 16 rows share each 64-byte line). */
-#define MM_PACK_ROWS 16
-
-/* Tasks of activation type k: a row each, or for a packed layout a block of MM_PACK_ROWS
+/* Tasks of activation type k: a row each, or for a packed layout a block of KERN_BF16P_ROWS
  * rows, so the rows that share cache lines are written by one thread (a row a task had the
  * two cores writing the same lines: bp_pack took 3.7-10% of BF16 prefill profiles, 2.4%
  * after; prefill medians moved +1.3-1.5%, inside the noise). */
 static int mm_quant_tasks(const struct mm_job *j, int k) {
-    return j->q[k].pack ? (j->M + MM_PACK_ROWS - 1) / MM_PACK_ROWS : j->M;
+    return j->q[k].pack ? (j->M + KERN_BF16P_ROWS - 1) / KERN_BF16P_ROWS : j->M;
 }
 
 /* Task = (act type, row or packed block): each activation row is quantized by exactly one
@@ -330,8 +327,8 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
     while (task >= mm_quant_tasks(j, qi))
         task -= mm_quant_tasks(j, qi++);
     if (j->q[qi].pack) {
-        const int m1 = (task + 1) * MM_PACK_ROWS < j->M ? (task + 1) * MM_PACK_ROWS : j->M;
-        for (int m = task * MM_PACK_ROWS; m < m1; m++)
+        const int m1 = (task + 1) * KERN_BF16P_ROWS < j->M ? (task + 1) * KERN_BF16P_ROWS : j->M;
+        for (int m = task * KERN_BF16P_ROWS; m < m1; m++)
             j->q[qi].pack(j->X + (int64_t)m * j->n_in, j->q[qi].act, m, j->M, j->n_in);
         return;
     }

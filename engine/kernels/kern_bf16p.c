@@ -27,9 +27,9 @@
 #include "engine/kernels/kern_impl.h"
 
 void kern_bf16p_pack_ref(const float *x, void *act, int m, int M, int64_t n) {
-    const int b = m / 16, l = m % 16;
-    const int wb = M - 16 * b < 16 ? M - 16 * b : 16;
-    uint8_t *base = (uint8_t *)act + (size_t)32 * (size_t)b * (size_t)n;
+    const int b = m / KERN_BF16P_ROWS, l = m % KERN_BF16P_ROWS;
+    const int wb = kern_bf16p_block_rows(M, b);
+    uint8_t *base = (uint8_t *)act + (size_t)(2 * KERN_BF16P_ROWS) * (size_t)b * (size_t)n;
     for (int64_t p = 0; p < n / 2; p++) {
         const uint32_t word =
             (uint32_t)quant_f32_to_bf16(x[2 * p]) | (uint32_t)quant_f32_to_bf16(x[2 * p + 1]) << 16;
@@ -48,9 +48,10 @@ static float bp_ftz(float s) {
 void kern_bf16p_gemm_ref(int64_t n, const void *w_rows, size_t w_stride, int64_t n_rows,
                          const void *act, int M, float *y, int ldy) {
     for (int m = 0; m < M; m++) {
-        const int b = m / 16, l = m % 16;
-        const int wb = M - 16 * b < 16 ? M - 16 * b : 16;
-        const uint8_t *base = (const uint8_t *)act + (size_t)32 * (size_t)b * (size_t)n;
+        const int b = m / KERN_BF16P_ROWS, l = m % KERN_BF16P_ROWS;
+        const int wb = kern_bf16p_block_rows(M, b);
+        const uint8_t *base =
+            (const uint8_t *)act + (size_t)(2 * KERN_BF16P_ROWS) * (size_t)b * (size_t)n;
         for (int64_t o = 0; o < n_rows; o++) {
             const uint8_t *w = (const uint8_t *)w_rows + (size_t)o * w_stride;
             float s = 0.0f;

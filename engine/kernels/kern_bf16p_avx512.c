@@ -30,6 +30,8 @@ typedef uint32_t bp_u32 __attribute__((aligned(1), may_alias));
 
 #define BP_NR 12 /* weight rows per tile */
 
+_Static_assert(KERN_BF16P_ROWS == 16, "one 512-bit load holds a pair of every row of a block");
+
 /* x[0..n) -> row m's words of the packed layout, rounded as quant_f32_to_bf16 (integer
  * nearest-even, quiet NaN), scattered 16 pairs at a time with the block's word stride. */
 static __m512i bp_round(__m512 v) {
@@ -43,9 +45,10 @@ static __m512i bp_round(__m512 v) {
 }
 
 static void bp_pack(const float *x, void *act, int m, int M, int64_t n) {
-    const int b = m / 16, l = m % 16;
-    const int wb = M - 16 * b < 16 ? M - 16 * b : 16;
-    int *base = (int *)(void *)((uint8_t *)act + (size_t)32 * (size_t)b * (size_t)n) + l;
+    const int b = m / KERN_BF16P_ROWS, l = m % KERN_BF16P_ROWS;
+    const int wb = kern_bf16p_block_rows(M, b);
+    int *base =
+        (int *)(void *)((uint8_t *)act + (size_t)(2 * KERN_BF16P_ROWS) * (size_t)b * (size_t)n) + l;
     const __m512i vidx =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32(wb));
@@ -106,7 +109,7 @@ static void bp_gemm(int64_t n, const void *w_rows, size_t w_stride, int64_t n_ro
                     int M, float *y, int ldy) {
     float tmp[BP_NR * 32] __attribute__((aligned(64)));
     const int64_t np = n / 2;
-    const int nb = (M + 15) / 16;
+    const int nb = (M + KERN_BF16P_ROWS - 1) / KERN_BF16P_ROWS;
     for (int64_t r = 0; r < n_rows; r += BP_NR) {
         const int nr = (int)(n_rows - r < BP_NR ? n_rows - r : BP_NR);
         const uint8_t *w = (const uint8_t *)w_rows + (size_t)r * w_stride;
@@ -114,10 +117,11 @@ static void bp_gemm(int64_t n, const void *w_rows, size_t w_stride, int64_t n_ro
         for (int b = 0; b < nb; b += 2) {
             const int na = b + 1 < nb ? 2 : 1;
             const uint32_t *a0 =
-                (const uint32_t *)(const void *)((const uint8_t *)act + (size_t)32 * b * n);
-            const uint32_t *a1 = a0 + 16 * np;
-            const int wb0 = M - 16 * b < 16 ? M - 16 * b : 16;
-            const int wb1 = na == 2 ? (M - 16 * (b + 1) < 16 ? M - 16 * (b + 1) : 16) : 0;
+                (const uint32_t *)(const void *)((const uint8_t *)act +
+                                                 (size_t)(2 * KERN_BF16P_ROWS) * b * n);
+            const uint32_t *a1 = a0 + KERN_BF16P_ROWS * np;
+            const int wb0 = kern_bf16p_block_rows(M, b);
+            const int wb1 = na == 2 ? kern_bf16p_block_rows(M, b + 1) : 0;
             switch (nr) {
                 BP_CASE(1)
                 BP_CASE(2)
@@ -135,7 +139,7 @@ static void bp_gemm(int64_t n, const void *w_rows, size_t w_stride, int64_t n_ro
                 break;
             }
             const int rows = wb0 + wb1;
-            float *yb = y + (size_t)16 * b * (size_t)ldy + r;
+            float *yb = y + (size_t)KERN_BF16P_ROWS * b * (size_t)ldy + r;
             for (int i = 0; i < rows; i++)
                 for (int j = 0; j < nr; j++)
                     yb[(size_t)i * (size_t)ldy + j] = tmp[j * 32 + i];

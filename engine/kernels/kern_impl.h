@@ -48,6 +48,16 @@ typedef void (*kern_gemm_fn)(int64_t n, const void *w_rows, size_t w_stride, int
 #define KERN_GEMM_MAX_ROWS 16
 #define KERN_GEMM_MAX_ACTS 64
 
+/* Rows per block of kern_bf16p's packed BF16 activations (layout: kern_bf16p.c): one 64-byte
+ * line holds one pair of every row of a block, so the AVX-512 kernels' 16 lanes read a pair
+ * of 16 rows per load. kern.c's pack tasks take a whole block each. */
+#define KERN_BF16P_ROWS 16
+
+/* Rows in block b of a packed batch of M rows (the last block may be short). */
+static inline int kern_bf16p_block_rows(int M, int b) {
+    return M - KERN_BF16P_ROWS * b < KERN_BF16P_ROWS ? M - KERN_BF16P_ROWS * b : KERN_BF16P_ROWS;
+}
+
 /* Rows [r0, r1) of a weight repacked into panels (panel.h) against n_acts activation rows:
  * y[j * ldy + r] for r0 <= r < r1 (absolute row numbers), j < n_acts. */
 typedef void (*kern_panel_fn)(int64_t n, const void *panels, int64_t r0, int64_t r1,
