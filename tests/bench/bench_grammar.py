@@ -11,7 +11,9 @@
    after each request's first / the time from its first token to its last, summed over the
    requests (prefill and per-request costs left out: constrained answers can end earlier).
    The two sides write different text there, and drafting gains more on the unconstrained
-   one (it repeats itself), so a last pair makes both write the same text (same_text).
+   one (the base model's free answer copies its prompt line over and over), so a last pair
+   makes both write the same text (same_text): its ratio is the grammar's own cost with
+   drafting on, the median of --rounds alternating rounds (per-round ratios printed).
 
   python3 tests/bench/bench_grammar.py --model models/gemma-3-270m-q4_k_m.gguf
 """
@@ -130,9 +132,14 @@ def same_prompt(i):
             "Text: " + ", ".join(w) + "\nJSON:\n")
 
 
-def same_text(port, conc, n_req, gen):
-    """(unconstrained, constrained) decode tok/s after the first token over the requests
-    whose two texts are the same, and the number of requests whose texts differ."""
+def same_text(port, conc, n_req, gen, rounds):
+    """Unconstrained and constrained runs alternating (the order flips each round, after one
+    untimed run of each): (median unconstrained and constrained decode tok/s after the first
+    token, median ratio, the per-round ratios, the number of requests whose texts differ).
+    Each round counts only the requests whose two texts are the same (where the model's own
+    answer does not fit the schema, the constrained one differs from there on)."""
+    import statistics
+
     def one(i, cons):
         body = {"prompt": same_prompt(i), "temperature": 0, "max_tokens": gen, "stop": ["\n"]}
         if cons:
@@ -142,18 +149,26 @@ def same_text(port, conc, n_req, gen):
         n, dt = post_stream(port, body, path="/v1/completions", text=text)
         return n, dt, "".join(text)
 
-    out = []
-    for cons in (False, True):
-        with cf.ThreadPoolExecutor(conc) as ex:  # warm-up, as in throughput()
-            list(ex.map(lambda i: one(i, cons), range(-n_req, 0)))
+    def run(cons, ids):
         with cf.ThreadPoolExecutor(conc) as ex:
-            out.append(list(ex.map(lambda i: one(i, cons), range(1, n_req + 1))))
-    # Only the requests whose two answers are the same count (where the model's own answer
-    # does not fit the schema, the constrained one differs from there on).
-    same = [(a, b) for a, b in zip(*out) if a[2] == b[2]]
-    rate = [sum(max(p[k][0] - 1, 0) for p in same) / max(sum(p[k][1] for p in same), 1e-9)
-            for k in (0, 1)]
-    return rate[0], rate[1], len(out[0]) - len(same)
+            return list(ex.map(lambda i: one(i, cons), ids))
+
+    for cons in (False, True):  # warm-up, as in throughput()
+        run(cons, range(-n_req, 0))
+    free, cons_r, ratios, differ = [], [], [], 0
+    for r in range(rounds):
+        out = {}
+        for cons in ((False, True) if r % 2 == 0 else (True, False)):
+            out[cons] = run(cons, range(1, n_req + 1))
+        same = [(a, b) for a, b in zip(out[False], out[True]) if a[2] == b[2]]
+        differ = n_req - len(same)
+        rate = [sum(max(p[k][0] - 1, 0) for p in same) / max(sum(p[k][1] for p in same), 1e-9)
+                for k in (0, 1)]
+        free.append(rate[0])
+        cons_r.append(rate[1])
+        ratios.append(rate[1] / rate[0] if rate[0] else 0.0)
+    return (statistics.median(free), statistics.median(cons_r), statistics.median(ratios),
+            ratios, differ)
 
 
 def throughput(port, model_id, conc, n_req, gen, schema, spec=True):
@@ -220,6 +235,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--skip-server", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="alternating rounds of the same-text pair (its ratio is their median)")
     ap.add_argument("--forced-only", action="store_true",
                     help="only the forced-drafts pair (drafting on / off on long keys)")
     ap.add_argument("--gemmad", default=GEMMAD, help="the server binary (another build)")
@@ -287,12 +304,13 @@ def main():
                       f"token {dfree:6.1f} vs {dcons:6.1f} per stream, ratio "
                       f"{dcons / dfree if dfree else 0:.2f}")
         print(f"same text, {2 * a.gen} tokens at most per request (the constrained answer must "
-              f"equal the unconstrained one; speculative on):")
-        for conc, n_req in ((1, 4), (16, 32)):
-            free, cons, differ = same_text(port, conc, n_req, 2 * a.gen)
+              f"equal the unconstrained one; speculative on; medians of {a.rounds} alternating "
+              f"rounds, per-round ratios in brackets):")
+        for conc, n_req in ((1, 8), (16, 32)):
+            free, cons, ratio, ratios, differ = same_text(port, conc, n_req, 2 * a.gen, a.rounds)
             print(f"  {conc:2d} streams: decode after the first token {free:6.1f} vs {cons:6.1f} "
-                  f"per stream, ratio {cons / free if free else 0:.2f}; texts differ in "
-                  f"{differ} of {n_req} (left out)")
+                  f"per stream, ratio {ratio:.2f} ({', '.join(f'{x:.2f}' for x in ratios)}); "
+                  f"texts differ in {differ} of {n_req} (left out)")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
