@@ -5,10 +5,10 @@
 set -u
 dir=${1:?usage: run-unit.sh DIR [--threaded]}
 mode=${2:-}
-# test_server runs the whole server (loop, scheduler, compute pool) in-process; test_sched
+# test_server runs the whole server (loop, scheduler, compute pool) in-process; test_sched(_flow)
 # and test_forward cover the scheduler thread and the forward pass's pool directly (with
 # GEMMAD_TEST_QUICK=1, as make test-tsan sets, they run their short cases).
-THREADED="test_pool test_quant test_kern test_panel test_kpanel test_server test_sched test_forward"
+THREADED="test_pool test_quant test_kern test_panel test_kpanel test_server test_sched test_sched_flow test_forward"
 pass=0; fail=0; skip=0; failed_bins=()
 for bin in "$dir"/test_*; do
     [ -x "$bin" ] || continue
