@@ -135,7 +135,8 @@ def same_prompt(i):
 def same_text(port, conc, n_req, gen, rounds):
     """Unconstrained and constrained runs alternating (the order flips each round, after one
     untimed run of each): (median unconstrained and constrained decode tok/s after the first
-    token, median ratio, the per-round ratios, the number of requests whose texts differ).
+    token, median ratio, the per-round ratios, the most requests whose texts differed in a
+    round).
     Each round counts only the requests whose two texts are the same (where the model's own
     answer does not fit the schema, the constrained one differs from there on)."""
     import statistics
@@ -161,7 +162,7 @@ def same_text(port, conc, n_req, gen, rounds):
         for cons in ((False, True) if r % 2 == 0 else (True, False)):
             out[cons] = run(cons, range(1, n_req + 1))
         same = [(a, b) for a, b in zip(out[False], out[True]) if a[2] == b[2]]
-        differ = n_req - len(same)
+        differ = max(differ, n_req - len(same))
         rate = [sum(max(p[k][0] - 1, 0) for p in same) / max(sum(p[k][1] for p in same), 1e-9)
                 for k in (0, 1)]
         free.append(rate[0])
@@ -241,6 +242,8 @@ def main():
                     help="only the forced-drafts pair (drafting on / off on long keys)")
     ap.add_argument("--gemmad", default=GEMMAD, help="the server binary (another build)")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         if a.forced_only:
             SCHEMAS.clear()
