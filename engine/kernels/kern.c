@@ -327,8 +327,8 @@ static void mm_quant_task(void *arg, int task, int n_tasks) {
     while (task >= mm_quant_tasks(j, qi))
         task -= mm_quant_tasks(j, qi++);
     if (j->q[qi].pack) {
-        const int m1 = (task + 1) * KERN_BF16P_ROWS < j->M ? (task + 1) * KERN_BF16P_ROWS : j->M;
-        for (int m = task * KERN_BF16P_ROWS; m < m1; m++)
+        const int m0 = task * KERN_BF16P_ROWS, m1 = m0 + kern_bf16p_block_rows(j->M, task);
+        for (int m = m0; m < m1; m++)
             j->q[qi].pack(j->X + (int64_t)m * j->n_in, j->q[qi].act, m, j->M, j->n_in);
         return;
     }
