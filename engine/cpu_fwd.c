@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "engine/cpu_int.h"
 #include "engine/kernels/panel.h"
 
@@ -200,6 +201,30 @@ static int cpu_set_tap(void *b, be_tap_fn fn, void *user) {
     return BE_OK;
 }
 
+/* ---- step timing ---- */
+
+/* With profiling on, the time since the last boundary goes to class cls (enum be_prof). */
+static inline void prof_mark(struct cpu_ctx *c, int cls) {
+    if (!c->prof) return;
+    const double t = clock_mono_s();
+    c->last.class_ms[cls] += (t - c->prof_t) * 1e3;
+    c->prof_t = t;
+}
+
+static int cpu_set_profile(void *b, int on) {
+    ((struct cpu_ctx *)b)->prof = on != 0;
+    return BE_OK;
+}
+
+/* gpu_ms is the step's wall time on this host (nothing is copied: h2d_ms = d2h_ms = 0);
+ * BE_EINVAL before the first run. */
+static int cpu_step_times(void *b, struct be_step_times *t) {
+    const struct cpu_ctx *c = b;
+    if (!c->timed) return BE_EINVAL;
+    *t = c->last;
+    return BE_OK;
+}
+
 /* ---- the layer ---- */
 
 struct geglu_job {
@@ -356,14 +381,20 @@ static void layer_forward(struct cpu_ctx *c, int l) {
 
     /* attention: Q, K and V in one pool run */
     run_rows(c, l, rows_attn_norm);
+    prof_mark(c, BE_PROF_NORM);
     struct kern_mm_out qkv[3];
     int n_qkv = qkv_outs(c, l, qkv);
     kern_matmul_group(pool, qkv, n_qkv, c->h, T, c->act, NULL, NULL);
+    prof_mark(c, BE_PROF_MATMUL);
     run_rows(c, l, rows_qk);
+    prof_mark(c, BE_PROF_OTHER);
     if (lc->has_kv) cpu_kv_write(c, l);
     cpu_attention(c, l);
+    prof_mark(c, BE_PROF_ATTN);
     kern_matmul(pool, &w->wo, c->att, T, c->t, E, c->act);
+    prof_mark(c, BE_PROF_MATMUL);
     run_rows(c, l, rows_post_attn);
+    prof_mark(c, BE_PROF_NORM);
 
     /* feed-forward: gate and up in one pool run, GeGLU on each task's rows as soon as both
      * are done */
@@ -371,7 +402,9 @@ static void layer_forward(struct cpu_ctx *c, int l) {
     struct geglu_job gj = {c->vec, c->gelu_tab, c->ff_g, c->ff_u, T, lc->n_ff};
     kern_matmul_group(pool, gu, 2, c->h, T, c->act, geglu_rows, &gj);
     kern_matmul(pool, &w->down, c->ff_g, T, c->t, E, c->act);
+    prof_mark(c, BE_PROF_MATMUL); /* with the GeGLU, run on each task's rows of gate/up */
     run_rows(c, l, rows_post_ffn);
+    prof_mark(c, BE_PROF_NORM);
 
     /* Gemma 4 per-layer embedding and layer scale */
     if (cfg->n_embd_pl > 0 && w->inp_gate.data) {
@@ -389,6 +422,7 @@ static void layer_forward(struct cpu_ctx *c, int l) {
     }
     if (w->out_scale != 1.0f)
         for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] *= w->out_scale;
+    prof_mark(c, BE_PROF_OTHER); /* Gemma 4's per-layer part and scale (matmuls included) */
 }
 
 /* ---- the step ---- */
@@ -416,13 +450,20 @@ static int cpu_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits
         }
     }
 
+    const double t_start = clock_mono_s();
+    memset(&c->last, 0, sizeof(c->last));
+    c->last.profiled = c->prof;
+    c->prof_t = t_start;
     run_rows(c, 0, rows_embed); /* embeddings */
     if (cfg->n_embd_pl > 0) ple_prepare(c);
     cpu_rope_prepare(c);
 
+    prof_mark(c, BE_PROF_OTHER);
+
     for (int l = 0; l < cfg->n_layer; l++) {
         layer_forward(c, l);
         if (c->tap) c->tap(c->tap_user, l, c->x, rows, E);
+        prof_mark(c, BE_PROF_OTHER);
     }
 
     /* every row's final normalised state, for the sequences that asked */
@@ -446,6 +487,9 @@ static int cpu_run(void *b, const struct be_seq *seqs, int n_seqs, float *logits
                 logits[i] = tanhf(logits[i] * inv) * cap;
         }
     }
+    prof_mark(c, BE_PROF_HEAD);
+    c->last.gpu_ms = (clock_mono_s() - t_start) * 1e3;
+    c->timed = 1;
     c->seqs = NULL;
     return BE_OK;
 }
@@ -462,5 +506,12 @@ static int cpu_batch_invariant(void *b) {
     return c->blas_weights == 0;
 }
 
-const struct be_ops be_cpu = {"cpu",       cpu_available, cpu_create, cpu_run, cpu_set_tap,
-                              cpu_destroy, NULL,          NULL,       NULL,    cpu_batch_invariant};
+const struct be_ops be_cpu = {.name = "cpu",
+                              .available = cpu_available,
+                              .create = cpu_create,
+                              .run = cpu_run,
+                              .set_tap = cpu_set_tap,
+                              .destroy = cpu_destroy,
+                              .step_times = cpu_step_times,
+                              .set_profile = cpu_set_profile,
+                              .batch_invariant = cpu_batch_invariant};

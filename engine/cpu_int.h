@@ -95,6 +95,14 @@ struct cpu_ctx {
     size_t panel_bytes;         /* their total */
     int blas_weights;           /* weights that may take the BLAS path (kern_weight.blas):
                                  * F32 / F16 / BF16 matmuls when not deterministic */
+
+    /* Step timing (be_ops.step_times): the last run's wall time and, with profiling on
+     * (set_profile), its split by operation class (enum be_prof), taken at the boundaries
+     * between operations on the engine thread. */
+    int prof;                  /* 1: profile later runs */
+    int timed;                 /* 1: `last` holds a run */
+    double prof_t;             /* clock_mono_s of the last boundary */
+    struct be_step_times last; /* the last run's */
 };
 
 /* cpu_weights.c */

@@ -126,15 +126,17 @@ void fwd_parallel(struct fwd_ctx *c, void (*fn)(void *arg, int task, int n_tasks
 typedef void (*fwd_tap_fn)(void *user, int layer, const float *x, int n_rows, int n_embd);
 void fwd_set_tap(struct fwd_ctx *c, fwd_tap_fn fn, void *user);
 
-/* Where the last fwd_run spent its time on the device, in milliseconds, measured with
- * device events (the CUDA backend): copies to the device, kernels, copies back. The rest of
- * the step's wall time is host work and launch overhead. graph: 1 when the step's kernels
- * ran as a replayed CUDA graph. With fwd_set_profile(c, 1) the kernel time is also split by
- * class (profiled = 1): layer matmuls, KV store + attention, norms + residual adds, other
- * (embedding, RoPE, activations), and the head (final norm, LM head, softcap); profiling
- * records an event after every operation and turns graphs off, so it measures the kernels,
- * not the best step time. 0, or -1 when the backend running does not time its steps (the
- * CPU). fwd_set_profile returns 0, or -1 when the backend cannot profile. */
+/* Where the last fwd_run spent its time, in milliseconds. CUDA backend: measured with
+ * device events, copies to the device, kernels, copies back; the rest of the step's wall
+ * time is host work and launch overhead; graph: 1 when the step's kernels ran as a replayed
+ * CUDA graph. CPU backend: gpu_ms is the step's wall time (no copies, graph 0). With
+ * fwd_set_profile(c, 1) that time is also split by class (profiled = 1): layer matmuls, KV
+ * store + attention, norms + residual adds, other (embedding, RoPE, activations), and the
+ * head (final norm, LM head, softcap). On CUDA profiling records an event after every
+ * operation and turns graphs off, so it measures the kernels, not the best step time; on the
+ * CPU it reads the clock at each boundary between operations (about 100 reads a step).
+ * Returns 0, or -1 when the backend running does not time its steps. fwd_set_profile
+ * returns 0, or -1 when the backend cannot profile. */
 struct fwd_step_times {
     double h2d_ms, gpu_ms, d2h_ms;
     double matmul_ms, attn_ms, norm_ms, other_ms, head_ms;

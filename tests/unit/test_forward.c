@@ -2,6 +2,8 @@
  * test_forward — batch invariance of the forward pass on the bundled model, its taps, and
  * fwd_create failing cleanly at every step.
  *
+ * The CPU backend's step times and profile (test_step_times_cpu).
+ *
  * A sequence's logits must be bit-identical (memcmp) whether it runs alone or in a step with
  * other sequences at other positions, whether its prompt is fed whole or in chunks of
  * 1 / 7 / 64 tokens, and whatever the KV block size (which moves the SWA ring around).
@@ -547,20 +549,28 @@ static void count_tap(void *user, int layer, const float *x, int n_rows, int n_e
     t->rows_after_norm = n_rows;
 }
 
+/* A forward context of up to 4 tokens and one sequence on dev, and that sequence's blocks. */
+static struct fwd_ctx *small_fwd(const struct model *m, struct kvstore_pool *kv,
+                                 enum fwd_device dev, struct tseq *s) {
+    char err[256] = "";
+    struct fwd_opts o = {
+        .max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 2, .device = dev};
+    struct fwd_ctx *f = NULL;
+    T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    int nf = 0, ns = 0;
+    tseq_init(s, kv, &nf, &ns, 1,
+              kv->n_blocks[KVSTORE_SWA] ? kvstore_swa_ring_blocks(m, 16, 4) : 0);
+    return f;
+}
+
 /* The tap fires after every layer and once after the output norm, with the selected rows. */
 static void test_tap(void) {
     struct model *m = load_or_skip();
     struct kvstore_pool *kv = small_kv(m);
-    char err[256] = "";
-    struct fwd_opts o = {.max_tokens = 4, .max_seqs = 1, .max_logit_rows = 1, .n_threads = 2,
-                         .device = FWD_DEVICE_AUTO};
-    struct fwd_ctx *f = NULL;
-    T_ASSERTF(fwd_create(m, kv, &o, &f, err, sizeof err) == 0, "%s", err);
+    struct tseq s;
+    struct fwd_ctx *f = small_fwd(m, kv, FWD_DEVICE_AUTO, &s);
     struct tap_count t = {0, -1, 0};
     fwd_set_tap(f, count_tap, &t);
-    struct tseq s;
-    int nf = 0, ns = 0;
-    tseq_init(&s, kv, &nf, &ns, 1, kv->n_blocks[KVSTORE_SWA] ? kvstore_swa_ring_blocks(m, 16, 4) : 0);
     int32_t ids[4] = {tok_bos(m->vocab), 100, 200, 300};
     float *lg = malloc((size_t)m->cfg.n_vocab * sizeof(float));
     T_ASSERT(lg);
@@ -578,19 +588,56 @@ static void test_tap(void) {
     model_free(m);
 }
 
+/* The CPU backend times its steps (gpu_ms: the step's wall time) and, with profiling on,
+ * splits that time by operation class; profiling changes no logit. */
+static void test_step_times_cpu(void) {
+    struct model *m = load_or_skip();
+    struct kvstore_pool *kv = small_kv(m);
+    struct tseq s;
+    struct fwd_ctx *f = small_fwd(m, kv, FWD_DEVICE_CPU, &s);
+    int32_t ids[4] = {tok_bos(m->vocab), 100, 200, 300};
+    const size_t V = (size_t)m->cfg.n_vocab;
+    float *lg = malloc(2 * V * sizeof(float));
+    T_ASSERT(lg);
+    struct fwd_seq q = {ids, 4, 0, &s.kv, FWD_LOGITS_LAST};
+    struct fwd_step_times st;
+    T_ASSERT(fwd_last_step_times(f, &st) == -1); /* no step yet */
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0);
+    T_ASSERT(st.gpu_ms > 0 && st.h2d_ms == 0 && st.d2h_ms == 0 && !st.graph && !st.profiled);
+    T_ASSERT(st.matmul_ms == 0 && st.attn_ms == 0 && st.head_ms == 0);
+
+    T_ASSERT(fwd_set_profile(f, 1) == 0);
+    T_ASSERT(fwd_run(f, &q, 1, lg + V) == FWD_OK); /* the same step again: the same cache rows */
+    T_ASSERT(memcmp(lg, lg + V, V * sizeof(float)) == 0);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.profiled == 1);
+    const double cls[5] = {st.matmul_ms, st.attn_ms, st.norm_ms, st.other_ms, st.head_ms};
+    double sum = 0;
+    for (int i = 0; i < 5; i++) {
+        T_ASSERTF(cls[i] >= 0, "class %d: %f ms", i, cls[i]);
+        sum += cls[i];
+    }
+    T_ASSERT(st.matmul_ms > 0 && st.attn_ms > 0 && st.head_ms > 0);
+    /* the classes tile the step: their sum is the step up to the last clock read */
+    T_ASSERTF(sum <= st.gpu_ms + 1e-9 && sum > 0, "classes %f ms, step %f ms", sum, st.gpu_ms);
+
+    T_ASSERT(fwd_set_profile(f, 0) == 0);
+    T_ASSERT(fwd_run(f, &q, 1, lg) == FWD_OK);
+    T_ASSERT(fwd_last_step_times(f, &st) == 0 && st.profiled == 0 && st.matmul_ms == 0);
+    free(lg);
+    fwd_destroy(f);
+    kvstore_destroy(kv);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     static const struct t_case cases[] = {
-        T_CASE(test_create_fault_injection),
-        T_CASE(test_tap),
-        T_CASE(test_batched_vs_alone),
-        T_CASE(test_chunked_prefill),
-        T_CASE(test_hidden_rows),
-        T_CASE(test_greedy_ids_cpu),
-        T_CASE(test_thread_count_invariant),
-        T_CASE(test_sliding_window_chunked),
-        T_CASE(test_invalid_steps),
-        T_CASE(test_cuda_without_build),
-        {0},
+        T_CASE(test_create_fault_injection), T_CASE(test_tap),
+        T_CASE(test_step_times_cpu),         T_CASE(test_batched_vs_alone),
+        T_CASE(test_chunked_prefill),        T_CASE(test_hidden_rows),
+        T_CASE(test_greedy_ids_cpu),         T_CASE(test_thread_count_invariant),
+        T_CASE(test_sliding_window_chunked), T_CASE(test_invalid_steps),
+        T_CASE(test_cuda_without_build),     {0},
     };
     return t_main(argc, argv, cases);
 }
