@@ -2,8 +2,11 @@
 """Engine benchmark: gemmad vs llama.cpp on the same GGUF file, machine and thread count.
 
 What it measures (see docs/BENCHMARKS.md for how to read the output):
-  * gemmad: `gemmad-cli bench -m MODEL --prompt-tokens P --gen G --threads T`, which prints
-    one JSON object (prefill_tok_s, decode_tok_s, rss_mib, load_s, ...).
+  * gemmad: `gemmad-cli bench -m MODEL --prompt-tokens P --gen G --threads T --profile`,
+    which prints one JSON object (prefill_tok_s, decode_tok_s, rss_mib, load_s, ...) and,
+    before it, the steps' time by operation class: per run and as medians, a decode step's
+    layer matmuls, attention, head, norms and the rest, with the bandwidth the matmuls, the
+    attention (KV cache bytes) and the head reached.
   * llama.cpp through llama-cpp-python: a P-token prompt evaluated in one call (prefill),
     then G greedy decode steps, each timed as a whole; same threads for both phases.
   * read bandwidth: a STREAM-like read probe (tests/bench/bench_kern.c --bandwidth, built
@@ -54,17 +57,28 @@ def log(*a):
 
 # ---- gemmad ---------------------------------------------------------------------------------
 
-def run_gemmad(cli, model, prompt, gen, threads, extra):
+def run_gemmad(cli, model, prompt, gen, threads, extra, profile=False):
+    """gemmad-cli bench's JSON object; with profile, its "profile" line (the steps' time by
+    operation class, gemmad-cli bench --profile) under the key "profile"."""
     cmd = [cli, "bench", "-m", model, "--prompt-tokens", str(prompt), "--gen", str(gen),
-           "--threads", str(threads)] + extra
+           "--threads", str(threads)] + (["--profile"] if profile else []) + extra
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr[-2000:]}")
-    for line in reversed(out.stdout.splitlines()):
+    res, prof = None, None
+    for line in out.stdout.splitlines():
         line = line.strip()
         if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"no JSON line in gemmad-cli bench output: {out.stdout[-2000:]}")
+            d = json.loads(line)
+            if "profile" in d:
+                prof = d["profile"]
+            else:
+                res = d
+    if res is None:
+        raise RuntimeError(f"no JSON line in gemmad-cli bench output: {out.stdout[-2000:]}")
+    if prof is not None:
+        res["profile"] = prof
+    return res
 
 
 # ---- llama.cpp --------------------------------------------------------------------------------
@@ -165,6 +179,28 @@ def model_bytes_per_token(r):
     return per_token, total
 
 
+def decode_byte_split(r):
+    """(bytes of the layers' tensors, bytes of the LM head): the parts of a decode step's
+    weights that the profile's layer matmuls and head read (norm vectors included in the
+    first; they are a few KB). r: the model's gguf.GGUFReader."""
+    layers = sum(int(t.n_bytes) for t in r.tensors if t.name.startswith("blk."))
+    head = [t for t in r.tensors if t.name == "output.weight"] or \
+        [t for t in r.tensors if t.name == "token_embd.weight"]
+    return layers, (int(head[0].n_bytes) if head else 0)
+
+
+def profile_line(p, layer_bytes, head_bytes, kv_bytes):
+    """One decode step's time by class (gemmad-cli bench --profile), with the bandwidth the
+    layer matmuls, the attention (over the KV cache) and the head reached."""
+    def gbs(b, ms):
+        return f" ({b / (ms * 1e6):.1f} GB/s)" if ms > 0 and b else ""
+    return (f"step {p['step']:.2f} ms: layer matmuls {p['matmul']:.2f}"
+            f"{gbs(layer_bytes, p['matmul'])}, attention {p['attn']:.2f}"
+            f"{gbs(kv_bytes, p['attn'])}, head {p['head']:.2f}{gbs(head_bytes, p['head'])}, "
+            f"norms {p['norm']:.2f}, other {p['other']:.2f}; outside the step "
+            f"{p['wall'] - p['step']:.2f}")
+
+
 def kv_bytes_per_token(r, cli, model, prompt, gen):
     """Bytes of F16 KV cache one decode step reads, averaged over the G steps after a
     P-token prompt: a step at context L reads L positions in each global layer and
@@ -247,6 +283,7 @@ def main():
     import gguf
     reader = gguf.GGUFReader(args.model)
     w_tok, file_bytes = model_bytes_per_token(reader)
+    layer_bytes, head_bytes = decode_byte_split(reader)
     kv_tok = kv_bytes_per_token(reader, cli, args.model, args.prompt_tokens, args.gen)
     del reader
     per_tok = w_tok + kv_tok
@@ -281,13 +318,17 @@ def main():
     g_runs, l_runs = [], []
     for i in range(runs):
         bw_i = read_bandwidth(bench_kern, args.threads, probe_mib)[0] if i > 0 else bw
-        g = run_gemmad(cli, args.model, args.prompt_tokens, args.gen, args.threads, args.gemmad_arg)
+        g = run_gemmad(cli, args.model, args.prompt_tokens, args.gen, args.threads, args.gemmad_arg,
+                       profile=True)
         g["read_bandwidth_gb_s"] = bw_i
         g["roofline_frac"] = g["decode_tok_s"] * per_tok / (bw_i * 1e9)
         g_runs.append(g)
         log(f"  run {i + 1}/{runs} gemmad    prefill {g['prefill_tok_s']:8.1f} tok/s  "
             f"decode {g['decode_tok_s']:7.1f} tok/s  (probe {bw_i:.2f} GB/s: "
             f"{100 * g['roofline_frac']:.0f}% of the roofline)")
+        if "profile" in g:
+            log("    decode " + profile_line(g["profile"]["decode_ms_per_step"], layer_bytes,
+                                              head_bytes, kv_tok))
         if llama:
             try:
                 l = llama.call("run")
@@ -330,6 +371,12 @@ def main():
                         for k in ("prefill_tok_s", "decode_tok_s")}
     # the median of the runs' own fractions (each decode against the probe just before it)
     res["decode_roofline_frac"] = med(g_runs, "roofline_frac")
+    profs = [r["profile"]["decode_ms_per_step"] for r in g_runs if "profile" in r]
+    if profs:
+        res["decode_profile_ms"] = {k: statistics.median(p[k] for p in profs)
+                                    for k in ("matmul", "attn", "norm", "other", "head", "step",
+                                              "wall")}
+        res["decode_profile_bytes"] = {"layers": layer_bytes, "head": head_bytes, "kv": kv_tok}
 
     if args.kernels and bench_kern:
         cmd = [bench_kern, "--json", "--threads", str(args.threads), "--time", "0.3"]
@@ -366,6 +413,9 @@ def main():
           f"{100 * res['decode_roofline_frac']:8.0f}%{'90%':>9}")
     print("roofline per run (decode / the probe before it): " + ", ".join(
         f"{100 * r['roofline_frac']:.0f}% ({r['read_bandwidth_gb_s']:.2f} GB/s)" for r in g_runs))
+    if "decode_profile_ms" in res:
+        print("decode step, medians of the runs (gemmad-cli bench --profile): " +
+              profile_line(res["decode_profile_ms"], layer_bytes, head_bytes, kv_tok))
     print(f"read bandwidth {bw:.2f} GB/s (median of the runs' probes); {per_tok / 1e6:.1f} MB per "
           f"token ({w_tok / 1e6:.1f} "
           f"weights + {kv_tok / 1e6:.1f} KV cache); "

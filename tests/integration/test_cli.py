@@ -134,6 +134,19 @@ def test_taps_and_bench():
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["seqs"] == 3 and d["gen_tokens"] == 4 and d["decode_tok_s"] > 0
+    # --profile: a line before the usual one with the steps' time by operation class
+    p = run("bench", "-m", MODEL, "--prompt-tokens", "16", "--gen", "4", "-t", "2", "--profile")
+    assert p.returncode == 0, p.stderr
+    prof, d = [json.loads(line) for line in p.stdout.splitlines()]
+    assert d["decode_tok_s"] > 0 and "profile" not in d
+    dec, pre = prof["profile"]["decode_ms_per_step"], prof["profile"]["prefill_ms"]
+    assert dec["steps"] == 4 and pre["steps"] == 1
+    for part in (dec, pre):
+        classes = [part[k] for k in ("matmul", "attn", "norm", "other", "head")]
+        assert min(classes) >= 0 and part["matmul"] > 0 and part["attn"] > 0 and part["head"] > 0
+        # the classes tile the backend's step, which sits inside the loop's wall time
+        # (printed to 4 decimals: allow their rounding)
+        assert sum(classes) <= part["step"] + 1e-3 and part["step"] <= part["wall"] + 1e-4
 
 
 @pytest.mark.skipif(not os.path.exists(MODEL), reason="bundled model missing (make model)")

@@ -47,6 +47,7 @@ struct cli_opts {
     int prompt_tokens;       /* bench */
     int bench_gen;
     int seqs;                /* bench: sequences decoded together (1: the single-stream bench) */
+    int profile;             /* bench: split the steps' time by operation class */
     int ctx;                 /* kvmem: session length in tokens */
     int block_size;          /* kvmem: KV block size */
     const char *schema;      /* grammar: JSON Schema file */

@@ -5,6 +5,11 @@
  * at a different token), then decoded greedily together, one fwd_run of N rows per step
  * (what the scheduler does with N running streams). Reports the aggregate decode tok/s,
  * N * gen / time, like llama.cpp's batched-bench. N = 1 is the single-stream bench.
+ *
+ * --profile: the backend splits each step's time by operation class (fwd_set_profile); a
+ * line {"profile": ...} before the usual one gives the prefill steps' classes summed and the
+ * decode steps' averaged per step, with "step" (the backend's own time of a step) beside
+ * "wall" (the loop's, sampling included), all in ms.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +21,31 @@
 #include "engine/tokenizer.h"
 #include "scheduler/sample.h"
 #include "tools/gemmad-cli/cli.h"
+
+/* Sums of fwd_step_times over steps: class times and the step time, in ms. */
+struct bench_prof {
+    double cls[5], step;
+    int steps;
+};
+
+static void prof_add(struct runner *r, struct bench_prof *p) {
+    struct fwd_step_times t;
+    if (fwd_last_step_times(runner_fwd(r), &t) != 0 || !t.profiled) return;
+    const double c[5] = {t.matmul_ms, t.attn_ms, t.norm_ms, t.other_ms, t.head_ms};
+    for (int i = 0; i < 5; i++)
+        p->cls[i] += c[i];
+    p->step += t.gpu_ms;
+    p->steps++;
+}
+
+/* "name": {...} with the sums divided by div. */
+static void prof_print(const char *name, const struct bench_prof *p, double div, double wall) {
+    static const char *const cls[5] = {"matmul", "attn", "norm", "other", "head"};
+    printf("\"%s\": {", name);
+    for (int i = 0; i < 5; i++)
+        printf("\"%s\": %.4f, ", cls[i], p->cls[i] / div);
+    printf("\"step\": %.4f, \"wall\": %.4f, \"steps\": %d}", p->step / div, wall / div, p->steps);
+}
 
 int cli_bench(const struct cli_opts *o) {
     double load_s;
@@ -40,17 +70,29 @@ int cli_bench(const struct cli_opts *o) {
     }
     const int batch = o->batch < np ? np : o->batch; /* each prompt in one step */
     struct runner *r = cli_runner(m, o, ns, np + ng + 1, batch, ns);
+    struct bench_prof pp = {0}, pd = {0};
+    if (o->profile && fwd_set_profile(runner_fwd(r), 1) != 0)
+        cli_die("--profile: this backend cannot profile its steps");
     double t0 = clock_mono_s();
     for (int s = 0; s < ns; s++) {
         cli_feed(r, s, ids + (size_t)s * (size_t)np, np, FWD_LOGITS_LAST, logits);
+        if (o->profile) prof_add(r, &pp);
         next[s] = smp_argmax(logits, V);
     }
     double t1 = clock_mono_s();
     for (int i = 0; i < ng; i++) {
         cli_step(r, next, ns, logits);
+        if (o->profile) prof_add(r, &pd);
         for (int s = 0; s < ns; s++) next[s] = smp_argmax(logits + (size_t)s * (size_t)V, V);
     }
     double t2 = clock_mono_s();
+    if (o->profile) {
+        printf("{\"profile\": {");
+        prof_print("prefill_ms", &pp, 1.0, (t1 - t0) * 1e3);
+        printf(", ");
+        prof_print("decode_ms_per_step", &pd, ng, (t2 - t1) * 1e3);
+        printf("}}\n");
+    }
     const int threads = o->threads ? o->threads : pool_default_threads();
     if (ns == 1) {
         size_t file = m->gguf->map_size;

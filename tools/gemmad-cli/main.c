@@ -7,6 +7,7 @@
  *   gemmad-cli logits   -m MODEL (-p PROMPT | --tokens ID,ID,...) [--top K] [--all] [--chat]
  *   gemmad-cli taps     -m MODEL (-p PROMPT | --tokens ...)
  *   gemmad-cli bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1] [--deterministic]
+ *                       [--profile]
  *   gemmad-cli kvmem    -m MODEL [--ctx 32768] [--block-size 16]
  *   gemmad-cli grammar  (--schema FILE | --gbnf FILE) [--check INSTANCE] [-m MODEL] [--bench]
  *                       [--times FILE]
@@ -52,7 +53,10 @@ static const struct cli_cmd cli_cmds[] = {
      "           (then the final-norm rows) as raw little-endian f32\n"},
     {"bench", cli_bench,
      "  bench    -m MODEL [--prompt-tokens 512] [--gen 128] [--seqs 1] [--deterministic]\n"
-     "           the server's default kernels (OpenBLAS / cuBLAS batches) unless --deterministic\n"},
+     "           [--profile]\n"
+     "           the server's default kernels (OpenBLAS / cuBLAS batches) unless --deterministic;\n"
+     "           --profile adds the steps' time by operation class (ms: prefill, decode per "
+     "step)\n"},
     {"kvmem", cli_kvmem,
      "  kvmem    -m MODEL [--ctx 32768] [--block-size 16] [--batch 512] [--kv-type T]\n"
      "           KV memory of one session, with and without the sliding-window ring\n"},
@@ -196,6 +200,8 @@ static const struct cli_cmd *parse_args(int argc, char **argv, struct cli_opts *
         else if (!strcmp(a, "--gen")) o->bench_gen = (int)parse_long(a, NEXT(), 1, 1 << 20);
         else if (!strcmp(a, "--seqs")) o->seqs = (int)parse_long(a, NEXT(), 1, 256);
         else if (!strcmp(a, "--deterministic")) o->deterministic = 1;
+        else if (!strcmp(a, "--profile"))
+            o->profile = 1;
         else if (!strcmp(a, "--ctx")) o->ctx = (int)parse_long(a, NEXT(), 1, 1 << 24);
         else if (!strcmp(a, "--block-size"))
             o->block_size = (int)parse_long(a, NEXT(), 1, 1 << 16);
