@@ -410,19 +410,23 @@ static void layer_forward(struct cpu_ctx *c, int l) {
     if (cfg->n_embd_pl > 0 && w->inp_gate.data) {
         const int npl = cfg->n_embd_pl;
         kern_matmul(pool, &w->inp_gate, c->x, T, c->pl_g, npl, c->act);
+        prof_mark(c, BE_PROF_MATMUL);
         for (int r = 0; r < T; r++) {
             float *g = c->pl_g + (size_t)r * (size_t)npl;
             const float *pin =
                 c->ple + ((size_t)r * (size_t)cfg->n_layer + (size_t)l) * (size_t)npl;
             c->vec->geglu(c->gelu_tab, g, pin, npl);
         }
+        prof_mark(c, BE_PROF_OTHER);
         kern_matmul(pool, &w->proj, c->pl_g, T, c->t, E, c->act);
+        prof_mark(c, BE_PROF_MATMUL);
         rms_rows(c, c->t, c->t, w->post_norm, T, E, cfg->eps);
         for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] += c->t[i];
+        prof_mark(c, BE_PROF_NORM);
     }
     if (w->out_scale != 1.0f)
         for (size_t i = 0; i < (size_t)T * (size_t)E; i++) c->x[i] *= w->out_scale;
-    prof_mark(c, BE_PROF_OTHER); /* Gemma 4's per-layer part and scale (matmuls included) */
+    prof_mark(c, BE_PROF_OTHER);
 }
 
 /* ---- the step ---- */
