@@ -318,9 +318,14 @@ static void kv_prefetch_block(const struct kvstore_pool *p, int l, int is_v, con
                               int b0, int thi, int e0, int w) {
     const size_t off = kv_seg_bytes(p->dtype, e0);
     const size_t len = kv_seg_bytes(p->dtype, e0 + w) - off;
+    const size_t rb = is_v ? p->row_bytes_v[l] : p->row_bytes_k[l];
     const int j1 = thi < b0 + ATTN_BLOCK - 1 ? thi : b0 + ATTN_BLOCK - 1;
+    /* rows consecutive in one cache block, as attn_pass reads them (see `same` there) */
+    const int same = p->block_size % ATTN_BLOCK == 0;
+    const char *first = (const char *)kv_row(p, l, is_v, s, b0) + off;
     for (int pos = b0; pos <= j1; pos++) {
-        const char *row = (const char *)kv_row(p, l, is_v, s, pos) + off;
+        const char *row =
+            same ? first + (size_t)(pos - b0) * rb : (const char *)kv_row(p, l, is_v, s, pos) + off;
         for (size_t o = 0; o < len; o += 64)
             __builtin_prefetch(row + o, 0, 2); /* locality 2: prefetcht1 on x86 */
     }
